@@ -1,0 +1,29 @@
+# normlab: `make demo` and `make test` each create .venv, install, and run.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test install bench clean
+
+# torch==2.13.0 first: it is the CPU build; an unpinned torch would pull a CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check torch==2.13.0
+	$(PIP) install -q --disable-pip-version-check -e '.[dev,plot]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/normlab lesson
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(VENV)/bin/normlab bench
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

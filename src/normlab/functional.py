@@ -1,0 +1,156 @@
+"""The public math: ``layer_norm``, ``rms_norm`` and their residual-add variants.
+
+Each function validates its arguments, flattens the normalized dims into one
+row of length ``D = prod(normalized_shape)``, and runs an autograd Function
+whose backward is the hand-derived one (``docs/layernorm.md``). Which kernel
+runs is decided in one place, :func:`normlab.kernels.resolve`; ``impl=`` forces
+one (``"reference"`` is the readable definition).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import kernels
+from ._checks import ShapeLike, as_shape, check_eps, check_input, check_param, default_rms_eps
+from .kernels.autograd import AddNormFunction, NormFunction
+
+Tensor = torch.Tensor
+
+__all__ = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"]
+
+
+def _prepare(x: Tensor, normalized_shape: ShapeLike, weight, bias, eps, *, rms: bool):
+    shape = as_shape(normalized_shape)
+    check_input(x, shape)
+    check_param(weight, shape, "weight")
+    check_param(bias, shape, "bias")
+    if rms and eps is None:
+        eps = default_rms_eps(x.dtype)
+    check_eps(eps)
+    d = math.prod(shape)
+    w = None if weight is None else weight.reshape(d)
+    b = None if bias is None else bias.reshape(d)
+    return shape, d, w, b, float(eps)
+
+
+def _rows(t: Tensor, d: int) -> Tensor:
+    return t.reshape(-1, d).contiguous()  # N, D
+
+
+def layer_norm(
+    x: Tensor,
+    normalized_shape: ShapeLike,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+    *,
+    impl: str = "auto",
+) -> Tensor:
+    r"""Layer normalization over the trailing ``normalized_shape`` dims of ``x``.
+
+    .. math::
+        y = \frac{x - \mathrm{E}[x]}{\sqrt{\mathrm{Var}[x] + \epsilon}} \cdot \gamma + \beta
+
+    Mean and variance are taken per row over the last ``len(normalized_shape)``
+    dims; the variance is biased (divides by ``D``); ``eps`` is inside the square
+    root. Statistics are accumulated in float32 for float16/bfloat16 input
+    (float64 for float64) by two passes; ``y`` has the dtype of ``x``.
+
+    Args:
+        x: input of shape ``(*, *normalized_shape)``, floating point.
+        normalized_shape: int or sequence of ints, the trailing dims to normalize.
+        weight: ``gamma`` of shape ``normalized_shape``, or None.
+        bias: ``beta`` of shape ``normalized_shape``, or None.
+        eps: added to the variance, finite and >= 0.
+        impl: ``"auto"`` (fastest path that satisfies the contract) or a name in
+            :data:`normlab.kernels.IMPLS`.
+
+    Shape:
+        ``x``: ``(*, *normalized_shape)``; output: same shape.
+
+    Example:
+        >>> x = torch.randn(2, 4, 6)              # [B, T, D] audio frames
+        >>> y = layer_norm(x, 6)
+        >>> y.mean(-1).abs().max() < 1e-6
+        tensor(True)
+    """
+    shape, d, w, b, eps = _prepare(x, normalized_shape, weight, bias, eps, rms=False)
+    name = kernels.resolve(impl, "layer_norm", x)
+    y = NormFunction.apply(_rows(x, d), w, b, eps, False, name)
+    return y.reshape(x.shape)
+
+
+def rms_norm(
+    x: Tensor,
+    normalized_shape: ShapeLike,
+    weight: Tensor | None = None,
+    eps: float | None = None,
+    *,
+    impl: str = "auto",
+) -> Tensor:
+    r"""Root-mean-square normalization (Zhang & Sennrich 2019): no centring.
+
+    .. math::
+        y = \frac{x}{\sqrt{\frac{1}{D}\sum_j x_j^2 + \epsilon}} \cdot \gamma
+
+    ``eps=None`` uses what ``torch.nn.functional.rms_norm`` uses: the machine
+    epsilon of the accumulation dtype, i.e. ``torch.finfo(torch.float32).eps``
+    for float16/bfloat16/float32 input and ``torch.finfo(torch.float64).eps``
+    for float64 (torch's docs say ``finfo(x.dtype)``; its kernels do this).
+
+    Args and shapes as :func:`layer_norm`, without ``bias``.
+    """
+    shape, d, w, _, eps = _prepare(x, normalized_shape, weight, None, eps, rms=True)
+    name = kernels.resolve(impl, "rms_norm", x)
+    y = NormFunction.apply(_rows(x, d), w, None, eps, True, name)
+    return y.reshape(x.shape)
+
+
+def _add_norm(x, residual, normalized_shape, weight, bias, eps, residual_in_fp32, impl, *, rms):
+    shape, d, w, b, eps = _prepare(x, normalized_shape, weight, bias, eps, rms=rms)
+    check_input(residual, shape, "residual")
+    if residual.shape != x.shape:
+        raise ValueError(f"residual has shape {list(residual.shape)} but x has shape {list(x.shape)}")
+    s_dtype = torch.float32 if residual_in_fp32 and x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    op = "add_rms_norm" if rms else "add_layer_norm"
+    name = kernels.resolve(impl, op, x)
+    y, s = AddNormFunction.apply(_rows(x, d), _rows(residual, d), w, b, eps, rms, s_dtype, name)
+    return y.reshape(x.shape), s.reshape(x.shape)
+
+
+def add_layer_norm(
+    x: Tensor,
+    residual: Tensor,
+    normalized_shape: ShapeLike,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+    *,
+    residual_in_fp32: bool = False,
+    impl: str = "auto",
+) -> tuple[Tensor, Tensor]:
+    """``s = x + residual``; ``y = layer_norm(s)``. Returns ``(y, s)``.
+
+    The Pre-Norm residual step: ``s`` is the new residual stream and ``y`` the
+    normalized input of the next sublayer. ``residual`` must have the shape of
+    ``x`` (no broadcasting). With ``residual_in_fp32=True`` and a float16/bfloat16
+    ``x``, ``s`` is returned in float32 so the residual stream keeps full
+    precision across layers; ``y`` is always in the dtype of ``x``.
+    """
+    return _add_norm(x, residual, normalized_shape, weight, bias, eps, residual_in_fp32, impl, rms=False)
+
+
+def add_rms_norm(
+    x: Tensor,
+    residual: Tensor,
+    normalized_shape: ShapeLike,
+    weight: Tensor | None = None,
+    eps: float | None = None,
+    *,
+    residual_in_fp32: bool = False,
+    impl: str = "auto",
+) -> tuple[Tensor, Tensor]:
+    """``s = x + residual``; ``y = rms_norm(s)``. Returns ``(y, s)``; see :func:`add_layer_norm`."""
+    return _add_norm(x, residual, normalized_shape, weight, None, eps, residual_in_fp32, impl, rms=True)

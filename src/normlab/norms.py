@@ -1,0 +1,241 @@
+"""nn.Module wrappers with torch's anatomy: LayerNorm, RMSNorm, ScaleNorm, DyT.
+
+``LayerNorm`` and ``RMSNorm`` take torch's exact constructor arguments and
+defaults and have the same parameter names, so their state_dicts load into
+``torch.nn.LayerNorm`` / ``torch.nn.RMSNorm`` and back.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from . import functional as F
+from ._checks import ShapeLike, acc_dtype, as_shape, check_eps, check_input
+
+__all__ = ["LayerNorm", "RMSNorm", "ScaleNorm", "DyT"]
+
+
+class LayerNorm(nn.Module):
+    r"""Layer normalization (Ba et al. 2016), drop-in for ``torch.nn.LayerNorm``.
+
+    .. math::
+        y = \frac{x - \mathrm{E}[x]}{\sqrt{\mathrm{Var}[x] + \epsilon}} \cdot \gamma + \beta
+
+    Statistics are per row over the trailing ``normalized_shape`` dims (for audio
+    ``[B, T, D]`` and ``normalized_shape=D``: each frame separately); biased
+    variance; ``eps`` inside the square root; float32 statistics for half inputs.
+
+    Args:
+        normalized_shape: int or sequence of ints, the trailing dims to normalize.
+        eps: added to the variance; finite and >= 0. Default ``1e-5``.
+        elementwise_affine: learn ``weight`` (gamma, init 1) and ``bias`` (beta, init 0).
+        bias: learn ``bias`` when ``elementwise_affine``. Default True.
+
+    Shape:
+        input ``(*, *normalized_shape)``; output the same.
+
+    Example:
+        >>> ln = LayerNorm(6)
+        >>> ln(torch.randn(2, 4, 6) * 5 + 10).shape
+        torch.Size([2, 4, 6])
+    """
+
+    __constants__ = ["normalized_shape", "eps", "elementwise_affine"]
+
+    def __init__(
+        self,
+        normalized_shape: ShapeLike,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
+        factory_kwargs = {"device": device, "dtype": dtype}
+        super().__init__()
+        self.normalized_shape = as_shape(normalized_shape)
+        check_eps(eps)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.empty(self.normalized_shape, **factory_kwargs))
+            if bias:
+                self.bias = nn.Parameter(torch.empty(self.normalized_shape, **factory_kwargs))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            nn.init.ones_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)
+
+
+class RMSNorm(nn.Module):
+    r"""Root-mean-square normalization (Zhang & Sennrich 2019), drop-in for ``torch.nn.RMSNorm``.
+
+    .. math::
+        y = \frac{x}{\sqrt{\frac{1}{D}\sum_j x_j^2 + \epsilon}} \cdot \gamma
+
+    No centring: the output keeps the sign of the row's mean. ``eps=None``
+    computes what ``torch.nn.RMSNorm(eps=None)`` computes in torch 2.13: the
+    machine epsilon of the accumulation dtype, ``torch.finfo(torch.float32).eps``
+    (1.19e-07) for float16, bfloat16 and float32 input, ``finfo(float64).eps``
+    for float64. (torch's docstring says ``finfo(x.dtype).eps``, which would be
+    9.8e-04 for float16; its kernels do not use that.)
+
+    Args:
+        normalized_shape: int or sequence of ints, the trailing dims to normalize.
+        eps: added to the mean square; None for the default above.
+        elementwise_affine: learn ``weight`` (gamma, init 1).
+    """
+
+    __constants__ = ["normalized_shape", "eps", "elementwise_affine"]
+
+    def __init__(
+        self,
+        normalized_shape: ShapeLike,
+        eps: float | None = None,
+        elementwise_affine: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
+        factory_kwargs = {"device": device, "dtype": dtype}
+        super().__init__()
+        self.normalized_shape = as_shape(normalized_shape)
+        check_eps(eps, allow_none=True)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.empty(self.normalized_shape, **factory_kwargs))
+        else:
+            self.register_parameter("weight", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            nn.init.ones_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)
+
+
+class ScaleNorm(nn.Module):
+    r"""ScaleNorm (Nguyen & Salazar 2019): one learned scalar over the unit vector.
+
+    .. math::
+        y = g \cdot \frac{x}{\max(\lVert x \rVert_2, \epsilon)}
+
+    The norm is taken over the trailing ``normalized_shape`` dims; ``g`` is a
+    single scalar initialised to ``sqrt(D)`` so the output starts with unit
+    root-mean-square, like RMSNorm.
+
+    Args:
+        normalized_shape: int or sequence of ints.
+        eps: lower bound on the norm; finite and >= 0. Default ``1e-5``.
+    """
+
+    __constants__ = ["normalized_shape", "eps"]
+
+    def __init__(self, normalized_shape: ShapeLike, eps: float = 1e-5, device=None, dtype=None) -> None:
+        super().__init__()
+        self.normalized_shape = as_shape(normalized_shape)
+        check_eps(eps)
+        self.eps = eps
+        self.g = nn.Parameter(torch.empty((), device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.constant_(self.g, math.sqrt(math.prod(self.normalized_shape)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_input(x, self.normalized_shape)
+        dims = tuple(range(-len(self.normalized_shape), 0))
+        xa = x.to(acc_dtype(x.dtype))  # *, D   float32 (float64) arithmetic
+        norm = torch.linalg.vector_norm(xa, dim=dims, keepdim=True).clamp(min=self.eps)  # *, 1
+        return (xa * (self.g / norm)).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}"
+
+
+class DyT(nn.Module):
+    r"""Dynamic Tanh (Zhu et al. 2025): an element-wise stand-in for a norm.
+
+    .. math::
+        y = \gamma \odot \tanh(\alpha x) + \beta
+
+    ``alpha`` is one learned scalar (init ``alpha_init``, 0.5 by default); no
+    statistics are computed, so the output of one element never depends on the
+    others.
+
+    Args:
+        normalized_shape: int or sequence of ints, the shape of ``gamma``/``beta``.
+        alpha_init: initial ``alpha``. Default 0.5.
+        elementwise_affine: learn ``weight`` (gamma, init 1) and ``bias`` (beta, init 0).
+        bias: learn ``bias`` when ``elementwise_affine``.
+    """
+
+    __constants__ = ["normalized_shape", "alpha_init", "elementwise_affine"]
+
+    def __init__(
+        self,
+        normalized_shape: ShapeLike,
+        alpha_init: float = 0.5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
+        factory_kwargs = {"device": device, "dtype": dtype}
+        super().__init__()
+        self.normalized_shape = as_shape(normalized_shape)
+        if not math.isfinite(alpha_init):
+            raise ValueError(f"alpha_init must be finite, got {alpha_init}")
+        self.alpha_init = alpha_init
+        self.elementwise_affine = elementwise_affine
+        self.alpha = nn.Parameter(torch.empty((), **factory_kwargs))
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.empty(self.normalized_shape, **factory_kwargs))
+            if bias:
+                self.bias = nn.Parameter(torch.empty(self.normalized_shape, **factory_kwargs))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.constant_(self.alpha, self.alpha_init)
+        if self.weight is not None:
+            nn.init.ones_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_input(x, self.normalized_shape)
+        y = torch.tanh(self.alpha * x)
+        if self.weight is not None:
+            y = y * self.weight
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, alpha_init={self.alpha_init}, elementwise_affine={self.elementwise_affine}"

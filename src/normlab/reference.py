@@ -1,0 +1,131 @@
+"""LayerNorm and RMSNorm written out by hand: the readable definition.
+
+This is the teaching implementation that every fast path in normlab is checked
+against. Each function works on the last dimension ``D`` of ``x`` (shape
+``[..., D]``, written ``N, D`` below with ``N`` the number of rows: tokens,
+frames, patches). Every line carries its shape. The derivation of the backward
+passes is in ``docs/layernorm.md``; the equation numbers below refer to it.
+
+Numerics (the contract in DESIGN.md):
+
+* statistics in float32 for float16/bfloat16 input, float64 for float64;
+* two passes (mean first, then the mean of squared deviations), never
+  ``E[x^2] - E[x]^2``, which cancels catastrophically when ``|mean| >> std``;
+* biased variance (divide by ``D``), ``eps`` inside the square root;
+* the backward needs only ``x`` and the per-row ``mean``/``rstd`` (plus ``weight``).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ._checks import acc_dtype
+
+
+class NormCache(NamedTuple):
+    """What the forward pass keeps for the backward pass."""
+
+    x: torch.Tensor  # N, D   the input, in its own dtype
+    weight: torch.Tensor | None  # D   gamma (None: no scaling)
+    mean: torch.Tensor | None  # N, 1 per-row mean in the accumulation dtype (None for RMSNorm)
+    rstd: torch.Tensor  # N, 1 per-row 1/sqrt(var + eps) (1/rms for RMSNorm)
+
+
+def _rstd(second_moment: torch.Tensor, eps: float) -> torch.Tensor:
+    """1/sqrt(m + eps), and 0 where m + eps == 0 (a constant row with eps=0)."""
+    rstd = torch.rsqrt(second_moment + eps)  # N, 1
+    if eps == 0:  # only then can the sum be 0: define 0 * inf as 0, so the row gives bias
+        rstd = torch.where(second_moment > 0, rstd, torch.zeros_like(rstd))  # N, 1
+    return rstd
+
+
+# ---------------------------------------------------------------- LayerNorm
+
+
+def layer_norm_forward(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
+) -> tuple[torch.Tensor, NormCache]:
+    """y = (x - mean) / sqrt(var + eps) * weight + bias, over the last dim.   (1)
+
+    ``mean = sum_j x_j / D``, ``var = sum_j (x_j - mean)^2 / D`` (biased).
+    Returns ``y`` in the dtype of ``x`` and the cache for :func:`layer_norm_backward`.
+    """
+    xa = x.to(acc_dtype(x.dtype))  # N, D   statistics in float32 (float64 for float64)
+    mean = xa.mean(dim=-1, keepdim=True)  # N, 1   first pass
+    xc = xa - mean  # N, D   centred
+    var = (xc * xc).mean(dim=-1, keepdim=True)  # N, 1   second pass, biased
+    rstd = _rstd(var, eps)  # N, 1   1/sqrt(var + eps)
+    y = xc * rstd  # N, D   x_hat: mean 0, variance 1 (for eps -> 0)
+    if weight is not None:
+        y = y * weight  # N, D   gamma, broadcast over rows
+    if bias is not None:
+        y = y + bias  # N, D   beta
+    return y.to(x.dtype), NormCache(x, weight, mean, rstd)  # N, D
+
+
+def layer_norm_backward(
+    dy: torch.Tensor, cache: NormCache
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Gradients of (1) given dL/dy. Returns ``(dx, dweight, dbias)``.
+
+    With ``x_hat = (x - mean) * rstd`` and ``g = dy * weight``:   (4)
+
+        dx      = rstd * (g - mean(g) - x_hat * mean(g * x_hat))
+        dweight = sum over rows of dy * x_hat
+        dbias   = sum over rows of dy
+
+    ``dweight`` is ``None`` when the forward had no weight. The cache does not
+    record whether there was a bias, so ``dbias`` is always returned; callers
+    without a bias ignore it.
+    """
+    x, weight, mean, rstd = cache
+    ad = acc_dtype(x.dtype)
+    dya = dy.to(ad)  # N, D
+    xhat = (x.to(ad) - mean) * rstd  # N, D   recomputed, not stored
+    g = dya * weight.to(ad) if weight is not None else dya  # N, D   dL/dx_hat
+    g_mean = g.mean(dim=-1, keepdim=True)  # N, 1
+    gx_mean = (g * xhat).mean(dim=-1, keepdim=True)  # N, 1
+    dx = rstd * (g - g_mean - xhat * gx_mean)  # N, D   eq. (4)
+    rows = tuple(range(dy.dim() - 1))  # reduce over every leading dim
+    dweight = (dya * xhat).sum(dim=rows) if weight is not None else None  # D
+    dbias = dya.sum(dim=rows)  # D
+    return dx.to(x.dtype), dweight, dbias
+
+
+# ---------------------------------------------------------------- RMSNorm
+
+
+def rms_norm_forward(
+    x: torch.Tensor, weight: torch.Tensor | None, eps: float
+) -> tuple[torch.Tensor, NormCache]:
+    """y = x / sqrt(mean(x^2) + eps) * weight, over the last dim (no centring).   (5)"""
+    xa = x.to(acc_dtype(x.dtype))  # N, D
+    ms = (xa * xa).mean(dim=-1, keepdim=True)  # N, 1   mean square
+    rstd = _rstd(ms, eps)  # N, 1   1/rms
+    y = xa * rstd  # N, D   x_hat: unit root-mean-square
+    if weight is not None:
+        y = y * weight  # N, D
+    return y.to(x.dtype), NormCache(x, weight, None, rstd)
+
+
+def rms_norm_backward(
+    dy: torch.Tensor, cache: NormCache
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Gradients of (5). Returns ``(dx, dweight)``.
+
+    With ``x_hat = x * rstd`` and ``g = dy * weight``:   (7)
+
+        dx      = rstd * (g - x_hat * mean(g * x_hat))
+        dweight = sum over rows of dy * x_hat
+    """
+    x, weight, _, rstd = cache
+    ad = acc_dtype(x.dtype)
+    dya = dy.to(ad)  # N, D
+    xhat = x.to(ad) * rstd  # N, D
+    g = dya * weight.to(ad) if weight is not None else dya  # N, D
+    gx_mean = (g * xhat).mean(dim=-1, keepdim=True)  # N, 1
+    dx = rstd * (g - xhat * gx_mean)  # N, D   eq. (7)
+    rows = tuple(range(dy.dim() - 1))
+    dweight = (dya * xhat).sum(dim=rows) if weight is not None else None  # D
+    return dx.to(x.dtype), dweight
