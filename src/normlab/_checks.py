@@ -15,7 +15,7 @@ ShapeLike = int | Sequence[int] | torch.Size
 
 def as_shape(normalized_shape: ShapeLike) -> tuple[int, ...]:
     """Turn an int, list, tuple or ``torch.Size`` into a tuple of ints."""
-    if isinstance(normalized_shape, bool):
+    if isinstance(normalized_shape, (bool, str, bytes, float)):
         raise TypeError(f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
     if isinstance(normalized_shape, int):
         shape: tuple[int, ...] = (normalized_shape,)

@@ -207,7 +207,7 @@ def format_lesson(r: dict) -> str:
         lines += [""] + _table(ln["var"], "Per-token variance after LayerNorm (biased)") + [""]
     lines += [
         f"After LayerNorm: max |token mean| {ln['max_abs_mean']:.3e}, max |token var - 1| "
-        f"{ln['max_abs_var_minus_1']:.3e}, mean token std (unbiased, as lesson 003) {ln["mean_std"]:.4f}",
+        f"{ln['max_abs_var_minus_1']:.3e}, mean token std (unbiased, as lesson 003) {ln['mean_std']:.4f}",
         f"Overall: x mean {ov['x_mean']:.4f} std {ov['x_std']:.4f} -> norm(x) mean {ov['norm_x_mean']:.4f} "
         f"std {ov['norm_x_std']:.4f}",
         f"LayerNorm parameters: {r['parameters']} (gamma and beta, 2 x {c['d_model']})",

@@ -1,0 +1,32 @@
+"""Shared test settings: dtype tolerances (defined once) and the impl list."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from normlab import kernels
+
+torch.set_num_threads(2)
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+HALF = [torch.float16, torch.bfloat16]
+
+#: the accuracy rule's "small atol": our error vs float64 <= 2 * torch's error + ATOL
+ATOL = {torch.float64: 1e-12, torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+
+#: closeness of two float32-or-better results that should agree to rounding
+RTOL_F32 = 1e-5
+ATOL_F32 = 1e-6
+
+#: every concrete implementation; each core numerics test runs on all of them
+IMPL_NAMES = [n for n in kernels.IMPLS if n != "auto"]
+
+
+@pytest.fixture(params=IMPL_NAMES + ["auto"])
+def impl(request) -> str:
+    return request.param
+
+
+def max_err(a: torch.Tensor, ref: torch.Tensor) -> float:
+    """Max abs difference of ``a`` from a float64 reference."""
+    return (a.double() - ref.double()).abs().max().item() if a.numel() else 0.0

@@ -1,0 +1,165 @@
+"""Public functional API: signatures, shapes, gradcheck, the add variants, bad input."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+from normlab import functional as F
+
+
+def _d(*shape):
+    return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+
+
+@pytest.mark.parametrize("with_w,with_b", [(True, True), (True, False), (False, True), (False, False)])
+def test_gradcheck_layer_norm(with_w, with_b, impl):
+    x = _d(3, 4, 5)
+    w = _d(4, 5) if with_w else None
+    b = _d(4, 5) if with_b else None
+    fn = lambda x, w, b: F.layer_norm(x, (4, 5), w, b, impl=impl)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (x, w, b))
+
+
+@pytest.mark.parametrize("with_w", [True, False])
+def test_gradcheck_rms_norm(with_w, impl):
+    x, w = _d(6, 7), (_d(7) if with_w else None)
+    assert torch.autograd.gradcheck(lambda x, w: F.rms_norm(x, 7, w, impl=impl), (x, w))
+
+
+def test_gradcheck_add_norms(impl):
+    x, r, w, b = _d(2, 3, 8), _d(2, 3, 8), _d(8), _d(8)
+    assert torch.autograd.gradcheck(lambda x, r, w, b: F.add_layer_norm(x, r, 8, w, b, impl=impl), (x, r, w, b))
+    assert torch.autograd.gradcheck(lambda x, r, w: F.add_rms_norm(x, r, 8, w, impl=impl), (x, r, w))
+
+
+@pytest.mark.parametrize("shape_arg", [6, [6], (6,), torch.Size([6])])
+def test_normalized_shape_forms(shape_arg):
+    x = torch.randn(2, 4, 6)
+    torch.testing.assert_close(F.layer_norm(x, shape_arg), TF.layer_norm(x, [6]))
+    torch.testing.assert_close(F.rms_norm(x, shape_arg), TF.rms_norm(x, [6]))
+
+
+def test_video_tokens_multi_dim_normalized_shape():
+    """[B, T, N, D] video tokens normalized jointly over (N, D), as torch does."""
+    x = torch.randn(2, 3, 5, 8) * 2 + 1
+    w, b = torch.randn(5, 8), torch.randn(5, 8)
+    y = F.layer_norm(x, (5, 8), w, b)
+    torch.testing.assert_close(y, TF.layer_norm(x, [5, 8], w, b))
+    z = (y - b) / w  # undo the affine: each (N, D) block has mean 0 and variance 1
+    assert z.mean(dim=(-2, -1)).abs().max() < 1e-5
+    torch.testing.assert_close(z.var(dim=(-2, -1), unbiased=False), torch.ones(2, 3), rtol=0, atol=1e-4)
+    torch.testing.assert_close(F.rms_norm(x, (5, 8), w), TF.rms_norm(x, [5, 8], w))
+
+
+def test_default_eps_values():
+    x = torch.randn(4, 16) * 1e-4  # eps-sensitive scale
+    torch.testing.assert_close(F.layer_norm(x, 16), TF.layer_norm(x, [16]))  # eps 1e-5
+    torch.testing.assert_close(F.rms_norm(x, 16), TF.rms_norm(x, [16]))  # eps None
+
+
+def test_add_layer_norm_returns_sum_and_norm():
+    x, r = torch.randn(3, 8), torch.randn(3, 8)
+    w, b = torch.randn(8), torch.randn(8)
+    y, s = F.add_layer_norm(x, r, 8, w, b)
+    assert torch.equal(s, x + r)
+    torch.testing.assert_close(y, TF.layer_norm(x + r, [8], w, b))
+    y, s = F.add_rms_norm(x, r, 8, w)
+    assert torch.equal(s, x + r)
+    torch.testing.assert_close(y, TF.rms_norm(x + r, [8], w))
+
+
+def test_add_norm_gradient_flows_through_both_outputs():
+    x, r, w, b = _d(4, 8), _d(4, 8), _d(8), _d(8)
+    y, s = F.add_layer_norm(x, r, 8, w, b)
+    dy, ds = torch.randn(4, 8, dtype=torch.float64), torch.randn(4, 8, dtype=torch.float64)
+    gx, gr = torch.autograd.grad((y * dy).sum() + (s * ds).sum(), (x, r))
+    x2 = x.detach().requires_grad_()
+    s2 = x2 + r.detach()
+    (gx2,) = torch.autograd.grad((TF.layer_norm(s2, [8], w, b) * dy).sum() + (s2 * ds).sum(), (x2,))
+    torch.testing.assert_close(gx, gx2)
+    torch.testing.assert_close(gr, gx2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_residual_in_fp32(dtype):
+    x, r = torch.randn(4, 32).to(dtype), torch.randn(4, 32).to(dtype)
+    y, s = F.add_layer_norm(x, r, 32, residual_in_fp32=True)
+    assert s.dtype == torch.float32 and y.dtype == dtype
+    assert torch.equal(s, x.float() + r.float())
+    y, s = F.add_rms_norm(x, r, 32)
+    assert s.dtype == dtype
+    y, s = F.add_layer_norm(x.float(), r.float(), 32, residual_in_fp32=True)  # no-op for float32
+    assert s.dtype == torch.float32
+
+
+def test_half_input_with_float32_weight():
+    x = torch.randn(4, 16).to(torch.bfloat16)
+    w, b = torch.randn(16, requires_grad=True), torch.randn(16, requires_grad=True)
+    y = F.layer_norm(x, 16, w, b)
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert w.grad.dtype == torch.float32 and b.grad.dtype == torch.float32
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_mismatched_shape_names_both():
+    x = torch.randn(2, 4, 6)
+    with pytest.raises(ValueError, match=r"normalized_shape \[5\].*\[2, 4, 6\]"):
+        F.layer_norm(x, 5)
+    with pytest.raises(ValueError, match=r"\[4, 5\]"):
+        F.rms_norm(x, (4, 5))
+    with pytest.raises(ValueError):
+        F.layer_norm(torch.randn(6), (2, 6))  # more normalized dims than the input has
+
+
+@pytest.mark.parametrize("fn", ["layer_norm", "rms_norm"])
+def test_wrong_weight_shape(fn):
+    x = torch.randn(3, 6)
+    with pytest.raises(ValueError, match=r"weight has shape \[1, 6\] but normalized_shape is \[6\]"):
+        getattr(F, fn)(x, 6, torch.ones(1, 6))
+    with pytest.raises(ValueError, match="weight"):
+        getattr(F, fn)(x, 6, torch.ones(5))
+
+
+def test_wrong_bias_shape():
+    with pytest.raises(ValueError, match="bias"):
+        F.layer_norm(torch.randn(3, 6), 6, torch.ones(6), torch.zeros(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool])
+def test_integer_and_bool_input_is_type_error(dtype):
+    x = torch.ones(3, 6, dtype=dtype)
+    for fn in (F.layer_norm, F.rms_norm):
+        with pytest.raises(TypeError, match="floating-point"):
+            fn(x, 6)
+
+
+def test_integer_weight_is_type_error():
+    with pytest.raises(TypeError, match="weight"):
+        F.layer_norm(torch.randn(2, 3), 3, torch.ones(3, dtype=torch.long))
+
+
+def test_residual_shape_mismatch():
+    with pytest.raises(ValueError, match="residual"):
+        F.add_layer_norm(torch.randn(4, 8), torch.randn(1, 8), 8)
+
+
+@pytest.mark.parametrize("eps", [-1e-5, float("nan"), float("inf")])
+def test_bad_eps(eps):
+    with pytest.raises(ValueError, match="eps"):
+        F.layer_norm(torch.randn(2, 3), 3, eps=eps)
+
+
+def test_unknown_impl_lists_valid():
+    with pytest.raises(ValueError, match="reference"):
+        F.layer_norm(torch.randn(2, 3), 3, impl="nope")
+
+
+def test_bad_normalized_shape_type():
+    with pytest.raises(TypeError):
+        F.layer_norm(torch.randn(2, 3), "3")
+    with pytest.raises(ValueError):
+        F.layer_norm(torch.randn(2, 3), ())

@@ -1,0 +1,76 @@
+"""The lesson runner reproduces both lessons and its criteria can fail."""
+import json
+
+import pytest
+import torch
+
+from normlab import lesson
+from normlab.cli import main
+
+
+def test_lesson_000_passes_every_criterion():
+    r = lesson.run_lesson()
+    assert r["passed"], [c for c in r["criteria"] if not c["pass"]]
+    assert r["shapes"]["input"] == [2, 4, 6] and r["shapes"]["block"] == [2, 4, 6]
+    assert r["max_abs_error"]["hand_vs_torch"] < 1e-5
+    assert len(r["layernorm"]["mean"]) == 2 and len(r["layernorm"]["mean"][0]) == 4
+    assert r["overall"]["x_mean"] > 5 and abs(r["overall"]["norm_x_mean"]) < 1e-5
+    names = [c["name"] for c in r["criteria"]]
+    assert "per-token mean ~ 0" in names and "RMSNorm does not centre" in names
+
+
+def test_lesson_is_reproducible_from_its_seed():
+    assert lesson.run_lesson() == lesson.run_lesson()
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 6) * 5 + 10
+    torch.manual_seed(42)
+    x42 = torch.randn(2, 4, 6) * 5 + 10
+    r = lesson.run_lesson()
+    assert r["overall"]["x_mean"] == pytest.approx(x42.mean().item())
+    assert r["overall"]["x_mean"] != pytest.approx(x.mean().item())
+
+
+def test_lesson_003_size():
+    r = lesson.run_lesson(lesson.LessonConfig(tokens=128, d_model=768))
+    assert r["passed"]
+    assert r["parameters"] == 1536
+    assert r["layernorm"]["max_abs_mean"] < 1e-5
+    assert r["layernorm"]["mean_std"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_criteria_fail_when_the_claim_is_false(monkeypatch):
+    """Swap LayerNorm for RMSNorm in the hand-written path: the centring criterion must FAIL."""
+    from normlab import reference
+
+    def rms_instead(x, w, b, eps):
+        return reference.rms_norm_forward(x, w, eps)
+
+    monkeypatch.setattr(lesson.reference, "layer_norm_forward", rms_instead)
+    r = lesson.run_lesson()
+    failed = {c["name"] for c in r["criteria"] if not c["pass"]}
+    assert "per-token mean ~ 0" in failed and "hand-written == torch" in failed
+    assert not r["passed"]
+
+
+def test_format_prints_tables_and_verdicts():
+    text = lesson.format_lesson(lesson.run_lesson())
+    assert "Per-token mean after LayerNorm" in text and "Per-token variance" in text
+    assert text.count("PASS") == 9 and "9 passed, 0 failed" in text
+
+
+def test_bad_sizes_rejected():
+    with pytest.raises(ValueError, match="d_model"):
+        lesson.run_lesson(lesson.LessonConfig(d_model=0))
+
+
+def test_cli_lesson_json(capsys):
+    assert main(["lesson", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["passed"] and out["config"]["seed"] == 42
+
+
+def test_cli_lesson_text_and_error(capsys):
+    assert main(["lesson", "--tokens", "8", "--d-model", "16"]) == 0
+    assert "[2, 8, 16]" in capsys.readouterr().out
+    assert main(["lesson", "--d-model", "0"]) == 2
+    assert "error" in capsys.readouterr().err

@@ -1,0 +1,123 @@
+"""Modules: torch's anatomy, state_dict interchange, RMSNorm's eps, ScaleNorm and DyT."""
+from __future__ import annotations
+
+import inspect
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import normlab
+
+PAIRS = [(normlab.LayerNorm, nn.LayerNorm), (normlab.RMSNorm, nn.RMSNorm)]
+
+
+@pytest.mark.parametrize("ours,theirs", PAIRS)
+def test_constructor_signature_matches_torch(ours, theirs):
+    a, b = inspect.signature(ours.__init__).parameters, inspect.signature(theirs.__init__).parameters
+    assert list(a) == list(b)
+    assert [p.default for p in a.values()] == [p.default for p in b.values()]
+
+
+@pytest.mark.parametrize("ours,theirs", PAIRS)
+@pytest.mark.parametrize("kwargs", [{}, {"elementwise_affine": False}, {"bias": False}])
+def test_state_dict_both_directions(ours, theirs, kwargs):
+    if "bias" in kwargs and ours is normlab.RMSNorm:
+        pytest.skip("RMSNorm has no bias")
+    torch.manual_seed(0)
+    a, b = ours((4, 6), **kwargs), theirs((4, 6), **kwargs)
+    assert list(a.state_dict()) == list(b.state_dict())
+    for p in a.parameters():
+        nn.init.normal_(p)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(3, 4, 6)
+    torch.testing.assert_close(a(x), b(x))
+    for p in b.parameters():
+        nn.init.normal_(p)
+    a.load_state_dict(b.state_dict())
+    torch.testing.assert_close(a(x), b(x))
+
+
+@pytest.mark.parametrize("ours,theirs", PAIRS)
+def test_anatomy(ours, theirs):
+    a, b = ours(8), theirs(8)
+    for kw in ({}, {"elementwise_affine": False}):
+        assert repr(ours(8, **kw)).split("(", 1)[1] == repr(theirs(8, **kw)).split("(", 1)[1]
+    assert a.normalized_shape == b.normalized_shape == (8,)
+    assert a.eps == b.eps
+    a2 = ours(8, elementwise_affine=False)
+    assert a2.weight is None and list(a2.state_dict()) == []
+    if ours is normlab.LayerNorm:
+        assert ours(8, bias=False).bias is None
+    with torch.no_grad():
+        a.weight.fill_(3.0)
+    a.reset_parameters()
+    assert torch.equal(a.weight, torch.ones(8))
+
+
+@pytest.mark.parametrize("cls", [normlab.LayerNorm, normlab.RMSNorm, normlab.ScaleNorm, normlab.DyT])
+def test_factory_kwargs(cls):
+    m = cls(8, dtype=torch.float64, device="cpu")
+    assert all(p.dtype == torch.float64 for p in m.parameters())
+    assert m(torch.randn(2, 8, dtype=torch.float64)).dtype == torch.float64
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_rmsnorm_default_eps_is_what_torch_computes(dtype):
+    """Tiny inputs make eps visible: finfo(float16).eps would change the output by O(1)."""
+    torch.manual_seed(0)
+    x = (torch.randn(8, 64, dtype=torch.float64) * 1e-3).to(dtype)
+    ours, theirs = normlab.RMSNorm(64, dtype=dtype), nn.RMSNorm(64, dtype=dtype)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=2 * torch.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("cls", [normlab.LayerNorm, normlab.RMSNorm, normlab.ScaleNorm])
+@pytest.mark.parametrize("eps", [-1.0, float("nan"), float("inf")])
+def test_bad_eps_in_modules(cls, eps):
+    with pytest.raises(ValueError, match="eps"):
+        cls(8, eps=eps)
+
+
+def test_module_wrong_input_shape():
+    with pytest.raises(ValueError, match=r"normalized_shape \[8\]"):
+        normlab.LayerNorm(8)(torch.randn(2, 7))
+    with pytest.raises(TypeError):
+        normlab.RMSNorm(8)(torch.ones(2, 8, dtype=torch.long))
+
+
+def test_scalenorm():
+    m = normlab.ScaleNorm(16)
+    assert m.g.shape == () and m.g.item() == pytest.approx(4.0)  # sqrt(16)
+    x = torch.randn(3, 5, 16, dtype=torch.float64)
+    m = m.double()
+    expected = 4.0 * x / x.norm(dim=-1, keepdim=True)
+    torch.testing.assert_close(m(x), expected)
+    assert torch.equal(m(torch.zeros(2, 16, dtype=torch.float64)), torch.zeros(2, 16, dtype=torch.float64))
+    xg = x.clone().requires_grad_()
+    assert torch.autograd.gradcheck(m, (xg,))
+    with pytest.raises(ValueError):
+        m(torch.randn(2, 15, dtype=torch.float64))
+
+
+def test_dyt():
+    m = normlab.DyT(8).double()
+    assert m.alpha.item() == 0.5 and torch.equal(m.weight, torch.ones(8, dtype=torch.float64))
+    with torch.no_grad():
+        m.weight.normal_()
+        m.bias.normal_()
+    x = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(m(x), m.weight * torch.tanh(0.5 * x) + m.bias)
+    assert torch.autograd.gradcheck(m, (x,))
+    assert normlab.DyT(8, alpha_init=2.0).alpha.item() == 2.0
+    assert normlab.DyT(8, elementwise_affine=False).weight is None
+    with pytest.raises(ValueError):
+        normlab.DyT(8, alpha_init=math.inf)
+
+
+def test_modules_train_a_step():
+    """Gradients reach every parameter through the hand-written backward."""
+    for m in (normlab.LayerNorm(8), normlab.RMSNorm(8), normlab.ScaleNorm(8), normlab.DyT(8)):
+        x = torch.randn(4, 8)
+        (m(x) * torch.randn(4, 8)).sum().backward()
+        assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in m.parameters())
