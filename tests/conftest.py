@@ -27,6 +27,14 @@ def impl(request) -> str:
     return request.param
 
 
+def skip_unsupported(impl: str, op: str, x: torch.Tensor, eps: float | None = None) -> None:
+    """Skip the calling test where a forced ``impl`` does not implement ``op`` for ``x``."""
+    if eps is None:
+        eps = 1e-5 if "layer" in op else torch.finfo(torch.float32).eps
+    if impl != "auto" and not kernels.get_kernel(impl).supports(op, x, eps):
+        pytest.skip(f"{impl} does not implement {op} for {x.dtype}, eps={eps}")
+
+
 def max_err(a: torch.Tensor, ref: torch.Tensor) -> float:
     """Max abs difference of ``a`` from a float64 reference."""
     return (a.double() - ref.double()).abs().max().item() if a.numel() else 0.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as TF
+from conftest import skip_unsupported
 
 from normlab import functional as F
 
@@ -22,6 +23,7 @@ def is_add(op: str) -> bool:
 
 def ours(op, x, w, b, *, impl="auto", r=None, eps=None):
     """Output ``y`` of normlab's ``op`` (for the add ops, ``r`` is the residual)."""
+    skip_unsupported(impl, op, x, eps)
     shape = w.shape if w is not None else x.shape[-1:]
     kw = {} if eps is None else {"eps": eps}
     if op == "layer_norm":

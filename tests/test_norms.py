@@ -69,7 +69,9 @@ def test_rmsnorm_default_eps_is_what_torch_computes(dtype):
     torch.manual_seed(0)
     x = (torch.randn(8, 64, dtype=torch.float64) * 1e-3).to(dtype)
     ours, theirs = normlab.RMSNorm(64, dtype=dtype), nn.RMSNorm(64, dtype=dtype)
-    torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=2 * torch.finfo(dtype).eps)
+    # a wrong eps moves outputs by 6% (float32/64) to ~100% (half); the bounds allow rounding only
+    atol = {torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float32: 1e-5, torch.float64: 1e-9}[dtype]
+    torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=atol)
 
 
 @pytest.mark.parametrize("cls", [normlab.LayerNorm, normlab.RMSNorm, normlab.ScaleNorm])

@@ -77,7 +77,7 @@ def layer_norm(
         tensor(True)
     """
     shape, d, w, b, eps = _prepare(x, normalized_shape, weight, bias, eps, rms=False)
-    name = kernels.resolve(impl, "layer_norm", x)
+    name = kernels.resolve(impl, "layer_norm", x, eps)
     y = NormFunction.apply(_rows(x, d), w, b, eps, False, name)
     return y.reshape(x.shape)
 
@@ -103,7 +103,7 @@ def rms_norm(
     Args and shapes as :func:`layer_norm`, without ``bias``.
     """
     shape, d, w, _, eps = _prepare(x, normalized_shape, weight, None, eps, rms=True)
-    name = kernels.resolve(impl, "rms_norm", x)
+    name = kernels.resolve(impl, "rms_norm", x, eps)
     y = NormFunction.apply(_rows(x, d), w, None, eps, True, name)
     return y.reshape(x.shape)
 
@@ -115,7 +115,7 @@ def _add_norm(x, residual, normalized_shape, weight, bias, eps, residual_in_fp32
         raise ValueError(f"residual has shape {list(residual.shape)} but x has shape {list(x.shape)}")
     s_dtype = torch.float32 if residual_in_fp32 and x.dtype in (torch.float16, torch.bfloat16) else x.dtype
     op = "add_rms_norm" if rms else "add_layer_norm"
-    name = kernels.resolve(impl, op, x)
+    name = kernels.resolve(impl, op, x, eps)
     y, s = AddNormFunction.apply(_rows(x, d), _rows(residual, d), w, b, eps, rms, s_dtype, name)
     return y.reshape(x.shape), s.reshape(x.shape)
 

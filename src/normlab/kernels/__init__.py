@@ -1,19 +1,38 @@
 """Kernel dispatch: the one place that decides which implementation runs.
 
-``impl="auto"`` picks the fastest implementation that satisfies the numerics
-contract for the op, device and dtype; ``impl="reference"`` forces the
-hand-derived reference path (:mod:`normlab.reference`).
+Implementations (``impl=``):
+
+* ``"reference"``: the hand-derived teaching code (:mod:`normlab.reference`);
+  always available, the definition every other path is tested against.
+* ``"native"``: torch's own fused LayerNorm kernel; LayerNorm only, float32 and
+  float64 only (its half-precision CPU path keeps half-precision statistics).
+* ``"compiled"``: normlab's fused math (:mod:`normlab.kernels.fused`) compiled
+  by inductor; every op and dtype, where a compiler is available.
+* ``"auto"``: the fastest implementation that satisfies the numerics contract
+  for the op, device and dtype, measured in ``docs/performance.md``:
+  LayerNorm in float32/float64 -> native; everything else -> compiled;
+  reference where neither applies.
 """
 from __future__ import annotations
 
 import torch
 
 from .base import Kernel
+from .fused import CompiledKernel
+from .native import NativeKernel
 
-_KERNELS: dict[str, Kernel] = {"reference": Kernel()}
+_KERNELS: dict[str, Kernel] = {k.name: k for k in (Kernel(), NativeKernel(), CompiledKernel())}
 
 #: names accepted by ``impl=``
 IMPLS: tuple[str, ...] = ("auto", *_KERNELS)
+
+#: the order ``auto`` tries, per op
+_PREFERENCE = {
+    "layer_norm": ("native", "compiled", "reference"),
+    "rms_norm": ("compiled", "reference"),
+    "add_layer_norm": ("compiled", "reference"),
+    "add_rms_norm": ("compiled", "reference"),
+}
 
 
 def get_kernel(name: str) -> Kernel:
@@ -24,12 +43,17 @@ def get_kernel(name: str) -> Kernel:
         raise ValueError(f"unknown impl {name!r}; valid: {', '.join(IMPLS)}") from None
 
 
-def resolve(impl: str, op: str, x: torch.Tensor) -> str:
-    """Map ``impl`` (possibly ``"auto"``) to a registered kernel name for ``op`` on ``x``.
+def resolve(impl: str, op: str, x: torch.Tensor, eps: float) -> str:
+    """Map ``impl`` (possibly ``"auto"``) to a kernel name that runs ``op`` on ``x``.
 
     ``op`` is one of ``layer_norm``, ``rms_norm``, ``add_layer_norm``, ``add_rms_norm``.
+    A forced ``impl`` that cannot run ``op`` on ``x`` raises ValueError.
     """
     if impl != "auto":
-        get_kernel(impl)
+        if not get_kernel(impl).supports(op, x, eps):
+            raise ValueError(f"impl {impl!r} does not support {op} for {x.dtype} on {x.device.type} with eps={eps}")
         return impl
+    for name in _PREFERENCE[op]:
+        if _KERNELS[name].supports(op, x, eps):
+            return name
     return "reference"

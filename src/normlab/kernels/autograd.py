@@ -77,13 +77,12 @@ class AddNormFunction(torch.autograd.Function):
         s, weight, mean, rstd = ctx.saved_tensors
         k = get_kernel(ctx.impl)
         dy = dy.contiguous()
+        ds = None if ds is None else ds.contiguous()  # s is also an output: its gradient flows through
         if ctx.rms:
-            dsum, dw = k.rms_bwd(dy, s, rstd, weight)
+            dsum, dw = k.add_rms_bwd(dy, s, rstd, weight, ds)
             db = None
         else:
-            dsum, dw, db = k.ln_bwd(dy, s, mean, rstd, weight)
-        if ds is not None:  # s is also an output: its gradient flows straight through
-            dsum = dsum + ds
+            dsum, dw, db = k.add_ln_bwd(dy, s, mean, rstd, weight, ds)
         need = ctx.needs_input_grad
         return (
             dsum.to(ctx.x_dtype) if need[0] else None,

@@ -25,6 +25,10 @@ class Kernel:
 
     name = "reference"
 
+    def supports(self, op: str, x: torch.Tensor, eps: float) -> bool:
+        """Whether this kernel implements ``op`` for ``x`` under the numerics contract."""
+        return True
+
     # -- LayerNorm ---------------------------------------------------------
     def ln_fwd(self, x: Tensor, w: Opt, b: Opt, eps: float) -> tuple[Tensor, Tensor, Tensor]:
         y, cache = reference.layer_norm_forward(x, w, b, eps)
@@ -53,6 +57,16 @@ class Kernel:
         s = add_residual(x, r, s_dtype)  # N, D
         y, rstd = self.rms_fwd(s, w, eps)
         return y.to(x.dtype), s, rstd
+
+    def add_ln_bwd(self, dy: Tensor, s: Tensor, mean: Tensor, rstd: Tensor, w: Opt, ds: Opt):
+        """Backward of ``add_ln_fwd``: ``(dsum, dw, db)`` where ``dsum = LN'(s)^T dy + ds``."""
+        dsum, dw, db = self.ln_bwd(dy, s, mean, rstd, w)
+        return (dsum if ds is None else dsum + ds), dw, db
+
+    def add_rms_bwd(self, dy: Tensor, s: Tensor, rstd: Tensor, w: Opt, ds: Opt):
+        """Backward of ``add_rms_fwd``: ``(dsum, dw)``."""
+        dsum, dw = self.rms_bwd(dy, s, rstd, w)
+        return (dsum if ds is None else dsum + ds), dw
 
 
 def add_residual(x: Tensor, r: Tensor, s_dtype: torch.dtype) -> Tensor:

@@ -1,0 +1,209 @@
+"""Fused LayerNorm / RMSNorm / add+norm: the math written once, compiled by inductor.
+
+Each function below is plain torch code on ``N, D`` rows; ``torch.compile``
+turns it into one C++/OpenMP kernel per call on CPU (Triton on CUDA) that
+reads its inputs once and writes its outputs once: the per-row statistics and
+the normalized output are computed row by row in one parallel loop, never as
+separate passes over memory.
+
+The only cross-row reduction is the weight/bias gradient. A plain
+``(dy * x_hat).sum(0)`` compiles to a loop that walks columns across all rows
+(slow, and a second full pass); instead rows are summed in fixed blocks of
+:data:`ROW_BLOCK`, then the block sums are added. The order is fixed by the
+block size, not by the thread count, so weight gradients are bitwise
+repeatable.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+
+import torch
+
+from .base import Kernel
+
+#: rows per partial sum of dweight/dbias (fixed: it defines the summation order)
+ROW_BLOCK = 32
+
+#: first-call (compile) seconds per (function, dtype, device), for `normlab bench`
+COLD_START_S: dict[str, float] = {}
+
+
+def _acc(x: torch.Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _rstd(m2: torch.Tensor, eps: float) -> torch.Tensor:
+    rstd = torch.rsqrt(m2 + eps)  # N, 1
+    if eps == 0:  # constant row: define 0 * inf as 0, so the row gives bias
+        rstd = torch.where(m2 > 0, rstd, torch.zeros_like(rstd))
+    return rstd
+
+
+def _col_sum(t: torch.Tensor) -> torch.Tensor:
+    """Sum ``N, D`` over rows in fixed blocks of ROW_BLOCK rows, then over blocks."""
+    n, d = t.shape
+    pad = (-n) % ROW_BLOCK  # zero rows up to a whole block; inductor folds this into masked loads
+    t = torch.nn.functional.pad(t, (0, 0, 0, pad))  # NB*ROW_BLOCK, D
+    return t.reshape(-1, ROW_BLOCK, d).sum(1).sum(0)  # D
+
+
+# ------------------------------------------------------------------ the math
+
+
+def ln_fwd(x, w, b, eps: float):
+    xf = x.to(_acc(x))  # N, D
+    mean = xf.mean(-1, keepdim=True)  # N, 1
+    xc = xf - mean  # N, D
+    rstd = _rstd((xc * xc).mean(-1, keepdim=True), eps)  # N, 1   two-pass variance
+    y = xc * rstd  # N, D
+    if w is not None:
+        y = y * w
+    if b is not None:
+        y = y + b
+    return y.to(x.dtype), mean, rstd
+
+
+def rms_fwd(x, w, eps: float):
+    xf = x.to(_acc(x))  # N, D
+    rstd = _rstd((xf * xf).mean(-1, keepdim=True), eps)  # N, 1
+    y = xf * rstd  # N, D
+    if w is not None:
+        y = y * w
+    return y.to(x.dtype), rstd
+
+
+def _sum_dtype_add(x, r, s_dtype: torch.dtype):
+    if s_dtype == x.dtype and r.dtype == x.dtype:
+        return x + r
+    return (x.to(_acc(x)) + r.to(_acc(x))).to(s_dtype)
+
+
+def add_ln_fwd(x, r, w, b, eps: float, s_dtype: torch.dtype):
+    s = _sum_dtype_add(x, r, s_dtype)  # N, D
+    y, mean, rstd = ln_fwd(s, w, b, eps)
+    return y.to(x.dtype), s, mean, rstd
+
+
+def add_rms_fwd(x, r, w, eps: float, s_dtype: torch.dtype):
+    s = _sum_dtype_add(x, r, s_dtype)  # N, D
+    y, rstd = rms_fwd(s, w, eps)
+    return y.to(x.dtype), s, rstd
+
+
+def ln_bwd(dy, x, mean, rstd, w, ds):
+    ad = _acc(x)
+    dyf = dy.to(ad)  # N, D
+    xhat = (x.to(ad) - mean) * rstd  # N, D
+    g = dyf * w if w is not None else dyf  # N, D
+    dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))  # N, D
+    if ds is not None:
+        dx = dx + ds
+    dw = _col_sum(dyf * xhat) if w is not None else None  # D
+    return dx.to(x.dtype), dw, _col_sum(dyf)
+
+
+def rms_bwd(dy, x, rstd, w, ds):
+    ad = _acc(x)
+    dyf = dy.to(ad)  # N, D
+    xhat = x.to(ad) * rstd  # N, D
+    g = dyf * w if w is not None else dyf  # N, D
+    dx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))  # N, D
+    if ds is not None:
+        dx = dx + ds
+    dw = _col_sum(dyf * xhat) if w is not None else None  # D
+    return dx.to(x.dtype), dw
+
+
+# ------------------------------------------------------------------ compilation
+
+_lock = threading.Lock()
+_compiled: dict[str, object] = {}
+_broken: list[str] = []  # the reason compilation is unavailable, once known
+
+
+def _compiled_fn(fn):
+    with _lock:
+        c = _compiled.get(fn.__name__)
+        if c is None:
+            # one wrapper per function; it recompiles per dtype and weight/bias presence
+            import torch._dynamo
+
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+            # emulate_precision_casts: a half-precision s = x + r is rounded before it is normalized,
+            # as in eager; otherwise fusion decisions (which vary with the shape) decide the bits.
+            c = _compiled[fn.__name__] = torch.compile(
+                fn, dynamic=True, fullgraph=True, options={"emulate_precision_casts": True}
+            )
+        return c
+
+
+def _run(fn, *args):
+    """Run the compiled ``fn``; the first call per dtype/device compiles and is timed."""
+    x = args[0]
+    key = f"{fn.__name__}/{str(x.dtype).removeprefix('torch.')}/{x.device.type}"
+    if torch.compiler.is_compiling():  # inside a user's torch.compile: let it trace the math
+        return fn(*args)
+    c = _compiled_fn(fn)
+    if key in COLD_START_S:
+        return c(*args)
+    t0 = time.perf_counter()
+    out = c(*args)
+    COLD_START_S[key] = time.perf_counter() - t0
+    return out
+
+
+def available() -> bool:
+    """Whether inductor can compile here (a C++ compiler on CPU, Triton on CUDA); checked once."""
+    if _broken:
+        return False
+    if "probe" in _compiled:
+        return True
+    try:
+        probe = torch.compile(lambda t: (t * 2).sum(-1), dynamic=False, fullgraph=True)
+        probe(torch.ones(2, 3))
+        _compiled["probe"] = probe
+        return True
+    except Exception as e:  # noqa: BLE001 - any compiler failure means "not available"
+        _broken.append(f"{type(e).__name__}: {e}")
+        warnings.warn(
+            f"normlab: torch.compile is unavailable ({_broken[0][:200]}); "
+            "the fused kernels fall back to the reference implementation",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return False
+
+
+class CompiledKernel(Kernel):
+    """The fused math above, compiled; every op, every floating dtype."""
+
+    name = "compiled"
+
+    def supports(self, op: str, x: torch.Tensor, eps: float) -> bool:
+        return available()
+
+    def ln_fwd(self, x, w, b, eps):
+        return _run(ln_fwd, x, w, b, eps)
+
+    def ln_bwd(self, dy, x, mean, rstd, w):
+        return _run(ln_bwd, dy, x, mean, rstd, w, None)
+
+    def rms_fwd(self, x, w, eps):
+        return _run(rms_fwd, x, w, eps)
+
+    def rms_bwd(self, dy, x, rstd, w):
+        return _run(rms_bwd, dy, x, rstd, w, None)
+
+    def add_ln_fwd(self, x, r, w, b, eps, s_dtype):
+        return _run(add_ln_fwd, x, r, w, b, eps, s_dtype)
+
+    def add_rms_fwd(self, x, r, w, eps, s_dtype):
+        return _run(add_rms_fwd, x, r, w, eps, s_dtype)
+
+    def add_ln_bwd(self, dy, s, mean, rstd, w, ds):
+        return _run(ln_bwd, dy, s, mean, rstd, w, ds)
+
+    def add_rms_bwd(self, dy, s, rstd, w, ds):
+        return _run(rms_bwd, dy, s, rstd, w, ds)
