@@ -15,6 +15,39 @@ def _cmd_lesson(args: argparse.Namespace) -> int:
     return 0 if result["passed"] else 1
 
 
+def _progress(i: int, n: int, label: str) -> None:
+    print(f"\r[{i + 1}/{n}] {label:<48s}", end="", file=sys.stderr, flush=True)
+
+
+def _shape(text: str) -> tuple[int, int]:
+    try:
+        n, d = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape must look like 8192x768, got {text!r}") from None
+    return n, d
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import pathlib
+
+    import torch
+
+    from . import bench
+
+    torch.set_num_threads(args.threads)
+    result = bench.run(args.ops, args.shapes, args.dtypes, repeats=args.repeats, progress=_progress)
+    print(file=sys.stderr)
+    result["cold_start_s"] = bench.cold_start_seconds() if args.cold_start else None
+    table = bench.markdown(result)
+    print(table)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(result, indent=2))
+    (out / "bench.md").write_text(table + "\n")
+    print(f"wrote {out / 'bench.json'} and {out / 'bench.md'}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="normlab", description="Layer normalization for Transformers.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -26,6 +59,18 @@ def build_parser() -> argparse.ArgumentParser:
     les.add_argument("--seed", type=int, default=42, help="torch.manual_seed (default 42)")
     les.add_argument("--json", action="store_true", help="print the figures as JSON")
     les.set_defaults(func=_cmd_lesson)
+
+    from .bench import DTYPES, OPS, SHAPES
+
+    ben = sub.add_parser("bench", help="time normlab's norms against torch's (ratios, GB/s, memory)")
+    ben.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
+    ben.add_argument("--shapes", nargs="+", type=_shape, default=list(SHAPES), help="NxD, e.g. 8192x768")
+    ben.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16", "float16"], default=list(DTYPES))
+    ben.add_argument("--repeats", type=int, default=15, help="timed repeats per case (median reported)")
+    ben.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    ben.add_argument("--cold-start", action="store_true", help="also time a fresh process with an empty compile cache")
+    ben.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md")
+    ben.set_defaults(func=_cmd_bench)
     return p
 
 

@@ -50,49 +50,60 @@ def _col_sum(t: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ the math
+#
+# Written so that inductor emits ONE loop over rows per function: inside it, a
+# row's reductions and its outputs, the row staying in L1 between them. Two
+# rules make that happen (checked in the generated code, docs/performance.md):
+# only raw row sums leave a kernel (a pointwise function of a reduction, such
+# as ``rstd``, returned as an output gets a loop of its own over all rows), and
+# the statistics the backward needs are formed from those sums by the caller.
 
 
 def ln_fwd(x, w, b, eps: float):
+    """Returns ``(y, sum_x, sum_sq_dev)``: the row sum and sum of squared deviations."""
     xf = x.to(_acc(x))  # N, D
-    mean = xf.mean(-1, keepdim=True)  # N, 1
-    xc = xf - mean  # N, D
-    rstd = _rstd((xc * xc).mean(-1, keepdim=True), eps)  # N, 1   two-pass variance
-    y = xc * rstd  # N, D
+    d = xf.shape[-1]
+    s1 = xf.sum(-1, keepdim=True)  # N, 1   first pass
+    xc = xf - s1 / d  # N, D
+    m2 = (xc * xc).sum(-1, keepdim=True)  # N, 1   second pass, over the row in cache
+    y = xc * _rstd(m2 / d, eps)  # N, D
     if w is not None:
         y = y * w
     if b is not None:
         y = y + b
-    return y.to(x.dtype), mean, rstd
+    return y.to(x.dtype), s1, m2
 
 
 def rms_fwd(x, w, eps: float):
+    """Returns ``(y, sum_sq)``."""
     xf = x.to(_acc(x))  # N, D
-    rstd = _rstd((xf * xf).mean(-1, keepdim=True), eps)  # N, 1
-    y = xf * rstd  # N, D
+    ss = (xf * xf).sum(-1, keepdim=True)  # N, 1
+    y = xf * _rstd(ss / xf.shape[-1], eps)  # N, D
     if w is not None:
         y = y * w
-    return y.to(x.dtype), rstd
+    return y.to(x.dtype), ss
 
 
-def _sum_dtype_add(x, r, s_dtype: torch.dtype):
+def _add(x, r, s_dtype: torch.dtype):
     if s_dtype == x.dtype and r.dtype == x.dtype:
         return x + r
     return (x.to(_acc(x)) + r.to(_acc(x))).to(s_dtype)
 
 
 def add_ln_fwd(x, r, w, b, eps: float, s_dtype: torch.dtype):
-    s = _sum_dtype_add(x, r, s_dtype)  # N, D
-    y, mean, rstd = ln_fwd(s, w, b, eps)
-    return y.to(x.dtype), s, mean, rstd
+    s = _add(x, r, s_dtype)  # N, D   rounded to s_dtype before it is normalized
+    y, s1, m2 = ln_fwd(s, w, b, eps)
+    return y.to(x.dtype), s, s1, m2
 
 
 def add_rms_fwd(x, r, w, eps: float, s_dtype: torch.dtype):
-    s = _sum_dtype_add(x, r, s_dtype)  # N, D
-    y, rstd = rms_fwd(s, w, eps)
-    return y.to(x.dtype), s, rstd
+    s = _add(x, r, s_dtype)  # N, D
+    y, ss = rms_fwd(s, w, eps)
+    return y.to(x.dtype), s, ss
 
 
 def ln_bwd(dy, x, mean, rstd, w, ds):
+    """``(dx [+ ds], dw, db)``; see docs/layernorm.md eq. (4)."""
     ad = _acc(x)
     dyf = dy.to(ad)  # N, D
     xhat = (x.to(ad) - mean) * rstd  # N, D
@@ -105,6 +116,7 @@ def ln_bwd(dy, x, mean, rstd, w, ds):
 
 
 def rms_bwd(dy, x, rstd, w, ds):
+    """``(dx [+ ds], dw)``; docs/layernorm.md eq. (7)."""
     ad = _acc(x)
     dyf = dy.to(ad)  # N, D
     xhat = x.to(ad) * rstd  # N, D
@@ -114,6 +126,11 @@ def rms_bwd(dy, x, rstd, w, ds):
         dx = dx + ds
     dw = _col_sum(dyf * xhat) if w is not None else None  # D
     return dx.to(x.dtype), dw
+
+
+def _ln_stats(s1, m2, d: int, eps: float):
+    """(mean, rstd) from the forward's row sums: N values, computed eagerly."""
+    return s1 / d, _rstd(m2 / d, eps)
 
 
 # ------------------------------------------------------------------ compilation
@@ -185,22 +202,26 @@ class CompiledKernel(Kernel):
         return available()
 
     def ln_fwd(self, x, w, b, eps):
-        return _run(ln_fwd, x, w, b, eps)
+        y, s1, m2 = _run(ln_fwd, x, w, b, eps)
+        return (y, *_ln_stats(s1, m2, x.shape[-1], eps))
 
     def ln_bwd(self, dy, x, mean, rstd, w):
         return _run(ln_bwd, dy, x, mean, rstd, w, None)
 
     def rms_fwd(self, x, w, eps):
-        return _run(rms_fwd, x, w, eps)
+        y, ss = _run(rms_fwd, x, w, eps)
+        return y, _rstd(ss / x.shape[-1], eps)
 
     def rms_bwd(self, dy, x, rstd, w):
         return _run(rms_bwd, dy, x, rstd, w, None)
 
     def add_ln_fwd(self, x, r, w, b, eps, s_dtype):
-        return _run(add_ln_fwd, x, r, w, b, eps, s_dtype)
+        y, s, s1, m2 = _run(add_ln_fwd, x, r, w, b, eps, s_dtype)
+        return (y, s, *_ln_stats(s1, m2, x.shape[-1], eps))
 
     def add_rms_fwd(self, x, r, w, eps, s_dtype):
-        return _run(add_rms_fwd, x, r, w, eps, s_dtype)
+        y, s, ss = _run(add_rms_fwd, x, r, w, eps, s_dtype)
+        return y, s, _rstd(ss / x.shape[-1], eps)
 
     def add_ln_bwd(self, dy, s, mean, rstd, w, ds):
         return _run(ln_bwd, dy, s, mean, rstd, w, ds)
