@@ -48,6 +48,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_count(args: argparse.Namespace) -> int:
+    from .accounting import count_preset, format_count
+
+    result = count_preset(args.preset)
+    print(json.dumps(result, indent=2) if args.json else format_count(result))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="normlab", description="Layer normalization for Transformers.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -59,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     les.add_argument("--seed", type=int, default=42, help="torch.manual_seed (default 42)")
     les.add_argument("--json", action="store_true", help="print the figures as JSON")
     les.set_defaults(func=_cmd_lesson)
+
+    cnt = sub.add_parser("count", help="norm parameters and FLOPs of a model preset")
+    cnt.add_argument("--preset", default="bert-base", help="bert-base or bert-large")
+    cnt.add_argument("--json", action="store_true")
+    cnt.set_defaults(func=_cmd_count)
 
     from .bench import DTYPES, OPS, SHAPES
 

@@ -1,0 +1,65 @@
+"""BatchNorm over the feature dim of sequences, ignoring padded frames.
+
+The lessons' foil: statistics over batch x time per feature, so one frame's
+output depends on every other valid frame in the batch (in training mode).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._checks import acc_dtype, check_eps
+
+
+class MaskedBatchNorm(nn.Module):
+    r"""BatchNorm for ``[..., D]`` features with an optional padding mask.
+
+    Training: ``mean``/``var`` per feature over every valid frame of the batch
+    (biased variance for normalizing, unbiased for the running estimate, as
+    ``torch.nn.BatchNorm1d``). Evaluation: the running statistics, so each
+    frame is then normalized alone. Parameter and buffer names match torch's
+    BatchNorm.
+
+    Args:
+        num_features: ``D``.
+        eps: added to the variance. momentum: running-statistics update rate.
+    """
+
+    needs_mask = True
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, device=None, dtype=None):
+        super().__init__()
+        check_eps(eps)
+        fk = {"device": device, "dtype": dtype}
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.weight = nn.Parameter(torch.ones(num_features, **fk))
+        self.bias = nn.Parameter(torch.zeros(num_features, **fk))
+        self.register_buffer("running_mean", torch.zeros(num_features, **fk))
+        self.register_buffer("running_var", torch.ones(num_features, **fk))
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long, device=device))
+
+    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``x``: ``(..., D)``; ``padding_mask``: bool ``x.shape[:-1]`` or a prefix of it, True = padding."""
+        if not self.training:
+            mean, var = self.running_mean, self.running_var
+        else:
+            xa = x.to(acc_dtype(x.dtype)).reshape(-1, self.num_features)  # M, D  every frame
+            valid = torch.ones(xa.shape[0], 1, dtype=xa.dtype, device=x.device)  # M, 1
+            if padding_mask is not None:
+                m = padding_mask.reshape(*padding_mask.shape, *([1] * (x.dim() - 1 - padding_mask.dim())))
+                valid = (~m).expand(x.shape[:-1]).reshape(-1, 1).to(xa.dtype)  # M, 1
+            count = valid.sum()
+            if count < 2:
+                raise ValueError("MaskedBatchNorm in training needs at least 2 valid frames per batch")
+            mean = (xa * valid).sum(0) / count  # D
+            var = (((xa - mean) ** 2) * valid).sum(0) / count  # D   biased
+            with torch.no_grad():
+                self.num_batches_tracked += 1
+                self.running_mean.lerp_(mean.to(self.running_mean.dtype), self.momentum)
+                unbiased = var * count / (count - 1)
+                self.running_var.lerp_(unbiased.to(self.running_var.dtype), self.momentum)
+        y = (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+        return y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"

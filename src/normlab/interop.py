@@ -1,0 +1,84 @@
+"""Weights to and from torch's TransformerEncoderLayer, and BERT checkpoints.
+
+``from_torch(layer)`` / ``to_torch(block)`` map a
+``torch.nn.TransformerEncoderLayer(batch_first=True)`` (``norm_first`` False:
+Post-Norm, True: Pre-Norm) to a :class:`normlab.TransformerBlock` and back.
+:func:`load_bert` lives in :mod:`normlab.bert` and is re-exported here.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as TF
+from torch import nn
+
+from .bert import BertEncoder, load_bert
+from .block import TransformerBlock
+
+__all__ = ["from_torch", "to_torch", "load_bert", "BertEncoder"]
+
+
+def _activation_name(layer: nn.TransformerEncoderLayer) -> str:
+    act = layer.activation
+    if act is TF.relu or isinstance(act, nn.ReLU):
+        return "relu"
+    if act is TF.gelu or isinstance(act, nn.GELU):
+        return "gelu"
+    raise ValueError(f"unsupported activation {act!r}: only relu and gelu map to normlab")
+
+
+@torch.no_grad()
+def from_torch(layer: nn.TransformerEncoderLayer) -> TransformerBlock:
+    """An equivalent :class:`TransformerBlock` (same weights, same outputs) for ``layer``."""
+    if not isinstance(layer, nn.TransformerEncoderLayer):
+        raise TypeError(f"expected torch.nn.TransformerEncoderLayer, got {type(layer).__name__}")
+    if not getattr(layer.self_attn, "batch_first", False):
+        raise ValueError("only batch_first=True layers are supported ([B, T, D] throughout normlab)")
+    attn = layer.self_attn
+    d = attn.embed_dim
+    bias = attn.in_proj_bias is not None
+    p = layer.linear1.weight
+    block = TransformerBlock(
+        d, attn.num_heads, layer.linear1.out_features, norm="layernorm",
+        placement="pre" if layer.norm_first else "post", dropout=layer.dropout.p,
+        activation=_activation_name(layer), bias=bias, norm_kw={"eps": layer.norm1.eps, "bias": layer.norm1.bias is not None},
+    ).to(device=p.device, dtype=p.dtype)
+    a = block.attn.fn
+    for proj, w in zip((a.q_proj, a.k_proj, a.v_proj), attn.in_proj_weight.chunk(3)):
+        proj.weight.copy_(w)
+    if bias:
+        for proj, b in zip((a.q_proj, a.k_proj, a.v_proj), attn.in_proj_bias.chunk(3)):
+            proj.bias.copy_(b)
+    a.out_proj.load_state_dict(attn.out_proj.state_dict())
+    block.ffn.fn.fc1.load_state_dict(layer.linear1.state_dict())
+    block.ffn.fn.fc2.load_state_dict(layer.linear2.state_dict())
+    block.attn.norm.load_state_dict(layer.norm1.state_dict())
+    block.ffn.norm.load_state_dict(layer.norm2.state_dict())
+    return block.train(layer.training)
+
+
+@torch.no_grad()
+def to_torch(block: TransformerBlock) -> nn.TransformerEncoderLayer:
+    """The ``torch.nn.TransformerEncoderLayer(batch_first=True)`` equivalent to ``block``."""
+    if block.placement not in ("pre", "post"):
+        raise ValueError(f"torch has only pre and post placements, block uses {block.placement!r}")
+    a, ffn = block.attn.fn, block.ffn.fn
+    if ffn.activation not in ("relu", "gelu"):
+        raise ValueError(f"torch's layer supports relu and gelu, block uses {ffn.activation!r}")
+    norm = block.attn.norm
+    if type(norm).__name__ != "LayerNorm":
+        raise ValueError(f"torch's layer uses LayerNorm, block uses {type(norm).__name__}")
+    w = a.q_proj.weight
+    layer = nn.TransformerEncoderLayer(
+        a.d_model, a.n_heads, ffn.fc1.out_features, dropout=block.drop.p, activation=ffn.activation,
+        layer_norm_eps=norm.eps, batch_first=True, norm_first=block.placement == "pre",
+        bias=a.q_proj.bias is not None, device=w.device, dtype=w.dtype,
+    )
+    layer.self_attn.in_proj_weight.copy_(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
+    if a.q_proj.bias is not None:
+        layer.self_attn.in_proj_bias.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
+    layer.self_attn.out_proj.load_state_dict(a.out_proj.state_dict())
+    layer.linear1.load_state_dict(ffn.fc1.state_dict())
+    layer.linear2.load_state_dict(ffn.fc2.state_dict())
+    layer.norm1.load_state_dict(block.attn.norm.state_dict())
+    layer.norm2.load_state_dict(block.ffn.norm.state_dict())
+    return layer.train(block.training)

@@ -1,0 +1,101 @@
+"""Registry and placement formulas, each against a hand-written one-liner."""
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import normlab
+from normlab import placement as P
+from normlab.registry import NORMS, PLACEMENTS
+
+
+def test_make_norm_names_and_unknown():
+    assert set(NORMS) == {"layernorm", "rmsnorm", "scalenorm", "dyt", "batchnorm", "none"}
+    assert isinstance(normlab.make_norm("layernorm", 8), normlab.LayerNorm)
+    assert isinstance(normlab.make_norm("none", 8), nn.Identity)
+    assert normlab.make_norm("layernorm", 8, eps=1e-12).eps == 1e-12
+    with pytest.raises(ValueError, match="layernorm, rmsnorm"):
+        normlab.make_norm("groupnorm", 8)
+    with pytest.raises(ValueError, match="pre, post, sandwich"):
+        normlab.TransformerBlock(8, 2, placement="middle")
+
+
+@pytest.mark.parametrize("n", [1, 6, 12, 100])
+def test_deepnorm_and_admin_constants(n):
+    assert P.deepnorm_alpha(n) == pytest.approx((2 * n) ** 0.25)
+    assert P.deepnorm_beta(n) == pytest.approx((8 * n) ** -0.25)
+    assert P.admin_omega(n) == pytest.approx(math.sqrt((2 * n + 1) / math.log(2 * n + 1) - 1))
+
+
+def test_mixln_layers():
+    got = [P.layer_placement("mixln", i, 12) for i in range(12)]
+    assert got == ["post"] * 3 + ["pre"] * 9
+    assert [P.layer_placement("mixln", i, 3) for i in range(3)] == ["pre"] * 3  # floor(0.75) = 0
+
+
+def _unit(placement, n_layers=4):
+    torch.manual_seed(0)
+    lin = nn.Linear(8, 8)
+    fn = lambda h, mask=None: lin(h)  # noqa: E731
+    u = P.Residual(_Fn(lin), 8, "layernorm", P.slots(placement, 0, n_layers))
+    for p in u.parameters():
+        if p.dim() == 1:
+            nn.init.normal_(p)
+    return u, lin, fn
+
+
+class _Fn(nn.Module):
+    def __init__(self, lin):
+        super().__init__()
+        self.lin = lin
+
+    def forward(self, h, mask=None):
+        return self.lin(h)
+
+
+@pytest.mark.parametrize("placement", list(PLACEMENTS))
+def test_residual_unit_formula(placement):
+    u, lin, F = _unit(placement)
+    x = torch.randn(3, 5, 8)
+    ln = lambda t: torch.nn.functional.layer_norm(t, [8], u.norm.weight, u.norm.bias)  # noqa: E731
+    kind = P.layer_placement(placement, 0, 4)
+    if kind == "pre":
+        expected = x + F(ln(x))
+    elif kind == "post":
+        expected = ln(x + F(x))
+    elif kind == "sandwich":
+        bn = lambda t: torch.nn.functional.layer_norm(t, [8], u.branch_norm.weight, u.branch_norm.bias)  # noqa: E731
+        expected = x + bn(F(ln(x)))
+    elif kind == "deepnorm":
+        expected = ln((2 * 4) ** 0.25 * x + F(x))
+    else:
+        expected = ln(P.admin_omega(4) * x + F(x))
+    torch.testing.assert_close(u(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_mixln_first_layer_is_post():
+    assert P.slots("mixln", 0, 4) == P.slots("post")
+    assert P.slots("mixln", 1, 4) == P.slots("pre")
+
+
+def test_deepnorm_init_scales_value_output_ffn_only():
+    torch.manual_seed(0)
+    b = normlab.TransformerBlock(64, 4, 128, placement="deepnorm", n_layers=12, init="xavier")
+    beta = (8 * 12) ** -0.25
+
+    def std_ratio(m):  # empirical std / xavier-normal std
+        return m.weight.std().item() / math.sqrt(2 / (m.in_features + m.out_features))
+
+    a, f = b.attn.fn, b.ffn.fn
+    for m in (a.q_proj, a.k_proj):
+        assert std_ratio(m) == pytest.approx(1.0, rel=0.1)
+    for m in (a.v_proj, a.out_proj, f.fc1, f.fc2):
+        assert std_ratio(m) == pytest.approx(beta, rel=0.1)
+    assert b.attn.alpha.item() == pytest.approx((2 * 12) ** 0.25)
+
+
+def test_final_norm_only_for_pre_style():
+    for p, has in [("pre", True), ("sandwich", True), ("mixln", True), ("post", False), ("deepnorm", False),
+                   ("admin", False)]:
+        assert (normlab.TransformerEncoder(16, 2, 4, placement=p).final_norm is not None) == has
