@@ -18,6 +18,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/normlab lesson
+	$(VENV)/bin/normlab report --quick --out report
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -119,3 +119,14 @@ def test_bad_arguments():
         normlab.TransformerEncoder(8, 2, 1, pos="rope")
     with pytest.raises(TypeError, match="bool"):
         normlab.TransformerEncoder(8, 2, 1)(torch.randn(1, 3, 8), torch.zeros(1, 3))
+
+
+@pytest.mark.parametrize("placement", list(PLACEMENTS))
+@pytest.mark.parametrize("norm", list(NORMS))
+def test_video_every_placement_and_norm(placement, norm):
+    m = normlab.VideoEncoder(D, H, 2, n_patches=3, attention="divided", norm=norm, placement=placement)
+    fm = torch.zeros(2, 4, dtype=torch.bool)
+    fm[1, 3:] = True
+    y = m(torch.randn(2, 4, 3, D), fm)
+    assert y.shape == (2, 4, 3, D) and torch.isfinite(y).all()
+    y.sum().backward()

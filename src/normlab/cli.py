@@ -56,6 +56,21 @@ def _cmd_count(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .studies.report import run_studies, verdict_table
+
+    scale = "quick" if args.quick else "full"
+    result = run_studies(args.out, scale=scale, jobs=args.jobs, only=args.only)
+    print(verdict_table(result))
+    print(f"wrote {args.out}/index.html, {args.out}/results.json, {args.out}/runs.sqlite ({result['seconds']} s)")
+    return 0
+
+
+def _cmd_study(args: argparse.Namespace) -> int:
+    args.only = [args.name]
+    return _cmd_report(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="normlab", description="Layer normalization for Transformers.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -72,6 +87,22 @@ def build_parser() -> argparse.ArgumentParser:
     cnt.add_argument("--preset", default="bert-base", help="bert-base or bert-large")
     cnt.add_argument("--json", action="store_true")
     cnt.set_defaults(func=_cmd_count)
+
+    from .studies import STUDIES
+
+    rep = sub.add_parser("report", help="run every study and write an HTML report with verdicts")
+    rep.add_argument("--out", default="report", help="output folder (default: report)")
+    rep.add_argument("--quick", action="store_true", help="small sweep, <= 10 minutes on 2 cores")
+    rep.add_argument("--jobs", type=int, default=2, help="worker processes for the cells (default 2)")
+    rep.add_argument("--only", nargs="+", choices=STUDIES, help="run only these studies")
+    rep.set_defaults(func=_cmd_report)
+
+    stu = sub.add_parser("study", help="run one study (same store and output as report)")
+    stu.add_argument("name", choices=STUDIES)
+    stu.add_argument("--out", default="report")
+    stu.add_argument("--quick", action="store_true")
+    stu.add_argument("--jobs", type=int, default=2)
+    stu.set_defaults(func=_cmd_study)
 
     from .bench import DTYPES, OPS, SHAPES
 

@@ -120,6 +120,9 @@ def _add_norm(x, residual, normalized_shape, weight, bias, eps, residual_in_fp32
     s_dtype = torch.float32 if residual_in_fp32 and x.dtype in (torch.float16, torch.bfloat16) else x.dtype
     op = "add_rms_norm" if rms else "add_layer_norm"
     name = kernels.resolve(impl, op, x, eps)
+    if name == "native":  # eager add, then torch's LayerNorm kernel pair (see layer_norm)
+        s = x + residual if s_dtype == x.dtype else x.to(s_dtype) + residual.to(s_dtype)
+        return torch.nn.functional.layer_norm(s, shape, weight, bias, eps).to(x.dtype), s
     y, s = AddNormFunction.apply(_rows(x, d), _rows(residual, d), w, b, eps, rms, s_dtype, name)
     return y.reshape(x.shape), s.reshape(x.shape)
 

@@ -17,6 +17,27 @@ from ._checks import ShapeLike, acc_dtype, as_shape, check_eps, check_input
 __all__ = ["LayerNorm", "RMSNorm", "ScaleNorm", "DyT"]
 
 
+def _init_affine(m: nn.Module, elementwise_affine: bool, bias: bool, factory_kwargs: dict) -> None:
+    """Register ``weight`` (and ``bias``) of shape ``m.normalized_shape``, or None, as torch does."""
+    m.elementwise_affine = elementwise_affine
+    if elementwise_affine:
+        m.weight = nn.Parameter(torch.empty(m.normalized_shape, **factory_kwargs))
+    else:
+        m.register_parameter("weight", None)
+    if elementwise_affine and bias:
+        m.bias = nn.Parameter(torch.empty(m.normalized_shape, **factory_kwargs))
+    else:
+        m.register_parameter("bias", None)
+
+
+def _reset_affine(m: nn.Module) -> None:
+    """gamma = 1, beta = 0."""
+    if m.weight is not None:
+        nn.init.ones_(m.weight)
+    if getattr(m, "bias", None) is not None:
+        nn.init.zeros_(m.bias)
+
+
 class LayerNorm(nn.Module):
     r"""Layer normalization (Ba et al. 2016), drop-in for ``torch.nn.LayerNorm``.
 
@@ -58,23 +79,11 @@ class LayerNorm(nn.Module):
         self.normalized_shape = as_shape(normalized_shape)
         check_eps(eps)
         self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = nn.Parameter(torch.empty(self.normalized_shape, **factory_kwargs))
-            if bias:
-                self.bias = nn.Parameter(torch.empty(self.normalized_shape, **factory_kwargs))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _init_affine(self, elementwise_affine, bias, factory_kwargs)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.weight is not None:
-            nn.init.ones_(self.weight)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -128,8 +137,7 @@ class RMSNorm(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.weight is not None:
-            nn.init.ones_(self.weight)
+        _reset_affine(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
@@ -211,25 +219,13 @@ class DyT(nn.Module):
         if not math.isfinite(alpha_init):
             raise ValueError(f"alpha_init must be finite, got {alpha_init}")
         self.alpha_init = alpha_init
-        self.elementwise_affine = elementwise_affine
         self.alpha = nn.Parameter(torch.empty((), **factory_kwargs))
-        if elementwise_affine:
-            self.weight = nn.Parameter(torch.empty(self.normalized_shape, **factory_kwargs))
-            if bias:
-                self.bias = nn.Parameter(torch.empty(self.normalized_shape, **factory_kwargs))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _init_affine(self, elementwise_affine, bias, factory_kwargs)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         nn.init.constant_(self.alpha, self.alpha_init)
-        if self.weight is not None:
-            nn.init.ones_(self.weight)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_input(x, self.normalized_shape)

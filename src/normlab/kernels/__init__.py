@@ -4,8 +4,9 @@ Implementations (``impl=``):
 
 * ``"reference"``: the hand-derived teaching code (:mod:`normlab.reference`);
   always available, the definition every other path is tested against.
-* ``"native"``: torch's own fused LayerNorm kernel; LayerNorm only, float32 and
-  float64 only (its half-precision CPU path keeps half-precision statistics).
+* ``"native"``: torch's own fused LayerNorm kernel, float32 and float64 only
+  (its half-precision CPU path keeps half-precision statistics); for
+  ``add_layer_norm`` the eager add followed by that kernel.
 * ``"compiled"``: normlab's fused math (:mod:`normlab.kernels.fused`) compiled
   by inductor; every op and dtype, where a compiler is available.
 * ``"auto"``: the fastest implementation that satisfies the numerics contract
@@ -14,6 +15,8 @@ Implementations (``impl=``):
   reference where neither applies.
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -30,9 +33,33 @@ IMPLS: tuple[str, ...] = ("auto", *_KERNELS)
 _PREFERENCE = {
     "layer_norm": ("native", "compiled", "reference"),
     "rms_norm": ("compiled", "reference"),
-    "add_layer_norm": ("compiled", "reference"),
+    "add_layer_norm": ("compiled", "native", "reference"),
     "add_rms_norm": ("compiled", "reference"),
 }
+
+
+_compiled_enabled = [True]
+
+
+def enable_compiled(enabled: bool = True) -> None:
+    """Let ``auto`` pick the compiled kernels (default) or not.
+
+    Compiled calls cost ~70 µs each in guards and wrapper code; for tiny
+    tensors (the studies' d=64 models) the eager paths are faster, and worker
+    processes then skip the compile cold start.
+    """
+    _compiled_enabled[0] = bool(enabled)
+
+
+@contextlib.contextmanager
+def use_compiled(enabled: bool):
+    """``with use_compiled(False): ...``: :func:`enable_compiled` for a block, restored after."""
+    before = _compiled_enabled[0]
+    enable_compiled(enabled)
+    try:
+        yield
+    finally:
+        enable_compiled(before)
 
 
 def get_kernel(name: str) -> Kernel:
@@ -54,6 +81,8 @@ def resolve(impl: str, op: str, x: torch.Tensor, eps: float) -> str:
             raise ValueError(f"impl {impl!r} does not support {op} for {x.dtype} on {x.device.type} with eps={eps}")
         return impl
     for name in _PREFERENCE[op]:
+        if name == "compiled" and not _compiled_enabled[0]:
+            continue
         if _KERNELS[name].supports(op, x, eps):
             return name
     return "reference"

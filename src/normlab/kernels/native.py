@@ -18,7 +18,7 @@ class NativeKernel(Kernel):
 
     def supports(self, op: str, x: torch.Tensor, eps: float) -> bool:
         # eps == 0 is excluded: torch gives NaN for a constant row there, the contract gives bias.
-        return op == "layer_norm" and x.dtype in (torch.float32, torch.float64) and eps > 0
+        return op in ("layer_norm", "add_layer_norm") and x.dtype in (torch.float32, torch.float64) and eps > 0
 
     def ln_fwd(self, x, w, b, eps):
         y, mean, rstd = torch.native_layer_norm(x, [x.shape[-1]], w, b, eps)  # N, D; N, 1; N, 1

@@ -1,0 +1,16 @@
+"""Studies: each module checks claims of the lessons and papers (``../shared/STUDIES.md``).
+
+A study module has ``NAME``, ``TITLE`` and ``run(ctx) -> {"name", "title", "claims", "figure"}``.
+"""
+from __future__ import annotations
+
+import importlib
+
+#: study name -> module, in report order (cheap first)
+STUDIES = ("lesson_stats", "invariance", "structure", "rms_speed", "init_depth", "update_size", "training")
+
+
+def load(name: str):
+    if name not in STUDIES:
+        raise ValueError(f"unknown study {name!r}; valid: {', '.join(STUDIES)}")
+    return importlib.import_module(f"{__name__}.{name}")

@@ -1,0 +1,95 @@
+"""The lessons' own claims about LayerNorm's statistics, on audio and video shapes."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..batchnorm import MaskedBatchNorm
+from ..norms import LayerNorm, RMSNorm
+from .base import Context, claim, finish, pyplot
+
+NAME, TITLE = "lesson_stats", "LayerNorm statistics (lessons 000 and 003)"
+LESSON = "lessons 000/003"
+
+
+def stats_cell(cfg: dict) -> dict:
+    g = torch.Generator().manual_seed(cfg["seed"])
+    audio = torch.randn(4, 50, 64, generator=g) * 5 + 10  # B, T, D
+    video = torch.randn(2, 8, 16, 64, generator=g) * 3 - 2  # B, T, N, D
+    ln = LayerNorm(64)
+    with torch.no_grad():
+        ya, yv = ln(audio), ln(video)
+        # companions: the same frame with different batch mates
+        frame = audio[:1, :1]  # 1, 1, D
+        mates = torch.randn(7, 1, 64, generator=g) * 5 + 10
+        ln_same = torch.equal(ln(torch.cat([frame, audio[1:4, :1]]))[0], ln(torch.cat([frame, mates]))[0])
+        bn = MaskedBatchNorm(64).train()
+        bn_a = bn(torch.cat([frame, audio[1:4, :1]]))[0]
+        bn_b = bn(torch.cat([frame, mates]))[0]
+        bn_change = (bn_a - bn_b).abs().max().item()
+        bn.eval()
+        bn1 = bn(frame)
+        bn1_expected = (frame - bn.running_mean) / torch.sqrt(bn.running_var + bn.eps) * bn.weight + bn.bias
+        bn_batch1_running = torch.allclose(bn1, bn1_expected, atol=1e-6)
+        ln_batch1 = torch.equal(ln(frame), ln(audio)[:1, :1])
+        # variable length: a short sequence padded inside a batch
+        pad = torch.zeros(2, 50, dtype=torch.bool)
+        pad[0, 30:] = True
+        batch = audio[:2].clone()
+        batch[0, 30:] = 1e3
+        ln_padded_same = torch.equal(ln(batch)[0, :30], ln(audio[:1, :30])[0])
+        # InstanceNorm normalizes each channel over time, not each frame over channels
+        inorm = nn.InstanceNorm1d(64)(audio.transpose(1, 2)).transpose(1, 2)  # B, T, D
+        rms = RMSNorm(64)(audio)
+    return {
+        "audio_max_abs_token_mean": ya.mean(-1).abs().max().item(),
+        "audio_max_abs_token_var_minus_1": (ya.var(-1, unbiased=False) - 1).abs().max().item(),
+        "video_max_abs_token_mean": yv.mean(-1).abs().max().item(),
+        "video_max_abs_token_var_minus_1": (yv.var(-1, unbiased=False) - 1).abs().max().item(),
+        "ln_bitwise_same_with_new_mates": ln_same,
+        "bn_train_change_with_new_mates": bn_change,
+        "bn_batch1_eval_uses_running_stats": bn_batch1_running,
+        "ln_batch1_bitwise_same": ln_batch1,
+        "ln_padded_bitwise_same": ln_padded_same,
+        "instancenorm_max_abs_token_mean": inorm.mean(-1).abs().max().item(),
+        "instancenorm_max_abs_channel_time_mean": inorm.mean(1).abs().max().item(),
+        "rms_mean_abs_token_mean": rms.mean(-1).abs().mean().item(),
+        "ln_token_means": ya.mean(-1)[0, :12].tolist(),
+        "rms_token_means": rms.mean(-1)[0, :12].tolist(),
+        "in_token_means": inorm.mean(-1)[0, :12].tolist(),
+    }
+
+
+def run(ctx: Context) -> dict:
+    (r,) = ctx.runner.map(NAME, stats_cell, [{"seed": 0}])
+    claims = [
+        claim("L1", "LayerNorm brings each token of [B, T, D] audio and [B, T, N, D] video to mean 0, variance 1",
+              LESSON, {k: r[k] for k in r if k.startswith(("audio", "video"))},
+              "max |token mean| < 1e-5 and max |token var - 1| < 1e-3 on both shapes",
+              max(r["audio_max_abs_token_mean"], r["video_max_abs_token_mean"]) < 1e-5
+              and max(r["audio_max_abs_token_var_minus_1"], r["video_max_abs_token_var_minus_1"]) < 1e-3),
+        claim("14", "LayerNorm's statistics do not depend on the batch; BatchNorm's do", "lessons; STUDIES #14",
+              {k: r[k] for k in ("ln_bitwise_same_with_new_mates", "bn_train_change_with_new_mates",
+                                 "bn_batch1_eval_uses_running_stats", "ln_batch1_bitwise_same")},
+              "LN bitwise identical with new batch mates and at batch 1; BN (train) changes by > 1e-3; "
+              "BN at batch 1 in eval equals the running-statistics formula",
+              r["ln_bitwise_same_with_new_mates"] and r["ln_batch1_bitwise_same"]
+              and r["bn_train_change_with_new_mates"] > 1e-3 and r["bn_batch1_eval_uses_running_stats"]),
+        claim("L2", "LayerNorm handles variable-length sequences: padding never changes a valid frame", LESSON,
+              {"ln_padded_bitwise_same": r["ln_padded_bitwise_same"]}, "bitwise identical", r["ln_padded_bitwise_same"]),
+        claim("L3", "InstanceNorm normalizes each channel over time; LayerNorm each token over channels", LESSON,
+              {k: r[k] for k in ("instancenorm_max_abs_token_mean", "instancenorm_max_abs_channel_time_mean")},
+              "InstanceNorm: per-channel time mean < 1e-5 but per-token mean > 0.05",
+              r["instancenorm_max_abs_channel_time_mean"] < 1e-5 and r["instancenorm_max_abs_token_mean"] > 0.05),
+        claim("L4", "RMSNorm only rescales: it does not remove the mean", LESSON,
+              {"rms_mean_abs_token_mean": r["rms_mean_abs_token_mean"]}, "mean |token mean| after RMSNorm > 0.5 "
+              "(input mean 10, std 5)", r["rms_mean_abs_token_mean"] > 0.5),
+    ]
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3))
+    t = range(12)
+    for key, label in (("ln_token_means", "LayerNorm"), ("rms_token_means", "RMSNorm"), ("in_token_means", "InstanceNorm")):
+        ax.plot(t, r[key], marker="o", label=label)
+    ax.set(xlabel="frame t (recording 0)", ylabel="mean over the 64 features", title="Per-token mean after each norm")
+    ax.legend()
+    return finish(ctx, fig, NAME, TITLE, claims)

@@ -1,0 +1,90 @@
+"""``normlab report``: run every study, write results.json, index.html and the store; print verdicts."""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import pathlib
+import time
+
+from . import STUDIES, load
+from .base import Context
+from .runner import Progress, Runner, Store
+
+
+def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, only: list[str] | None = None,
+                progress: bool = True) -> dict:
+    """Run the studies (all, or ``only``) into ``out``; returns the results.json content."""
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    store = Store(str(out / "runs.sqlite"))
+    runner = Runner(store, jobs=jobs, progress=Progress(enabled=progress))
+    ctx = Context(runner, scale, out / "figures")
+    studies, t0 = [], time.time()
+    for name in only or STUDIES:
+        t = time.time()
+        res = load(name).run(ctx)
+        res["seconds"] = round(time.time() - t, 1)
+        studies.append(res)
+    claims = [dict(c, study=s["name"]) for s in studies for c in s["claims"]]
+    summaries = [{k: s[k] for k in ("name", "title", "figure", "seconds")} for s in studies]
+    previous = out / "results.json"
+    if only and previous.exists():  # one study re-run: keep the others' claims, in report order
+        old = json.loads(previous.read_text())
+        fresh = {s["name"] for s in studies}
+        summaries += [s for s in old.get("studies", []) if s["name"] not in fresh]
+        claims += [c for c in old.get("claims", []) if c.get("study") not in fresh]
+        order = {name: i for i, name in enumerate(STUDIES)}
+        summaries.sort(key=lambda s: order.get(s["name"], len(order)))
+        claims.sort(key=lambda c: order.get(c["study"], len(order)))
+    result = {"scale": scale, "seconds": round(time.time() - t0, 1), "cells_computed": runner.ran,
+              "claims": claims, "studies": summaries}
+    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "index.html").write_text(render_html(result, out / "figures"))
+    return result
+
+
+def verdict_table(result: dict) -> str:
+    rows = [f"{'id':<4s} {'verdict':<7s} {'study':<13s} statement"]
+    for c in result["claims"]:
+        rows.append(f"{c['id']:<4s} {c['verdict']:<7s} {c['study']:<13s} {c['statement'][:90]}")
+    n_pass = sum(c["verdict"] == "PASS" for c in result["claims"])
+    rows.append(f"{n_pass} passed, {len(result['claims']) - n_pass} failed")
+    return "\n".join(rows)
+
+
+def _img(path: pathlib.Path) -> str:
+    if not path.exists():
+        return "<p><em>(no figure)</em></p>"
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+
+
+def render_html(result: dict, figures: pathlib.Path) -> str:
+    e = html.escape
+    n_pass = sum(c["verdict"] == "PASS" for c in result["claims"])
+    head = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>normlab report</title><style>"
+        "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
+        "table{border-collapse:collapse;width:100%;font-size:13px}td,th{border:1px solid #ccc;padding:4px 6px;"
+        "vertical-align:top}th{background:#f3f3f3}.PASS{color:#0a0;font-weight:bold}.FAIL{color:#c00;"
+        "font-weight:bold}img{max-width:100%;border:1px solid #ddd}code{font-size:12px;word-break:break-all}"
+        "</style></head><body>"
+    )
+    parts = [head, "<h1>normlab report</h1>",
+             f"<p>{n_pass} of {len(result['claims'])} claims PASS &middot; scale <b>{e(result['scale'])}</b> &middot; "
+             f"{result['seconds']} s &middot; {result['cells_computed']} cells computed in this run "
+             "(the rest came from <code>runs.sqlite</code>)</p>",
+             "<table><tr><th>id</th><th>verdict</th><th>claim</th><th>source</th><th>criterion</th><th>measured</th></tr>"]
+    for c in result["claims"]:
+        parts.append(
+            f"<tr><td>{e(c['id'])}</td><td class='{c['verdict']}'>{c['verdict']}</td><td>{e(c['statement'])}</td>"
+            f"<td>{e(c['source'])}</td><td>{e(c['criterion'])}</td><td><code>{e(json.dumps(c['measured']))}</code></td></tr>"
+        )
+    parts.append("</table>")
+    for s in result["studies"]:
+        ids = ", ".join(c["id"] for c in result["claims"] if c["study"] == s["name"])
+        parts.append(f"<h2>{e(s['title'])}</h2><p>claims {e(ids)} &middot; {s['seconds']} s</p>")
+        parts.append(_img(figures / s["figure"]) if s.get("figure") else "")
+    parts.append("</body></html>")
+    return "\n".join(parts)
