@@ -17,7 +17,9 @@ def test_auto_policy():
     assert kernels.resolve("auto", "layer_norm", x32, 0.0) != "native"  # torch gives NaN on constant rows there
     expected = "compiled" if fused.available() else "reference"
     assert kernels.resolve("auto", "layer_norm", xbf, 1e-5) == expected
-    for op in ("rms_norm", "add_layer_norm", "add_rms_norm"):
+    assert kernels.resolve("auto", "add_layer_norm", x32, 1e-5) == "native"
+    assert kernels.resolve("auto", "add_layer_norm", xbf, 1e-5) == expected
+    for op in ("rms_norm", "add_rms_norm"):
         assert kernels.resolve("auto", op, x32, 1e-5) == expected
 
 
