@@ -71,6 +71,19 @@ def _cmd_study(args: argparse.Namespace) -> int:
     return _cmd_report(args)
 
 
+def _cmd_diarize_score(args: argparse.Namespace) -> int:
+    from .diarization.der import score
+    from .diarization.rttm import read_rttm, read_uem
+
+    ref, hyp = read_rttm(args.ref), read_rttm(args.hyp)
+    uem = read_uem(args.uem) if args.uem else None
+    result = score(ref, hyp, collar=args.collar, skip_overlap=args.skip_overlap, uem=uem)
+    print(result.format())
+    print(f"  recordings: {len(ref)}; collar {args.collar:g} s each side of reference boundaries"
+          f"{'; overlap skipped' if args.skip_overlap else ''}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="normlab", description="Layer normalization for Transformers.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -104,6 +117,17 @@ def build_parser() -> argparse.ArgumentParser:
     stu.add_argument("--jobs", type=int, default=2)
     stu.set_defaults(func=_cmd_study)
 
+    dia = sub.add_parser("diarize", help="speaker diarization: scoring (DER)")
+    dsub = dia.add_subparsers(dest="diarize_command", required=True)
+    sc = dsub.add_parser("score", help="diarization error rate of HYP against REF (RTTM files)")
+    sc.add_argument("ref", help="reference RTTM")
+    sc.add_argument("hyp", help="hypothesis RTTM")
+    sc.add_argument("--collar", type=float, default=0.25,
+                    help="seconds forgiven on each side of every reference boundary (default 0.25, as EEND)")
+    sc.add_argument("--skip-overlap", action="store_true", help="do not score overlapped reference speech")
+    sc.add_argument("--uem", help="UEM file: score only these regions")
+    sc.set_defaults(func=_cmd_diarize_score)
+
     from .bench import DTYPES, OPS, SHAPES
 
     ben = sub.add_parser("bench", help="time normlab's norms against torch's (ratios, GB/s, memory)")
@@ -122,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"normlab {args.command}: error: {e}", file=sys.stderr)
         return 2
 
