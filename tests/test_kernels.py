@@ -84,7 +84,8 @@ def test_bench_rows_are_consistent():
     rows = bench.bench_one("add_rms_norm", (64, 32), "float32", copy_speed=10.0, repeats=3, warmup=1)
     assert [r.mode for r in rows] == ["fwd", "fwd+bwd"]
     for r in rows:
-        assert r.ratio == pytest.approx(r.torch_ms / r.normlab_ms, rel=0.02)
+        # the row holds ms rounded to 1 us and the ratio to 0.01: allow for both roundings
+        assert r.ratio == pytest.approx(r.torch_ms / r.normlab_ms, rel=0.05, abs=0.006)
         assert r.gbps > 0 and r.floor_pct > 0
     assert rows[1].saved_mb_normlab is not None
     text = bench.markdown({"machine": bench.machine(), "copy_gbps": 10.0, "rows": [vars(r) for r in rows]})
