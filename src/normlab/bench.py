@@ -124,6 +124,11 @@ def saved_bytes(fn: Callable) -> int:
     return sum(seen.values())
 
 
+def _sig(v: float, digits: int = 4) -> float:
+    """``v`` to ``digits`` significant digits (the JSON keeps what the table shows, and tiny values stay > 0)."""
+    return float(f"{v:.{digits}g}")
+
+
 def bench_one(op, shape, dtype, *, copy_speed, repeats=15, warmup=3) -> list[Row]:
     n, d = shape
     dt = getattr(torch, dtype)
@@ -142,8 +147,8 @@ def bench_one(op, shape, dtype, *, copy_speed, repeats=15, warmup=3) -> list[Row
         )
         nbytes = TENSORS_MOVED[op][k] * n * d * x.element_size()
         floor_ms = nbytes / (copy_speed * 1e9) * 1e3
-        row = Row(op, f"{n}x{d}", dtype, mode, round(a_ms, 3), round(b_ms, 3), round(b_ms / a_ms, 2),
-                  round(nbytes / a_ms / 1e6, 1), round(100 * floor_ms / a_ms, 1))
+        row = Row(op, f"{n}x{d}", dtype, mode, _sig(a_ms), _sig(b_ms), _sig(b_ms / a_ms),
+                  _sig(nbytes / a_ms / 1e6), _sig(100 * floor_ms / a_ms))
         if backward:
             row.saved_mb_normlab = round(saved_bytes(ours) / 2**20, 1)
             row.saved_mb_torch = round(saved_bytes(theirs) / 2**20, 1)

@@ -32,7 +32,7 @@ class NormCache(NamedTuple):
     rstd: torch.Tensor  # N, 1 per-row 1/sqrt(var + eps) (1/rms for RMSNorm)
 
 
-def _rstd(second_moment: torch.Tensor, eps: float) -> torch.Tensor:
+def rstd_of(second_moment: torch.Tensor, eps: float) -> torch.Tensor:
     """1/sqrt(m + eps), and 0 where m + eps == 0 (a constant row with eps=0)."""
     rstd = torch.rsqrt(second_moment + eps)  # N, 1
     if eps == 0:  # only then can the sum be 0: define 0 * inf as 0, so the row gives bias
@@ -55,7 +55,7 @@ def layer_norm_forward(
     mean = xa.mean(dim=-1, keepdim=True)  # N, 1   first pass
     xc = xa - mean  # N, D   centred
     var = (xc * xc).mean(dim=-1, keepdim=True)  # N, 1   second pass, biased
-    rstd = _rstd(var, eps)  # N, 1   1/sqrt(var + eps)
+    rstd = rstd_of(var, eps)  # N, 1   1/sqrt(var + eps)
     y = xc * rstd  # N, D   x_hat: mean 0, variance 1 (for eps -> 0)
     if weight is not None:
         y = y * weight  # N, D   gamma, broadcast over rows
@@ -102,7 +102,7 @@ def rms_norm_forward(
     """y = x / sqrt(mean(x^2) + eps) * weight, over the last dim (no centring).   (5)"""
     xa = x.to(acc_dtype(x.dtype))  # N, D
     ms = (xa * xa).mean(dim=-1, keepdim=True)  # N, 1   mean square
-    rstd = _rstd(ms, eps)  # N, 1   1/rms
+    rstd = rstd_of(ms, eps)  # N, 1   1/rms
     y = xa * rstd  # N, D   x_hat: unit root-mean-square
     if weight is not None:
         y = y * weight  # N, D

@@ -21,7 +21,9 @@ import warnings
 
 import torch
 
-from .base import Kernel
+from .._checks import acc_dtype
+from ..reference import rstd_of
+from .base import Kernel, add_residual
 
 #: rows per partial sum of dweight/dbias (fixed: it defines the summation order)
 ROW_BLOCK = 32
@@ -31,14 +33,7 @@ COLD_START_S: dict[str, float] = {}
 
 
 def _acc(x: torch.Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
-def _rstd(m2: torch.Tensor, eps: float) -> torch.Tensor:
-    rstd = torch.rsqrt(m2 + eps)  # N, 1
-    if eps == 0:  # constant row: define 0 * inf as 0, so the row gives bias
-        rstd = torch.where(m2 > 0, rstd, torch.zeros_like(rstd))
-    return rstd
+    return acc_dtype(x.dtype)
 
 
 def _col_sum(t: torch.Tensor) -> torch.Tensor:
@@ -66,7 +61,7 @@ def ln_fwd(x, w, b, eps: float):
     s1 = xf.sum(-1, keepdim=True)  # N, 1   first pass
     xc = xf - s1 / d  # N, D
     m2 = (xc * xc).sum(-1, keepdim=True)  # N, 1   second pass, over the row in cache
-    y = xc * _rstd(m2 / d, eps)  # N, D
+    y = xc * rstd_of(m2 / d, eps)  # N, D
     if w is not None:
         y = y * w
     if b is not None:
@@ -78,26 +73,20 @@ def rms_fwd(x, w, eps: float):
     """Returns ``(y, sum_sq)``."""
     xf = x.to(_acc(x))  # N, D
     ss = (xf * xf).sum(-1, keepdim=True)  # N, 1
-    y = xf * _rstd(ss / xf.shape[-1], eps)  # N, D
+    y = xf * rstd_of(ss / xf.shape[-1], eps)  # N, D
     if w is not None:
         y = y * w
     return y.to(x.dtype), ss
 
 
-def _add(x, r, s_dtype: torch.dtype):
-    if s_dtype == x.dtype and r.dtype == x.dtype:
-        return x + r
-    return (x.to(_acc(x)) + r.to(_acc(x))).to(s_dtype)
-
-
 def add_ln_fwd(x, r, w, b, eps: float, s_dtype: torch.dtype):
-    s = _add(x, r, s_dtype)  # N, D   rounded to s_dtype before it is normalized
+    s = add_residual(x, r, s_dtype)  # N, D   rounded to s_dtype before it is normalized
     y, s1, m2 = ln_fwd(s, w, b, eps)
     return y.to(x.dtype), s, s1, m2
 
 
 def add_rms_fwd(x, r, w, eps: float, s_dtype: torch.dtype):
-    s = _add(x, r, s_dtype)  # N, D
+    s = add_residual(x, r, s_dtype)  # N, D
     y, ss = rms_fwd(s, w, eps)
     return y.to(x.dtype), s, ss
 
@@ -130,7 +119,7 @@ def rms_bwd(dy, x, rstd, w, ds):
 
 def _ln_stats(s1, m2, d: int, eps: float):
     """(mean, rstd) from the forward's row sums: N values, computed eagerly."""
-    return s1 / d, _rstd(m2 / d, eps)
+    return s1 / d, rstd_of(m2 / d, eps)
 
 
 # ------------------------------------------------------------------ compilation
@@ -210,7 +199,7 @@ class CompiledKernel(Kernel):
 
     def rms_fwd(self, x, w, eps):
         y, ss = _run(rms_fwd, x, w, eps)
-        return y, _rstd(ss / x.shape[-1], eps)
+        return y, rstd_of(ss / x.shape[-1], eps)
 
     def rms_bwd(self, dy, x, rstd, w):
         return _run(rms_bwd, dy, x, rstd, w, None)
@@ -221,7 +210,7 @@ class CompiledKernel(Kernel):
 
     def add_rms_fwd(self, x, r, w, eps, s_dtype):
         y, s, ss = _run(add_rms_fwd, x, r, w, eps, s_dtype)
-        return y, s, _rstd(ss / x.shape[-1], eps)
+        return y, s, rstd_of(ss / x.shape[-1], eps)
 
     def add_ln_bwd(self, dy, s, mean, rstd, w, ds):
         return _run(ln_bwd, dy, s, mean, rstd, w, ds)
