@@ -39,9 +39,9 @@ def test_gradcheck_add_norms(impl):
             continue
         fn = getattr(F, op)
         if op == "add_layer_norm":
-            assert torch.autograd.gradcheck(lambda x, r, w, b: fn(x, r, 8, w, b, impl=impl), (x, r, w, b))
+            assert torch.autograd.gradcheck(lambda x, r, w, b, fn=fn: fn(x, r, 8, w, b, impl=impl), (x, r, w, b))
         else:
-            assert torch.autograd.gradcheck(lambda x, r, w: fn(x, r, 8, w, impl=impl), (x, r, w))
+            assert torch.autograd.gradcheck(lambda x, r, w, fn=fn: fn(x, r, 8, w, impl=impl), (x, r, w))
 
 
 @pytest.mark.parametrize("shape_arg", [6, [6], (6,), torch.Size([6])])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import ATOL, DTYPES, HALF, max_err
-from numerics_ops import OPS, grads, has_bias, is_add, make_inputs, ours, torchs
+from numerics_ops import OPS, grads, has_bias, make_inputs, ours, torchs
 
 
 def _double(t):

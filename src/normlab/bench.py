@@ -143,7 +143,8 @@ def bench_one(op, shape, dtype, *, copy_speed, repeats=15, warmup=3) -> list[Row
     rows = []
     for mode, backward, k in (("fwd", False, 0), ("fwd+bwd", True, 1)):
         a_ms, b_ms = _ab_median(
-            lambda: _step(ours, seeds, leaves, backward), lambda: _step(theirs, seeds, leaves, backward), repeats, warmup
+            lambda bw=backward: _step(ours, seeds, leaves, bw), lambda bw=backward: _step(theirs, seeds, leaves, bw),
+            repeats, warmup,
         )
         nbytes = TENSORS_MOVED[op][k] * n * d * x.element_size()
         floor_ms = nbytes / (copy_speed * 1e9) * 1e3
