@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import sys
 
 
@@ -28,8 +29,6 @@ def _shape(text: str) -> tuple[int, int]:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    import pathlib
-
     import torch
 
     from . import bench
@@ -84,6 +83,20 @@ def _cmd_diarize_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_diarize_run(args: argparse.Namespace) -> int:
+    from .diarization.infer import diarize_files
+    from .diarization.model import EENDModel
+
+    model = EENDModel.load(args.model)
+    status = diarize_files(model, args.audio, args.out, threshold=args.threshold, median=args.median)
+    for path, st in status.items():
+        print(f"{path}: wrote {args.out}/{pathlib.Path(path).stem}.rttm" if st == "ok" else f"{path}: error: {st}")
+    return 0 if all(st == "ok" for st in status.values()) else 1
+
+
+DIARIZE_COMMANDS = ("score", "run")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="normlab", description="Layer normalization for Transformers.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -117,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     stu.add_argument("--jobs", type=int, default=2)
     stu.set_defaults(func=_cmd_study)
 
-    dia = sub.add_parser("diarize", help="speaker diarization: scoring (DER)")
+    dia = sub.add_parser("diarize", help="speaker diarization: AUDIO... to RTTM, and DER scoring")
     dsub = dia.add_subparsers(dest="diarize_command", required=True)
     sc = dsub.add_parser("score", help="diarization error rate of HYP against REF (RTTM files)")
     sc.add_argument("ref", help="reference RTTM")
@@ -127,6 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--skip-overlap", action="store_true", help="do not score overlapped reference speech")
     sc.add_argument("--uem", help="UEM file: score only these regions")
     sc.set_defaults(func=_cmd_diarize_score)
+    rn = dsub.add_parser("run", help="write OUT/<stem>.rttm for each audio file (also: normlab diarize AUDIO...)")
+    rn.add_argument("audio", nargs="+", help="WAV/FLAC files, any sample rate")
+    rn.add_argument("--model", required=True,
+                    help="a model saved by EENDModel.save (no trained model ships with normlab yet)")
+    rn.add_argument("--out", default="rttm", help="output folder (default: rttm)")
+    rn.add_argument("--threshold", type=float, default=0.5)
+    rn.add_argument("--median", type=int, default=11, help="median filter width in frames (odd)")
+    rn.set_defaults(func=_cmd_diarize_run)
 
     from .bench import DTYPES, OPS, SHAPES
 
@@ -143,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) > 1 and argv[0] == "diarize" and argv[1] not in DIARIZE_COMMANDS and not argv[1].startswith("-"):
+        argv.insert(1, "run")  # `normlab diarize AUDIO...` is `normlab diarize run AUDIO...`
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

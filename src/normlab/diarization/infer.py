@@ -1,0 +1,65 @@
+"""Inference: audio file -> features -> model -> frame probabilities -> speaker turns -> RTTM.
+
+Long recordings are processed in chunks of ``chunk_frames`` output frames
+that overlap by ``overlap_frames``; EEND's speaker order is arbitrary per
+chunk, so each chunk's speaker columns are permuted to agree best with the
+previous chunk on the overlap before the chunks are joined.
+"""
+from __future__ import annotations
+
+import itertools
+import pathlib
+
+import torch
+
+from .features import FeatureConfig, extract, load_audio
+from .model import EENDModel
+from .postprocess import to_turns
+from .rttm import Turn, write_rttm
+
+
+@torch.no_grad()
+def frame_probs(model: EENDModel, feats: torch.Tensor, chunk_frames: int = 1500, overlap_frames: int = 100) -> torch.Tensor:
+    """Speaker probabilities ``(frames, speakers)`` for features ``(frames, dim)``."""
+    if overlap_frames >= chunk_frames:
+        raise ValueError(f"overlap_frames ({overlap_frames}) must be smaller than chunk_frames ({chunk_frames})")
+    model.eval()
+    n = feats.shape[0]
+    s = model.cfg.n_speakers
+    if n == 0:
+        return torch.zeros(0, s)
+    out = torch.sigmoid(model(feats[None, :chunk_frames]))[0]  # T0, S
+    start = chunk_frames - overlap_frames
+    while out.shape[0] < n:
+        p = torch.sigmoid(model(feats[None, start : start + chunk_frames]))[0]  # Tc, S
+        ov = out.shape[0] - start  # frames shared with what is already decided
+        perms = list(itertools.permutations(range(s)))
+        best = max(perms, key=lambda q: -(p[:ov, list(q)] - out[start:]).abs().sum().item())
+        p = p[:, list(best)]
+        out = torch.cat([out[:start], (out[start:] + p[:ov]) / 2, p[ov:]])
+        start += chunk_frames - overlap_frames
+    return out[:n]
+
+
+def diarize_file(model: EENDModel, path: str | pathlib.Path, cfg: FeatureConfig = FeatureConfig(), *,
+                 threshold: float = 0.5, median: int = 11, chunk_frames: int = 1500) -> list[Turn]:
+    """Speaker turns of one recording; the uri is the file's stem."""
+    path = pathlib.Path(path)
+    feats = extract(load_audio(path, cfg.sample_rate), cfg)  # T, D
+    probs = frame_probs(model, feats, chunk_frames)
+    return to_turns(probs, cfg.frame_seconds, path.stem, threshold=threshold, median=median)
+
+
+def diarize_files(model: EENDModel, paths: list[str], out_dir: str | pathlib.Path, **kw) -> dict[str, str]:
+    """Write ``out_dir/<stem>.rttm`` per file; returns ``{path: "ok" | error message}`` (one bad file never stops the rest)."""
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    status = {}
+    for p in paths:
+        try:
+            turns = diarize_file(model, p, **kw)
+            write_rttm(turns, out_dir / f"{pathlib.Path(p).stem}.rttm")
+            status[p] = "ok"
+        except ValueError as e:  # AudioError and friends: reported per file
+            status[p] = str(e)
+    return status
