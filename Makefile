@@ -5,7 +5,13 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench clean system-deps
+
+# Debian packages for the diarization simulation; without them those tests skip.
+system-deps:
+	@command -v espeak-ng >/dev/null 2>&1 && command -v sox >/dev/null 2>&1 || \
+	  (apt-get update -qq && apt-get install -y -qq espeak-ng sox) || \
+	  echo "warning: could not install espeak-ng and sox (needs root and apt); simulation tests will skip"
 
 # torch==2.13.0 first: it is the CPU build; an unpinned torch would pull a CUDA build.
 $(STAMP): pyproject.toml
@@ -16,11 +22,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: system-deps $(STAMP)
 	$(VENV)/bin/normlab lesson
 	$(VENV)/bin/normlab report --quick --out report
 
-test: $(STAMP)
+test: system-deps $(STAMP)
 	$(PY) -m pytest
 
 bench: $(STAMP)

@@ -94,7 +94,44 @@ def _cmd_diarize_run(args: argparse.Namespace) -> int:
     return 0 if all(st == "ok" for st in status.values()) else 1
 
 
-DIARIZE_COMMANDS = ("score", "run")
+def _cmd_diarize_simulate(args: argparse.Namespace) -> int:
+    from .diarization.simulate import SimConfig, simulate
+
+    cfg = SimConfig(n_mixtures=args.n, n_speakers=args.speakers, beta=args.beta, split=args.split, seed=args.seed,
+                    min_utterances=args.min_utterances, max_utterances=args.max_utterances)
+    out = simulate(args.out, cfg, progress=lambda i, n, uri: _progress(i - 1, n, uri))
+    print(file=sys.stderr)
+    print(f"wrote {cfg.n_mixtures} mixtures to {out}/wav, {out}/ref.rttm, {out}/all.uem")
+    return 0
+
+
+def _cmd_diarize_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from .diarization.dataset import MixtureSet
+    from .diarization.model import EENDModel, ModelConfig
+    from .diarization.train import TrainConfig, train
+
+    torch.set_num_threads(args.threads)
+    data = MixtureSet(args.data, n_speakers=args.speakers)
+    torch.manual_seed(args.seed)
+    model = EENDModel(ModelConfig(d_model=args.d_model, n_layers=args.layers, d_ff=4 * args.d_model,
+                                  n_speakers=args.speakers, norm=args.norm, placement=args.placement))
+    cfg = TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup, ckpt_every=args.ckpt_every, seed=args.seed)
+    out = pathlib.Path(args.out)
+
+    def progress(step, total, loss):
+        _progress(step - 1, total, f"loss {loss:.4f}")
+
+    losses = train(model, data.batches(args.batch, args.frames), cfg, out / "ckpt", progress)
+    print(file=sys.stderr)
+    model.save(out / "model.pt")
+    print(f"trained {len(losses)} steps on {len(data.items)} mixtures; final loss "
+          f"{sum(losses[-20:]) / len(losses[-20:]):.4f}; wrote {out / 'model.pt'}")
+    return 0
+
+
+DIARIZE_COMMANDS = ("score", "run", "simulate", "train")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,6 +177,33 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--skip-overlap", action="store_true", help="do not score overlapped reference speech")
     sc.add_argument("--uem", help="UEM file: score only these regions")
     sc.set_defaults(func=_cmd_diarize_score)
+    si = dsub.add_parser("simulate", help="simulate conversations with espeak-ng voices (EEND recipe)")
+    si.add_argument("--out", required=True, help="output folder (re-running resumes)")
+    si.add_argument("--n", type=int, default=100, help="mixtures (default 100)")
+    si.add_argument("--speakers", type=int, default=2)
+    si.add_argument("--beta", type=float, default=2.0, help="mean silence before an utterance, s (default 2)")
+    si.add_argument("--split", choices=["train", "test"], default="train", help="disjoint voice variants")
+    si.add_argument("--min-utterances", type=int, default=5)
+    si.add_argument("--max-utterances", type=int, default=20)
+    si.add_argument("--seed", type=int, default=0)
+    si.set_defaults(func=_cmd_diarize_simulate)
+    tr = dsub.add_parser("train", help="train an EEND model on simulated mixtures (resumes from OUT/ckpt)")
+    tr.add_argument("--data", required=True, help="a folder written by `normlab diarize simulate`")
+    tr.add_argument("--out", required=True, help="writes OUT/model.pt and checkpoints in OUT/ckpt")
+    tr.add_argument("--steps", type=int, default=2000)
+    tr.add_argument("--lr", type=float, default=1e-3)
+    tr.add_argument("--warmup", type=int, default=200)
+    tr.add_argument("--batch", type=int, default=8)
+    tr.add_argument("--frames", type=int, default=500, help="100 ms frames per training window (default 500)")
+    tr.add_argument("--d-model", type=int, default=128)
+    tr.add_argument("--layers", type=int, default=2)
+    tr.add_argument("--speakers", type=int, default=2)
+    tr.add_argument("--norm", default="layernorm")
+    tr.add_argument("--placement", default="pre")
+    tr.add_argument("--ckpt-every", type=int, default=100)
+    tr.add_argument("--threads", type=int, default=2)
+    tr.add_argument("--seed", type=int, default=0)
+    tr.set_defaults(func=_cmd_diarize_train)
     rn = dsub.add_parser("run", help="write OUT/<stem>.rttm for each audio file (also: normlab diarize AUDIO...)")
     rn.add_argument("audio", nargs="+", help="WAV/FLAC files, any sample rate")
     rn.add_argument("--model", required=True,

@@ -1,0 +1,130 @@
+"""Simulated conversations without downloads (EEND's recipe, Fujita et al. 2019).
+
+Speakers are espeak-ng voice variants with a pitch and a speed; train and test
+use disjoint variants (even / odd positions in espeak-ng's sorted variant
+list). Per speaker, ``utterances`` utterances of random words, each preceded
+by silence ~ Exponential(beta) seconds; the speaker tracks are summed and
+white noise is added at an SNR drawn from ``snr_db``. Each mixture is seeded
+by (seed, index), written as ``wav/<uri>.wav`` with ``ref.rttm`` and
+``all.uem``; existing mixtures are kept (re-running resumes). Reverberation
+is not simulated.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .features import load_audio
+from .rttm import Turn, read_rttm, write_rttm, write_uem
+
+WORDS = (
+    "time year people way day man thing woman life child world school state family student group country problem "
+    "hand part place case week company system program question work government number night point home water room "
+    "mother area money story fact month lot right study book eye job word business issue side kind head house "
+    "service friend father power hour game line end member law car city community name president team minute idea "
+    "kid body information back parent face others level office door health person art war history party result "
+    "change morning reason research girl guy moment air teacher force education"
+).split()
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    n_mixtures: int = 100
+    n_speakers: int = 2
+    beta: float = 2.0  # mean silence before each utterance, seconds (smaller: more overlap)
+    min_utterances: int = 5
+    max_utterances: int = 20
+    snr_db: tuple[float, float] = (10.0, 20.0)
+    sample_rate: int = 8000
+    split: str = "train"  # "train" or "test": disjoint voice variants
+    seed: int = 0
+
+
+def _espeak() -> str:
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        raise RuntimeError("espeak-ng is not installed (Debian package espeak-ng; `make install` installs it)")
+    return exe
+
+
+def variants(split: str) -> list[str]:
+    """espeak-ng voice variants of a split: even positions for train, odd for test."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    out = subprocess.run([_espeak(), "--voices=variant"], capture_output=True, text=True, check=True).stdout
+    names = sorted(line.split()[3] for line in out.splitlines()[1:] if len(line.split()) >= 4)
+    return names[0::2] if split == "train" else names[1::2]
+
+
+def synthesize(text: str, variant: str, pitch: int, speed: int, sample_rate: int) -> np.ndarray:
+    """One utterance as float32 samples at ``sample_rate``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = pathlib.Path(tmp) / "u.wav"
+        subprocess.run([_espeak(), "-v", f"en+{variant}", "-p", str(pitch), "-s", str(speed), "-w", str(wav), text],
+                       check=True, capture_output=True)
+        speech = load_audio(wav, sample_rate).numpy()
+    voiced = np.flatnonzero(np.abs(speech) > 1e-3)  # trim espeak's leading/trailing silence: turns are speech
+    return speech[voiced[0] : voiced[-1] + 1] if voiced.size else speech
+
+
+def mixture(cfg: SimConfig, index: int, voices: list[str]) -> tuple[np.ndarray, list[Turn], str]:
+    """Mixture ``index``: samples, reference turns and its uri."""
+    rng = np.random.default_rng([cfg.seed, index, 0 if cfg.split == "train" else 1])
+    uri = mixture_uri(cfg, index)
+    picks = rng.choice(len(voices), size=cfg.n_speakers, replace=False)
+    tracks, turns = [], []
+    for k, v in enumerate(picks):
+        pitch, speed = int(rng.integers(20, 80)), int(rng.integers(130, 190))
+        pieces, t = [], 0.0
+        for _ in range(int(rng.integers(cfg.min_utterances, cfg.max_utterances + 1))):
+            silence = rng.exponential(cfg.beta)
+            words = " ".join(rng.choice(WORDS, size=int(rng.integers(3, 9))))
+            speech = synthesize(words, voices[v], pitch, speed, cfg.sample_rate)
+            pieces += [np.zeros(int(silence * cfg.sample_rate), np.float32), speech]
+            start = t + int(silence * cfg.sample_rate) / cfg.sample_rate
+            turns.append(Turn(uri, round(start, 3), round(len(speech) / cfg.sample_rate, 3), f"{voices[v]}_{pitch}"))
+            t = start + len(speech) / cfg.sample_rate
+        tracks.append(np.concatenate(pieces))
+    n = max(len(x) for x in tracks)
+    mix = np.zeros(n, np.float32)
+    for x in tracks:
+        mix[: len(x)] += x
+    power = float(np.mean(mix**2)) or 1e-8
+    snr = rng.uniform(*cfg.snr_db)
+    mix += rng.standard_normal(n).astype(np.float32) * np.sqrt(power / 10 ** (snr / 10))
+    return mix / max(1.0, float(np.abs(mix).max())), turns, uri
+
+
+def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=None) -> pathlib.Path:
+    """Write ``cfg.n_mixtures`` mixtures under ``out``; returns ``out``. Existing ones are reused."""
+    import soundfile as sf
+
+    out = pathlib.Path(out)
+    (out / "wav").mkdir(parents=True, exist_ok=True)
+    voices = variants(cfg.split)
+    all_turns, uem = [], {}
+    for i in range(cfg.n_mixtures):
+        uri = mixture_uri(cfg, i)
+        wav, rttm = out / "wav" / f"{uri}.wav", out / "wav" / f"{uri}.rttm"
+        if not (wav.exists() and rttm.exists()):
+            audio, turns, _ = mixture(cfg, i, voices)
+            write_rttm(turns, rttm)
+            sf.write(wav, audio, cfg.sample_rate)  # written last: its presence marks a finished mixture
+        all_turns += read_rttm(rttm).get(uri, [])
+        uem[uri] = [(0.0, sf.info(str(wav)).duration)]
+        if progress:
+            progress(i + 1, cfg.n_mixtures, uri)
+    write_rttm(all_turns, out / "ref.rttm")
+    write_uem(uem, out / "all.uem")
+    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    return out
+
+
+def mixture_uri(cfg: SimConfig, index: int) -> str:
+    return f"{cfg.split}_b{cfg.beta:g}_s{cfg.n_speakers}_{cfg.seed}_{index:05d}"

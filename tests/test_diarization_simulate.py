@@ -1,0 +1,65 @@
+"""Simulation with espeak-ng, the dataset, and the simulate/train commands."""
+import shutil
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from normlab.cli import main
+from normlab.diarization.dataset import MixtureSet, frame_labels
+from normlab.diarization.rttm import Turn, read_rttm, read_uem
+from normlab.diarization.simulate import SimConfig, simulate, variants
+
+pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed (make install does)")
+SMALL = dict(n_mixtures=2, min_utterances=3, max_utterances=4)
+
+
+def test_splits_use_disjoint_voices():
+    train, test = variants("train"), variants("test")
+    assert len(train) > 20 and len(test) > 20 and not set(train) & set(test)
+    with pytest.raises(ValueError, match="split"):
+        variants("dev")
+
+
+def test_simulation_is_reproducible_and_labels_match_audio(tmp_path):
+    a = simulate(tmp_path / "a", SimConfig(**SMALL))
+    b = simulate(tmp_path / "b", SimConfig(**SMALL))
+    assert (a / "ref.rttm").read_text() == (b / "ref.rttm").read_text()
+    wav = sorted((a / "wav").glob("*.wav"))[0]
+    audio, sr = sf.read(wav)
+    assert sr == 8000 and np.array_equal(audio, sf.read(sorted((b / "wav").glob("*.wav"))[0])[0])
+    ref = read_rttm(a / "ref.rttm")
+    assert len(ref) == 2 and all(len({t.speaker for t in ts}) == 2 for ts in ref.values())
+    assert read_uem(a / "all.uem")[wav.stem][0][1] == pytest.approx(len(audio) / sr, abs=1e-3)
+    turns = ref[wav.stem]
+    speech = np.zeros(len(audio), bool)
+    for t in turns:
+        speech[int(t.start * sr) : int(t.end * sr)] = True
+    assert np.mean(audio[speech] ** 2) > 10 * np.mean(audio[~speech] ** 2)  # labelled speech carries the energy
+    test = simulate(tmp_path / "t", SimConfig(**SMALL, split="test"))
+    train_spk = {t.speaker.rsplit("_", 1)[0] for ts in ref.values() for t in ts}
+    test_spk = {t.speaker.rsplit("_", 1)[0] for ts in read_rttm(test / "ref.rttm").values() for t in ts}
+    assert not train_spk & test_spk
+
+
+def test_frame_labels():
+    y = frame_labels([Turn("a", 0.0, 0.25, "x"), Turn("a", 0.2, 0.2, "y")], ["x", "y"], 5, 0.1)
+    assert y[:, 0].tolist() == [1, 1, 0, 0, 0] and y[:, 1].tolist() == [0, 0, 1, 1, 0]
+
+
+def test_dataset_batches_and_cli_train(tmp_path, capsys):
+    assert main(["diarize", "simulate", "--out", str(tmp_path / "sim"), "--n", "2", "--min-utterances", "3",
+                 "--max-utterances", "4"]) == 0
+    data = MixtureSet(tmp_path / "sim")
+    feats, labels, mask = data.batches(batch=3, frames=80)(torch.Generator().manual_seed(0))
+    assert feats.shape == (3, 80, 345) and labels.shape == (3, 80, 2) and mask.shape == (3, 80)
+    assert labels.sum() > 0
+    args = ["diarize", "train", "--data", str(tmp_path / "sim"), "--out", str(tmp_path / "model"), "--steps", "6",
+            "--d-model", "32", "--layers", "1", "--frames", "80", "--batch", "2", "--ckpt-every", "3", "--warmup", "2"]
+    assert main(args) == 0
+    assert (tmp_path / "model" / "model.pt").exists() and (tmp_path / "model" / "ckpt" / "last.pt").exists()
+    assert main(args[:7] + ["8"] + args[8:]) == 0  # resumes at step 6, runs 2 more
+    assert "trained 8 steps" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="no wav"):
+        MixtureSet(tmp_path / "model")
