@@ -110,18 +110,20 @@ class Runner:
     def map(self, study: str, fn: Callable, configs: list[dict]) -> list[dict]:
         keys = [cell_key(fn, c) for c in configs]
         results: dict[str, dict] = {}
-        todo = []
+        todo: dict[str, dict] = {}  # key -> config, each distinct missing cell once
         for k, c in zip(keys, configs):
+            if k in results or k in todo:
+                continue
             hit = self.store.get(k)
             if hit is not None:
                 results[k] = hit
-            elif k not in {t[0] for t in todo}:
-                todo.append((k, c))
+            else:
+                todo[k] = c
         total, done = len(set(keys)), len(results)
         self.progress.show(study, done, total, "(resumed)" if done else "")
         threads = 1 if self.jobs > 1 else 2
         if self.jobs == 1 or len(todo) <= 1:
-            for k, c in todo:
+            for k, c in todo.items():
                 self.progress.show(study, done, total, _label(c))
                 result, secs = _call(fn.__module__, fn.__qualname__, c, threads)
                 self._record(study, fn, k, c, result, secs, results)
@@ -130,7 +132,8 @@ class Runner:
         else:
             ctx = mp.get_context("spawn")
             with ProcessPoolExecutor(self.jobs, mp_context=ctx) as pool:
-                pending = {pool.submit(_call, fn.__module__, fn.__qualname__, c, threads): (k, c) for k, c in todo}
+                pending = {pool.submit(_call, fn.__module__, fn.__qualname__, c, threads): (k, c)
+                           for k, c in todo.items()}
                 while pending:
                     finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                     for fut in finished:
