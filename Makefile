@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install bench clean system-deps
+.PHONY: demo test install bench bench-diarize model clean system-deps
 
 # Debian packages for the diarization simulation; without them those tests skip.
 system-deps:
@@ -31,6 +31,15 @@ test: system-deps $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/normlab bench
+
+bench-diarize: system-deps $(STAMP)
+	$(PY) benchmarks/diarize_latency.py
+
+# The diarization model shipped in the package: simulate, train, tune on dev, score on test
+# (about 35 min on 2 cores; re-running resumes). docs/diarization.md has its numbers.
+model: system-deps $(STAMP)
+	$(VENV)/bin/normlab diarize recipe --out recipe
+	cp recipe/model.pt src/normlab/diarization/assets/eend_pre_ln.pt
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

@@ -139,3 +139,18 @@ def test_cli_score(tmp_path, capsys):
     assert out[0] == "DER: 20.00%" and "confusion:   2.000 s" in out[3]
     assert main(["diarize", "score", str(tmp_path / "nope.rttm"), str(tmp_path / "hyp.rttm")]) == 2
     assert "nope.rttm" in capsys.readouterr().err
+
+
+def test_cli_score_reads_folders_of_rttm(tmp_path, capsys):
+    from normlab.cli import main
+
+    ref = [Turn("a", 0, 10, "A"), Turn("b", 0, 10, "B")]
+    write_rttm(ref, tmp_path / "ref.rttm")
+    (tmp_path / "hyp").mkdir()
+    write_rttm([Turn("a", 0, 10, "x")], tmp_path / "hyp" / "a.rttm")  # one file per recording, as diarize writes
+    write_rttm([Turn("b", 0, 5, "y")], tmp_path / "hyp" / "b.rttm")
+    assert main(["diarize", "score", str(tmp_path / "ref.rttm"), str(tmp_path / "hyp"), "--collar", "0"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "DER: 25.00%"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="no .rttm"):
+        main(["diarize", "score", str(tmp_path / "ref.rttm"), str(tmp_path / "empty")])

@@ -16,8 +16,9 @@ SMALL = dict(n_mixtures=2, min_utterances=3, max_utterances=4)
 
 
 def test_splits_use_disjoint_voices():
-    train, test = variants("train"), variants("test")
-    assert len(train) > 20 and len(test) > 20 and not set(train) & set(test)
+    train, dev, test = variants("train"), variants("dev"), variants("test")
+    assert len(train) > 40 and len(dev) > 20 and len(test) > 20
+    assert not set(train) & set(test) and not set(train) & set(dev) and not set(dev) & set(test)
     with pytest.raises(ValueError, match="split"):
         variants("dev")
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 
@@ -70,12 +71,15 @@ def _claims(results):
 
 def test_every_study_returns_claims_and_a_figure(test_scale_results):
     results, out = test_scale_results
+    no_speech = shutil.which("espeak-ng") is None  # the diarization study cannot simulate: SKIP, no figure
     for name, r in results.items():
         assert r["claims"], name
-        assert (out / "figures" / r["figure"]).stat().st_size > 5000, name
+        skipped = name == "diarization" and no_speech
+        if not skipped:
+            assert (out / "figures" / r["figure"]).stat().st_size > 5000, name
         for c in r["claims"]:
             assert set(c) >= {"id", "statement", "source", "measured", "criterion", "verdict"}
-            assert c["verdict"] in ("PASS", "FAIL")
+            assert c["verdict"] in (("SKIP",) if skipped else ("PASS", "FAIL"))
             json.dumps(c)
 
 

@@ -30,6 +30,8 @@ class TransformerBlock(nn.Module):
         norm: a name in :data:`normlab.registry.NORMS`. placement: a name in
             :data:`normlab.registry.PLACEMENTS`.
         dropout: on attention probabilities, FFN hidden and each branch output.
+        attn_dropout: on attention probabilities only, if given (default: ``dropout``);
+            0 keeps the fused attention kernel and skips a ``(B, H, T, T)`` random mask.
         activation: FFN activation (``gelu``, ``relu``, ``swish``, ``swiglu``).
         causal: mask future positions. bias: biases in the linear maps.
         layer_index, n_layers: where this block sits (mixln, deepnorm and admin need them).
@@ -49,6 +51,7 @@ class TransformerBlock(nn.Module):
         norm: str = "layernorm",
         placement: str = "pre",
         dropout: float = 0.0,
+        attn_dropout: float | None = None,
         activation: str = "gelu",
         causal: bool = False,
         bias: bool = True,
@@ -62,7 +65,8 @@ class TransformerBlock(nn.Module):
             raise ValueError(f"unknown init {init!r}; valid: {', '.join(INITS)}")
         self.placement = layer_placement(placement, layer_index, n_layers)
         s = slots(placement, layer_index, n_layers)
-        attn = MultiHeadSelfAttention(d_model, n_heads, dropout, bias=bias, causal=causal)
+        attn = MultiHeadSelfAttention(d_model, n_heads, dropout if attn_dropout is None else attn_dropout, bias=bias,
+                                      causal=causal)
         ffn = FeedForward(d_model, d_ff or 4 * d_model, activation, dropout, bias=bias)
         self.attn = Residual(attn, d_model, norm, s, norm_kw=norm_kw)
         self.ffn = Residual(ffn, d_model, norm, s, norm_kw=norm_kw)

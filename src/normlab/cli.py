@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import sys
@@ -70,11 +71,24 @@ def _cmd_study(args: argparse.Namespace) -> int:
     return _cmd_report(args)
 
 
+def _read_rttms(paths: list[str], read_rttm) -> dict:
+    """Turns of RTTM files and of every ``*.rttm`` in folders, by recording."""
+    turns: dict = {}
+    for path in map(pathlib.Path, paths):
+        files = sorted(path.glob("*.rttm")) if path.is_dir() else [path]
+        if not files:
+            raise SystemExit(f"error: {path} has no .rttm files")
+        for f in files:
+            for uri, ts in read_rttm(f).items():
+                turns.setdefault(uri, []).extend(ts)
+    return turns
+
+
 def _cmd_diarize_score(args: argparse.Namespace) -> int:
     from .diarization.der import score
     from .diarization.rttm import read_rttm, read_uem
 
-    ref, hyp = read_rttm(args.ref), read_rttm(args.hyp)
+    ref, hyp = _read_rttms([args.ref], read_rttm), _read_rttms(args.hyp, read_rttm)
     uem = read_uem(args.uem) if args.uem else None
     result = score(ref, hyp, collar=args.collar, skip_overlap=args.skip_overlap, uem=uem)
     print(result.format())
@@ -87,8 +101,9 @@ def _cmd_diarize_run(args: argparse.Namespace) -> int:
     from .diarization.infer import diarize_files
     from .diarization.model import EENDModel
 
-    model = EENDModel.load(args.model)
-    status = diarize_files(model, args.audio, args.out, threshold=args.threshold, median=args.median)
+    model = EENDModel.load(args.model)  # None: the model shipped in the package
+    post = {k: v for k, v in (("threshold", args.threshold), ("median", args.median)) if v is not None}
+    status = diarize_files(model, args.audio, args.out, **{**model.postprocess, **post})
     for path, st in status.items():
         print(f"{path}: wrote {args.out}/{pathlib.Path(path).stem}.rttm" if st == "ok" else f"{path}: error: {st}")
     return 0 if all(st == "ok" for st in status.values()) else 1
@@ -99,7 +114,7 @@ def _cmd_diarize_simulate(args: argparse.Namespace) -> int:
 
     cfg = SimConfig(n_mixtures=args.n, n_speakers=args.speakers, beta=args.beta, split=args.split, seed=args.seed,
                     min_utterances=args.min_utterances, max_utterances=args.max_utterances)
-    out = simulate(args.out, cfg, progress=lambda i, n, uri: _progress(i - 1, n, uri))
+    out = simulate(args.out, cfg, progress=lambda i, n, uri: _progress(i - 1, n, uri), jobs=args.jobs)
     print(file=sys.stderr)
     print(f"wrote {cfg.n_mixtures} mixtures to {out}/wav, {out}/ref.rttm, {out}/all.uem")
     return 0
@@ -131,7 +146,29 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
     return 0
 
 
-DIARIZE_COMMANDS = ("score", "run", "simulate", "train")
+def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
+    import torch
+
+    from .diarization.recipe import RecipeConfig, run_recipe
+
+    torch.set_num_threads(args.threads)
+    cfg = RecipeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RecipeConfig)})
+    result = run_recipe(args.out, cfg, data=args.data, progress=_progress, jobs=args.threads)
+    print(file=sys.stderr)
+    pp, test = result["postprocess"], result["test"]
+    print(f"trained {cfg.steps} steps on {cfg.n_train} mixtures ({result['parameters']:,} parameters), "
+          f"final loss {result['final_loss']:.4f}")
+    print(f"dev ({cfg.n_dev} mixtures): threshold {pp['threshold']:g}, median {pp['median']} -> "
+          f"DER {100 * result['dev_der']:.2f}%")
+    for name, r in test.items():
+        print(f"test ({result['test_recordings']} mixtures, unseen voices), {name.replace('_', ' ')} s: "
+              f"DER {100 * r['der']:.2f}% (false alarm {100 * r['false_alarm']:.2f}%, missed "
+              f"{100 * r['missed']:.2f}%, confusion {100 * r['confusion']:.2f}%)")
+    print(f"wrote {args.out}/model.pt and {args.out}/results.json ({sum(result['seconds'].values()):.0f} s)")
+    return 0
+
+
+DIARIZE_COMMANDS = ("score", "run", "simulate", "train", "recipe")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,8 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     dia = sub.add_parser("diarize", help="speaker diarization: AUDIO... to RTTM, and DER scoring")
     dsub = dia.add_subparsers(dest="diarize_command", required=True)
     sc = dsub.add_parser("score", help="diarization error rate of HYP against REF (RTTM files)")
-    sc.add_argument("ref", help="reference RTTM")
-    sc.add_argument("hyp", help="hypothesis RTTM")
+    sc.add_argument("ref", help="reference RTTM file, or a folder of them")
+    sc.add_argument("hyp", nargs="+", help="hypothesis RTTM files, or folders of them (e.g. the --out of diarize)")
     sc.add_argument("--collar", type=float, default=0.25,
                     help="seconds forgiven on each side of every reference boundary (default 0.25, as EEND)")
     sc.add_argument("--skip-overlap", action="store_true", help="do not score overlapped reference speech")
@@ -182,10 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("--n", type=int, default=100, help="mixtures (default 100)")
     si.add_argument("--speakers", type=int, default=2)
     si.add_argument("--beta", type=float, default=2.0, help="mean silence before an utterance, s (default 2)")
-    si.add_argument("--split", choices=["train", "test"], default="train", help="disjoint voice variants")
+    si.add_argument("--split", choices=["train", "dev", "test"], default="train", help="disjoint voice variants")
     si.add_argument("--min-utterances", type=int, default=5)
     si.add_argument("--max-utterances", type=int, default=20)
     si.add_argument("--seed", type=int, default=0)
+    si.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     si.set_defaults(func=_cmd_diarize_simulate)
     tr = dsub.add_parser("train", help="train an EEND model on simulated mixtures (resumes from OUT/ckpt)")
     tr.add_argument("--data", required=True, help="a folder written by `normlab diarize simulate`")
@@ -206,12 +244,21 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=_cmd_diarize_train)
     rn = dsub.add_parser("run", help="write OUT/<stem>.rttm for each audio file (also: normlab diarize AUDIO...)")
     rn.add_argument("audio", nargs="+", help="WAV/FLAC files, any sample rate")
-    rn.add_argument("--model", required=True,
-                    help="a model saved by EENDModel.save (no trained model ships with normlab yet)")
+    rn.add_argument("--model", default=None,
+                    help="a model saved by EENDModel.save (default: the model shipped with normlab)")
     rn.add_argument("--out", default="rttm", help="output folder (default: rttm)")
-    rn.add_argument("--threshold", type=float, default=0.5)
-    rn.add_argument("--median", type=int, default=11, help="median filter width in frames (odd)")
+    rn.add_argument("--threshold", type=float, default=None, help="speaker activity threshold (default: the model's)")
+    rn.add_argument("--median", type=int, default=None, help="median filter width in frames, odd (default: the model's)")
     rn.set_defaults(func=_cmd_diarize_run)
+    from .diarization.recipe import RecipeConfig  # its fields are the recipe's options
+
+    rc = dsub.add_parser("recipe", help="simulate, train, tune on dev, score on test: the shipped model's recipe")
+    rc.add_argument("--out", required=True, help="writes OUT/model.pt, OUT/results.json (re-running resumes)")
+    rc.add_argument("--data", default=None, help="folder for the simulated splits (default OUT/data)")
+    rc.add_argument("--threads", type=int, default=2)
+    for f in dataclasses.fields(RecipeConfig):  # every knob of the recipe, with its default
+        rc.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    rc.set_defaults(func=_cmd_diarize_recipe)
 
     from .bench import DTYPES, OPS, SHAPES
 

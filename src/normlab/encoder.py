@@ -21,7 +21,7 @@ class TransformerEncoder(nn.Module):
         input_dim: if given, a linear map from ``input_dim`` features to ``d_model``
             (e.g. 80 filterbank channels).
         pos: ``"sinusoidal"``, ``"learned"`` or ``"none"``; max_len: longest sequence.
-        **block_kw: forwarded to every block (activation, causal, init, norm_kw, bias).
+        **block_kw: forwarded to every block (activation, attn_dropout, causal, init, norm_kw, bias).
 
     Shape:
         ``x``: ``(B, T, input_dim or D)``; ``key_padding_mask``: bool ``(B, T)``,

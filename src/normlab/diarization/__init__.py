@@ -1,16 +1,18 @@
 """Speaker diarization ("who spoke when") on normlab encoders.
 
-This package so far has the formats (RTTM, UEM), the Diarization Error Rate
-with collars, UEM and overlap options, the permutation-invariant loss, the
-EEND features, the EEND model, its training loop (checkpoints, resume) and
-the post-processing from frame probabilities to speaker turns.
+The whole pipeline of lesson 000: simulated conversations (``simulate``),
+EEND features (``features``), an EEND model on a Pre-Norm encoder
+(``model``), its training loop (``train``), inference from audio files to
+RTTM (``infer``, ``postprocess``), the Diarization Error Rate (``der``), the
+post-processing tuned on a dev split (``evaluate``) and the one-command
+recipe that trains the model shipped in the package (``recipe``).
 """
 from .der import DERResult, diarization_error_rate
-from .model import EENDModel, ModelConfig
+from .model import SHIPPED, EENDModel, ModelConfig
 from .pit import pit_bce
 from .postprocess import to_turns
 from .rttm import Turn, read_rttm, read_uem, write_rttm, write_uem
 from .train import TrainConfig, train
 
 __all__ = ["Turn", "read_rttm", "write_rttm", "read_uem", "write_uem", "DERResult", "diarization_error_rate",
-           "pit_bce", "EENDModel", "ModelConfig", "to_turns", "TrainConfig", "train"]
+           "pit_bce", "EENDModel", "ModelConfig", "SHIPPED", "to_turns", "TrainConfig", "train"]

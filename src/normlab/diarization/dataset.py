@@ -26,7 +26,7 @@ class MixtureSet:
         wavs = sorted((folder / "wav").glob("*.wav"))
         if not wavs:
             raise ValueError(f"{folder} has no wav/*.wav mixtures (run `normlab diarize simulate --out {folder}`)")
-        self.items = []
+        self.items, self.uris = [], [wav.stem for wav in wavs]
         for wav in wavs:
             cache = wav.with_suffix(".feats.pt")
             if cache.exists():

@@ -22,19 +22,32 @@ class ModelConfig:
     norm: str = "layernorm"
     placement: str = "pre"  # the lesson's Pre-Norm
     encoder: str = "transformer"  # or "conformer"
-    dropout: float = 0.1
+    dropout: float = 0.1  # FFN hidden and branch outputs
+    attn_dropout: float = 0.0  # on attention probabilities (0: half the training time on CPU)
+
+
+#: the model shipped in the package (``normlab diarize recipe`` writes it; docs/diarization.md has its numbers)
+SHIPPED = pathlib.Path(__file__).parent / "assets" / "eend_pre_ln.pt"
+
+#: post-processing used when a model file does not carry its own (EEND's defaults)
+DEFAULT_POSTPROCESS = {"threshold": 0.5, "median": 11}
 
 
 class EENDModel(nn.Module):
-    """``features (batch, frames, input_dim) -> logits (batch, frames, speakers)``; no positional encoding (EEND)."""
+    """``features (batch, frames, input_dim) -> logits (batch, frames, speakers)``; no positional encoding (EEND).
+
+    ``postprocess`` (threshold, median filter width) travels with the saved
+    model: it is chosen on a development set for these weights.
+    """
 
     def __init__(self, cfg: ModelConfig = ModelConfig()):
         super().__init__()
         self.cfg = cfg
+        self.postprocess = dict(DEFAULT_POSTPROCESS)
         if cfg.encoder == "transformer":
             self.encoder = TransformerEncoder(cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, norm=cfg.norm,
                                               placement=cfg.placement, dropout=cfg.dropout,
-                                              input_dim=cfg.input_dim, pos="none")
+                                              attn_dropout=cfg.attn_dropout, input_dim=cfg.input_dim, pos="none")
         elif cfg.encoder == "conformer":
             self.encoder = ConformerEncoder(cfg.input_dim, cfg.d_model, cfg.n_heads, cfg.n_layers, d_ff=cfg.d_ff,
                                             dropout=cfg.dropout, norm=cfg.norm)
@@ -46,11 +59,21 @@ class EENDModel(nn.Module):
         return self.head(self.encoder(feats, key_padding_mask))  # B, T, S
 
     def save(self, path: str | pathlib.Path) -> None:
-        torch.save({"config": asdict(self.cfg), "state_dict": self.state_dict()}, path)
+        torch.save({"config": asdict(self.cfg), "postprocess": self.postprocess, "state_dict": self.state_dict()},
+                   path)
 
     @classmethod
-    def load(cls, path: str | pathlib.Path) -> "EENDModel":
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        model = cls(ModelConfig(**blob["config"]))
-        model.load_state_dict(blob["state_dict"])
+    def load(cls, path: str | pathlib.Path | None = None) -> "EENDModel":
+        """Load a saved model; ``None`` loads the one shipped in the package."""
+        path = pathlib.Path(path) if path is not None else SHIPPED
+        if not path.is_file():
+            raise FileNotFoundError(f"no model file at {path}" + (" (the package was installed without its model; "
+                                    "`normlab diarize recipe` trains it)" if path == SHIPPED else ""))
+        try:
+            blob = torch.load(path, map_location="cpu", weights_only=True)
+            model = cls(ModelConfig(**blob["config"]))
+            model.load_state_dict(blob["state_dict"])
+        except Exception as e:  # a truncated file, another format, a config from elsewhere
+            raise ValueError(f"{path} is not a normlab EEND model file: {e}") from e
+        model.postprocess.update(blob.get("postprocess", {}))
         return model.eval()

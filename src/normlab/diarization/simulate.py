@@ -1,8 +1,9 @@
 """Simulated conversations without downloads (EEND's recipe, Fujita et al. 2019).
 
-Speakers are espeak-ng voice variants with a pitch and a speed; train and test
-use disjoint variants (even / odd positions in espeak-ng's sorted variant
-list). Per speaker, ``utterances`` utterances of random words, each preceded
+Speakers are espeak-ng voice variants with a pitch and a speed; the train,
+dev and test splits use disjoint variants (positions in espeak-ng's sorted
+variant list: even for train, 1 mod 4 for dev, 3 mod 4 for test), so dev
+and test voices are never heard in training. Per speaker, ``utterances`` utterances of random words, each preceded
 by silence ~ Exponential(beta) seconds; the speaker tracks are summed and
 white noise is added at an SNR drawn from ``snr_db``. Each mixture is seeded
 by (seed, index), written as ``wav/<uri>.wav`` with ``ref.rttm`` and
@@ -12,10 +13,12 @@ is not simulated.
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import pathlib
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -42,7 +45,7 @@ class SimConfig:
     max_utterances: int = 20
     snr_db: tuple[float, float] = (10.0, 20.0)
     sample_rate: int = 8000
-    split: str = "train"  # "train" or "test": disjoint voice variants
+    split: str = "train"  # "train", "dev" or "test": disjoint voice variants
     seed: int = 0
 
 
@@ -53,13 +56,16 @@ def _espeak() -> str:
     return exe
 
 
+SPLITS = ("train", "dev", "test")
+
+
 def variants(split: str) -> list[str]:
-    """espeak-ng voice variants of a split: even positions for train, odd for test."""
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    """espeak-ng voice variants of a split: even positions for train, 1 mod 4 for dev, 3 mod 4 for test."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     out = subprocess.run([_espeak(), "--voices=variant"], capture_output=True, text=True, check=True).stdout
     names = sorted(line.split()[3] for line in out.splitlines()[1:] if len(line.split()) >= 4)
-    return names[0::2] if split == "train" else names[1::2]
+    return {"train": names[0::2], "dev": names[1::4], "test": names[3::4]}[split]
 
 
 def synthesize(text: str, variant: str, pitch: int, speed: int, sample_rate: int) -> np.ndarray:
@@ -75,7 +81,7 @@ def synthesize(text: str, variant: str, pitch: int, speed: int, sample_rate: int
 
 def mixture(cfg: SimConfig, index: int, voices: list[str]) -> tuple[np.ndarray, list[Turn], str]:
     """Mixture ``index``: samples, reference turns and its uri."""
-    rng = np.random.default_rng([cfg.seed, index, 0 if cfg.split == "train" else 1])
+    rng = np.random.default_rng([cfg.seed, index, SPLITS.index(cfg.split)])
     uri = mixture_uri(cfg, index)
     picks = rng.choice(len(voices), size=cfg.n_speakers, replace=False)
     tracks, turns = [], []
@@ -101,25 +107,48 @@ def mixture(cfg: SimConfig, index: int, voices: list[str]) -> tuple[np.ndarray, 
     return mix / max(1.0, float(np.abs(mix).max())), turns, uri
 
 
-def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=None) -> pathlib.Path:
-    """Write ``cfg.n_mixtures`` mixtures under ``out``; returns ``out``. Existing ones are reused."""
+def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=None, jobs: int = 1) -> pathlib.Path:
+    """Write ``cfg.n_mixtures`` mixtures under ``out`` with ``jobs`` processes; returns ``out``.
+
+    Existing mixtures are reused; each mixture depends only on (seed, split,
+    index), so the result is the same for any ``jobs``.
+    """
     import soundfile as sf
 
     out = pathlib.Path(out)
     (out / "wav").mkdir(parents=True, exist_ok=True)
     voices = variants(cfg.split)
+    paths = [(out / "wav" / f"{mixture_uri(cfg, i)}.wav", out / "wav" / f"{mixture_uri(cfg, i)}.rttm")
+             for i in range(cfg.n_mixtures)]
+    todo = [i for i, (wav, rttm) in enumerate(paths) if not (wav.exists() and rttm.exists())]
+
+    def save(i: int, audio: np.ndarray, turns: list[Turn]) -> None:
+        write_rttm(turns, paths[i][1])
+        sf.write(paths[i][0], audio, cfg.sample_rate)  # written last: its presence marks a finished mixture
+
+    done = cfg.n_mixtures - len(todo)
+    if jobs > 1 and len(todo) > 1:
+        ctx = mp.get_context("spawn")
+        with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+            futures = {pool.submit(mixture, cfg, i, voices): i for i in todo}
+            for fut in as_completed(futures):
+                audio, turns, uri = fut.result()
+                save(futures[fut], audio, turns)
+                done += 1
+                if progress:
+                    progress(done, cfg.n_mixtures, uri)
+    else:
+        for i in todo:
+            audio, turns, uri = mixture(cfg, i, voices)
+            save(i, audio, turns)
+            done += 1
+            if progress:
+                progress(done, cfg.n_mixtures, uri)
     all_turns, uem = [], {}
-    for i in range(cfg.n_mixtures):
+    for i, (wav, rttm) in enumerate(paths):
         uri = mixture_uri(cfg, i)
-        wav, rttm = out / "wav" / f"{uri}.wav", out / "wav" / f"{uri}.rttm"
-        if not (wav.exists() and rttm.exists()):
-            audio, turns, _ = mixture(cfg, i, voices)
-            write_rttm(turns, rttm)
-            sf.write(wav, audio, cfg.sample_rate)  # written last: its presence marks a finished mixture
         all_turns += read_rttm(rttm).get(uri, [])
         uem[uri] = [(0.0, sf.info(str(wav)).duration)]
-        if progress:
-            progress(i + 1, cfg.n_mixtures, uri)
     write_rttm(all_turns, out / "ref.rttm")
     write_uem(uem, out / "all.uem")
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")

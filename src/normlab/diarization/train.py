@@ -1,6 +1,7 @@
 """Training loop for :class:`EENDModel`: PIT loss, warmup, clipping, checkpoints, resume after a kill."""
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 from collections.abc import Callable
@@ -21,6 +22,19 @@ class TrainConfig:
     clip: float = 5.0  # gradient-norm clip
     ckpt_every: int = 100  # steps between checkpoints
     seed: int = 0  # seeds the batch generator and dropout
+    decay: str = "none"  # after warmup: "none" (constant) or "cosine" (to 5% of lr at the last step)
+
+    def __post_init__(self):
+        if self.decay not in ("none", "cosine"):
+            raise ValueError(f"decay must be 'none' or 'cosine', got {self.decay!r}")
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of optimizer step ``step`` (0-based)."""
+        warm = min(1.0, (step + 1) / max(self.warmup, 1))
+        if self.decay == "none" or step < self.warmup:
+            return self.lr * warm
+        frac = (step - self.warmup) / max(self.steps - self.warmup, 1)
+        return self.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
 def _save(path: pathlib.Path, state: dict) -> None:
@@ -55,7 +69,7 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
     model.train()
     while step < cfg.steps:
         for g in opt.param_groups:
-            g["lr"] = cfg.lr * min(1.0, (step + 1) / max(cfg.warmup, 1))
+            g["lr"] = cfg.lr_at(step)
         feats, labels, mask = batches(gen)
         loss, _ = pit_bce(model(feats, mask), labels, mask)
         opt.zero_grad(set_to_none=True)

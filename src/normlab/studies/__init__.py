@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 
 #: study name -> module, in report order (cheap first)
-STUDIES = ("lesson_stats", "invariance", "structure", "rms_speed", "init_depth", "update_size", "training")
+STUDIES = ("lesson_stats", "invariance", "structure", "rms_speed", "init_depth", "update_size", "training", "diarization")
 
 
 def load(name: str):

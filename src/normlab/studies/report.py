@@ -48,8 +48,8 @@ def verdict_table(result: dict) -> str:
     rows = [f"{'id':<4s} {'verdict':<7s} {'study':<13s} statement"]
     for c in result["claims"]:
         rows.append(f"{c['id']:<4s} {c['verdict']:<7s} {c['study']:<13s} {c['statement'][:90]}")
-    n_pass = sum(c["verdict"] == "PASS" for c in result["claims"])
-    rows.append(f"{n_pass} passed, {len(result['claims']) - n_pass} failed")
+    n = {v: sum(c["verdict"] == v for c in result["claims"]) for v in ("PASS", "FAIL", "SKIP")}
+    rows.append(f"{n['PASS']} passed, {n['FAIL']} failed" + (f", {n['SKIP']} skipped" if n["SKIP"] else ""))
     return "\n".join(rows)
 
 
@@ -67,7 +67,7 @@ def render_html(result: dict, figures: pathlib.Path) -> str:
         "<!doctype html><html><head><meta charset='utf-8'><title>normlab report</title><style>"
         "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
         "table{border-collapse:collapse;width:100%;font-size:13px}td,th{border:1px solid #ccc;padding:4px 6px;"
-        "vertical-align:top}th{background:#f3f3f3}.PASS{color:#0a0;font-weight:bold}.FAIL{color:#c00;"
+        "vertical-align:top}th{background:#f3f3f3}.PASS{color:#0a0;font-weight:bold}.FAIL{color:#c00;font-weight:bold}.SKIP{color:#888;"
         "font-weight:bold}img{max-width:100%;border:1px solid #ddd}code{font-size:12px;word-break:break-all}"
         "</style></head><body>"
     )

@@ -151,4 +151,5 @@ class Runner:
 
 
 def _label(config: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in config.items() if k not in ("steps",))
+    """The short settings of a cell (long ones, such as paths and nested dicts, left out)."""
+    return " ".join(f"{k}={v}" for k, v in config.items() if k != "steps" and len(str(v)) <= 24)

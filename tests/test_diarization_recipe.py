@@ -1,0 +1,122 @@
+"""Post-processing tuned on dev, the learning-rate schedule, model files, the recipe end to end, the shipped model."""
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from normlab.block import TransformerBlock
+from normlab.diarization.evaluate import evaluate, tune
+from normlab.diarization.model import SHIPPED, EENDModel, ModelConfig
+from normlab.diarization.rttm import Turn
+from normlab.diarization.train import TrainConfig
+
+needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
+
+
+def _calibrated_case():
+    """Speech frames read 0.9, silence reads 0.65: only a threshold above 0.65 is right."""
+    probs = torch.full((100, 2), 0.65)
+    probs[10:40, 0] = 0.9
+    probs[60:90, 1] = 0.9
+    ref = {"r": [Turn("r", 1.0, 3.0, "A"), Turn("r", 6.0, 3.0, "B")]}
+    return {"r": probs}, ref
+
+
+def test_tune_picks_the_threshold_that_removes_false_alarms():
+    probs, ref = _calibrated_case()
+    best, grid = tune(probs, ref, thresholds=(0.5, 0.6, 0.7), medians=(1, 5))
+    assert best["threshold"] == 0.7 and len(grid) == 6
+    assert min(g["der"] for g in grid) == 0.0
+    low = evaluate(probs, ref, threshold=0.5, median=1)
+    assert low.der > 1.0 and low.false_alarm > 0 and low.missed == 0
+
+
+def test_evaluate_names_a_recording_without_reference():
+    probs, ref = _calibrated_case()
+    with pytest.raises(ValueError, match="'other'"):
+        evaluate({**probs, "other": probs["r"]}, ref, threshold=0.5, median=1)
+
+
+def test_cosine_schedule_warms_up_then_decays_to_5_percent():
+    cfg = TrainConfig(steps=100, lr=1e-3, warmup=10, decay="cosine")
+    assert cfg.lr_at(0) == pytest.approx(1e-4) and cfg.lr_at(9) == pytest.approx(1e-3)
+    assert cfg.lr_at(55) == pytest.approx(1e-3 * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * 0.5))))
+    assert cfg.lr_at(100) == pytest.approx(5e-5)
+    lrs = [cfg.lr_at(s) for s in range(10, 100)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    assert TrainConfig(steps=100, warmup=10).lr_at(99) == TrainConfig().lr
+    with pytest.raises(ValueError, match="decay"):
+        TrainConfig(decay="linear")
+
+
+def test_attention_dropout_is_separate():
+    block = TransformerBlock(16, 2, dropout=0.1, attn_dropout=0.0)
+    assert block.attn.fn.dropout == 0.0 and block.drop.p == 0.1
+    assert TransformerBlock(16, 2, dropout=0.1).attn.fn.dropout == 0.1
+
+
+def test_model_file_carries_postprocess_and_bad_files_are_named(tmp_path):
+    m = EENDModel(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32))
+    m.postprocess.update(threshold=0.6, median=5)
+    m.save(tmp_path / "m.pt")
+    assert EENDModel.load(tmp_path / "m.pt").postprocess == {"threshold": 0.6, "median": 5}
+    (tmp_path / "bad.pt").write_bytes(b"not a model")
+    with pytest.raises(ValueError, match="bad.pt"):
+        EENDModel.load(tmp_path / "bad.pt")
+    with pytest.raises(FileNotFoundError, match="missing.pt"):
+        EENDModel.load(tmp_path / "missing.pt")
+
+
+def test_shipped_model_loads_and_is_small():
+    assert SHIPPED.stat().st_size < 8 * 2**20
+    model = EENDModel.load()
+    assert model.cfg.placement == "pre" and model.cfg.norm == "layernorm"
+    assert 0.0 < model.postprocess["threshold"] < 1.0 and model.postprocess["median"] % 2 == 1
+    with torch.no_grad():
+        p = torch.sigmoid(model(torch.randn(1, 50, model.cfg.input_dim)))
+    assert p.shape == (1, 50, model.cfg.n_speakers) and torch.isfinite(p).all()
+
+
+def test_cli_uses_the_shipped_model_without_model_flag(tmp_path, capsys):
+    from normlab.cli import main
+
+    rng = np.random.default_rng(0)
+    sf.write(tmp_path / "noise.wav", 0.01 * rng.standard_normal(8000 * 3).astype(np.float32), 16000)
+    assert main(["diarize", str(tmp_path / "noise.wav"), "--out", str(tmp_path / "rttm")]) == 0
+    assert (tmp_path / "rttm" / "noise.rttm").exists()
+    assert "wrote" in capsys.readouterr().out
+
+
+@needs_espeak
+def test_simulation_is_the_same_with_two_processes(tmp_path):
+    from normlab.diarization.simulate import SimConfig, simulate
+
+    cfg = SimConfig(n_mixtures=2, min_utterances=2, max_utterances=3, seed=3)
+    a, b = simulate(tmp_path / "a", cfg, jobs=1), simulate(tmp_path / "b", cfg, jobs=2)
+    for wav in sorted((a / "wav").glob("*.wav")):
+        assert np.array_equal(sf.read(wav)[0], sf.read(b / "wav" / wav.name)[0])
+    assert (a / "ref.rttm").read_text() == (b / "ref.rttm").read_text()
+
+
+@needs_espeak
+def test_recipe_end_to_end_at_debug_size(tmp_path, capsys):
+    from normlab.cli import main
+
+    argv = ["diarize", "recipe", "--out", str(tmp_path / "r"), "--n-train", "3", "--n-dev", "2", "--n-test", "2",
+            "--steps", "8", "--warmup", "2", "--frames", "100", "--d-model", "16", "--n-layers", "1",
+            "--n-heads", "2", "--threads", "1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "collar 0.25 s: DER" in out and "collar 0 s: DER" in out
+    result = json.loads((tmp_path / "r" / "results.json").read_text())
+    best = min(result["dev_grid"], key=lambda g: g["der"])
+    model = EENDModel.load(tmp_path / "r" / "model.pt")
+    assert model.postprocess == {"threshold": best["threshold"], "median": best["median"]}
+    assert result["test_recordings"] == 2 and math.isfinite(result["test"]["collar_0.25"]["der"])
+    assert (tmp_path / "r" / "ckpt" / "last.pt").exists()
+    assert main(argv) == 0  # re-run: data, features and the finished training are reused
+    assert json.loads((tmp_path / "r" / "results.json").read_text())["test"] == result["test"]
