@@ -9,9 +9,9 @@ STAMP  := $(VENV)/.installed
 
 # Debian packages for the diarization simulation; without them those tests skip.
 system-deps:
-	@command -v espeak-ng >/dev/null 2>&1 && command -v sox >/dev/null 2>&1 || \
-	  (apt-get update -qq && apt-get install -y -qq espeak-ng sox) || \
-	  echo "warning: could not install espeak-ng and sox (needs root and apt); simulation tests will skip"
+	@command -v espeak-ng >/dev/null 2>&1 && command -v flite >/dev/null 2>&1 && command -v sox >/dev/null 2>&1 || \
+	  (apt-get update -qq && apt-get install -y -qq espeak-ng flite sox) || \
+	  echo "warning: could not install espeak-ng, flite and sox (needs root and apt); simulation tests will skip"
 
 # torch==2.13.0 first: it is the CPU build; an unpinned torch would pull a CUDA build.
 $(STAMP): pyproject.toml
@@ -22,9 +22,15 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+DEMO := report/diarize-demo
 demo: system-deps $(STAMP)
 	$(VENV)/bin/normlab lesson
 	$(VENV)/bin/normlab report --quick --out report
+	@if command -v espeak-ng >/dev/null 2>&1; then \
+	  $(VENV)/bin/normlab diarize simulate --out $(DEMO) --n 3 --split test --seed 7 && \
+	  $(VENV)/bin/normlab diarize $(DEMO)/wav/*.wav --out $(DEMO)/rttm && \
+	  $(VENV)/bin/normlab diarize score $(DEMO)/ref.rttm $(DEMO)/rttm --collar 0.25; \
+	else echo "espeak-ng missing: diarization demo skipped"; fi
 
 test: system-deps $(STAMP)
 	$(PY) -m pytest

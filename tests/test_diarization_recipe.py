@@ -108,7 +108,7 @@ def test_recipe_end_to_end_at_debug_size(tmp_path, capsys):
 
     argv = ["diarize", "recipe", "--out", str(tmp_path / "r"), "--n-train", "3", "--n-dev", "2", "--n-test", "2",
             "--steps", "8", "--warmup", "2", "--frames", "100", "--d-model", "16", "--n-layers", "1",
-            "--n-heads", "2", "--threads", "1"]
+            "--n-heads", "2", "--threads", "1", "--n-flite", "1"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "collar 0.25 s: DER" in out and "collar 0 s: DER" in out
@@ -117,6 +117,8 @@ def test_recipe_end_to_end_at_debug_size(tmp_path, capsys):
     model = EENDModel.load(tmp_path / "r" / "model.pt")
     assert model.postprocess == {"threshold": best["threshold"], "median": best["median"]}
     assert result["test_recordings"] == 2 and math.isfinite(result["test"]["collar_0.25"]["der"])
+    if shutil.which("flite"):
+        assert result["flite_recordings"] == 1 and "flite (1 mixtures, flite voices)" in out
     assert (tmp_path / "r" / "ckpt" / "last.pt").exists()
     assert main(argv) == 0  # re-run: data, features and the finished training are reused
     assert json.loads((tmp_path / "r" / "results.json").read_text())["test"] == result["test"]

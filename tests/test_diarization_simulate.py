@@ -20,7 +20,7 @@ def test_splits_use_disjoint_voices():
     assert len(train) > 40 and len(dev) > 20 and len(test) > 20
     assert not set(train) & set(test) and not set(train) & set(dev) and not set(dev) & set(test)
     with pytest.raises(ValueError, match="split"):
-        variants("dev")
+        variants("eval")
 
 
 def test_simulation_is_reproducible_and_labels_match_audio(tmp_path):
@@ -64,3 +64,38 @@ def test_dataset_batches_and_cli_train(tmp_path, capsys):
     assert "trained 8 steps" in capsys.readouterr().out
     with pytest.raises(ValueError, match="no wav"):
         MixtureSet(tmp_path / "model")
+
+
+def test_room_impulse_response_decays_60_db_over_rt60():
+    from normlab.diarization.simulate import reverberate, room_impulse_response
+
+    rng = np.random.default_rng(0)
+    h = room_impulse_response(0.4, 8000, rng)
+    assert h.size == 3200 and np.sum(h**2) == pytest.approx(1.0, rel=1e-5)
+    head, tail = np.sqrt(np.mean(h[1:400] ** 2)), np.sqrt(np.mean(h[-400:] ** 2))
+    assert 20 * np.log10(head / tail) > 40
+    x = rng.standard_normal(4000).astype(np.float32)
+    assert reverberate(x, 0.3, 8000, rng).shape == x.shape
+    with pytest.raises(ValueError, match="rt60"):
+        room_impulse_response(0.0, 8000, rng)
+
+
+def test_reverberation_changes_audio_not_turns():
+    from normlab.diarization.simulate import mixture
+
+    dry = SimConfig(**SMALL)
+    wet = SimConfig(**SMALL, rt60=(0.3, 0.6))
+    voices = variants("train")
+    a, turns_a, uri_a = mixture(dry, 0, voices)
+    b, turns_b, uri_b = mixture(wet, 0, voices)
+    assert [(t.start, t.duration, t.speaker) for t in turns_a] == [(t.start, t.duration, t.speaker) for t in turns_b]
+    assert uri_a != uri_b and a.shape == b.shape and not np.allclose(a, b)
+
+
+@pytest.mark.skipif(shutil.which("flite") is None, reason="flite not installed")
+def test_flite_split_is_another_synthesizer(tmp_path):
+    assert variants("flite") == ["awb", "kal16", "rms", "slt"]
+    out = simulate(tmp_path / "f", SimConfig(**SMALL, split="flite"))
+    speakers = {t.speaker.rsplit("_", 1)[0] for ts in read_rttm(out / "ref.rttm").values() for t in ts}
+    assert speakers <= set(variants("flite")) and len(speakers) >= 2
+    assert all(p.name.startswith("flite_") for p in (out / "wav").glob("*.wav"))

@@ -113,7 +113,8 @@ def _cmd_diarize_simulate(args: argparse.Namespace) -> int:
     from .diarization.simulate import SimConfig, simulate
 
     cfg = SimConfig(n_mixtures=args.n, n_speakers=args.speakers, beta=args.beta, split=args.split, seed=args.seed,
-                    min_utterances=args.min_utterances, max_utterances=args.max_utterances)
+                    min_utterances=args.min_utterances, max_utterances=args.max_utterances,
+                    rt60=tuple(args.rt60) if args.rt60 else None)
     out = simulate(args.out, cfg, progress=lambda i, n, uri: _progress(i - 1, n, uri), jobs=args.jobs)
     print(file=sys.stderr)
     print(f"wrote {cfg.n_mixtures} mixtures to {out}/wav, {out}/ref.rttm, {out}/all.uem")
@@ -155,15 +156,17 @@ def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
     cfg = RecipeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RecipeConfig)})
     result = run_recipe(args.out, cfg, data=args.data, progress=_progress, jobs=args.threads)
     print(file=sys.stderr)
-    pp, test = result["postprocess"], result["test"]
+    pp = result["postprocess"]
     print(f"trained {cfg.steps} steps on {cfg.n_train} mixtures ({result['parameters']:,} parameters), "
           f"final loss {result['final_loss']:.4f}")
     print(f"dev ({cfg.n_dev} mixtures): threshold {pp['threshold']:g}, median {pp['median']} -> "
           f"DER {100 * result['dev_der']:.2f}%")
-    for name, r in test.items():
-        print(f"test ({result['test_recordings']} mixtures, unseen voices), {name.replace('_', ' ')} s: "
-              f"DER {100 * r['der']:.2f}% (false alarm {100 * r['false_alarm']:.2f}%, missed "
-              f"{100 * r['missed']:.2f}%, confusion {100 * r['confusion']:.2f}%)")
+    sets = [("test", "unseen espeak-ng voices")] + ([("flite", "flite voices")] if "flite" in result else [])
+    for key, what in sets:
+        for name, r in result[key].items():
+            print(f"{key} ({result[key + '_recordings']} mixtures, {what}), {name.replace('_', ' ')} s: "
+                  f"DER {100 * r['der']:.2f}% (false alarm {100 * r['false_alarm']:.2f}%, missed "
+                  f"{100 * r['missed']:.2f}%, confusion {100 * r['confusion']:.2f}%)")
     print(f"wrote {args.out}/model.pt and {args.out}/results.json ({sum(result['seconds'].values()):.0f} s)")
     return 0
 
@@ -219,11 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("--n", type=int, default=100, help="mixtures (default 100)")
     si.add_argument("--speakers", type=int, default=2)
     si.add_argument("--beta", type=float, default=2.0, help="mean silence before an utterance, s (default 2)")
-    si.add_argument("--split", choices=["train", "dev", "test"], default="train", help="disjoint voice variants")
+    si.add_argument("--split", choices=["train", "dev", "test", "flite"], default="train", help="disjoint voice variants")
     si.add_argument("--min-utterances", type=int, default=5)
     si.add_argument("--max-utterances", type=int, default=20)
     si.add_argument("--seed", type=int, default=0)
     si.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    si.add_argument("--rt60", type=float, nargs=2, metavar=("MIN", "MAX"),
+                    help="add reverberation, RT60 drawn from [MIN, MAX] seconds (default: dry)")
     si.set_defaults(func=_cmd_diarize_simulate)
     tr = dsub.add_parser("train", help="train an EEND model on simulated mixtures (resumes from OUT/ckpt)")
     tr.add_argument("--data", required=True, help="a folder written by `normlab diarize simulate`")

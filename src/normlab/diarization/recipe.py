@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -31,6 +32,7 @@ class RecipeConfig:
     n_train: int = 500  # simulated training mixtures (train voices)
     n_dev: int = 24  # for the threshold and median width (dev voices)
     n_test: int = 30  # scored once (test voices)
+    n_flite: int = 20  # scored once, another synthesizer (skipped where flite is not installed)
     n_speakers: int = 2
     beta: float = 2.0
     steps: int = 3500
@@ -58,9 +60,12 @@ class RecipeConfig:
 
 def simulate_splits(data: str | pathlib.Path, cfg: RecipeConfig, progress: Progress | None = None,
                     jobs: int = 1) -> pathlib.Path:
-    """``data/{train,dev,test}`` for ``cfg`` with ``jobs`` processes (existing mixtures are reused)."""
+    """``data/{train,dev,test[,flite]}`` for ``cfg`` with ``jobs`` processes (existing mixtures are reused)."""
     data = pathlib.Path(data)
-    for split, n in (("train", cfg.n_train), ("dev", cfg.n_dev), ("test", cfg.n_test)):
+    splits = [("train", cfg.n_train), ("dev", cfg.n_dev), ("test", cfg.n_test)]
+    if cfg.n_flite and shutil.which("flite"):
+        splits.append(("flite", cfg.n_flite))
+    for split, n in splits:
         sim = SimConfig(n_mixtures=n, n_speakers=cfg.n_speakers, beta=cfg.beta, split=split, seed=cfg.seed)
         simulate(data / split, sim, progress=(lambda i, n, uri, s=split: progress(i - 1, n, f"simulate {s} {uri}"))
                  if progress else None, jobs=jobs)
@@ -78,20 +83,30 @@ def train_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig,
     return model.eval(), losses
 
 
+def _der(probs: dict, ref: dict, post: dict) -> dict:
+    out = {}
+    for collar in (0.25, 0.0):
+        r = evaluate(probs, ref, collar=collar, **post)
+        out[f"collar_{collar:g}"] = {"der": r.der, "false_alarm": r.false_alarm / r.total,
+                                     "missed": r.missed / r.total, "confusion": r.confusion / r.total}
+    return out
+
+
 def score_model(model: EENDModel, data: pathlib.Path) -> dict:
-    """Tune post-processing on ``data/dev`` (sets ``model.postprocess``), then DER on ``data/test``."""
+    """Tune post-processing on ``data/dev`` (sets ``model.postprocess``), then DER on ``data/test``
+    (and on ``data/flite`` where it exists)."""
     dev_probs, dev_ref = folder_probs(model, data / "dev"), reference_of(data / "dev")
     best, grid = tune(dev_probs, dev_ref, collar=0.25)
     model.postprocess.update(best)
     test_probs, test_ref = folder_probs(model, data / "test"), reference_of(data / "test")
-    test = {}
-    for collar in (0.25, 0.0):
-        r = evaluate(test_probs, test_ref, collar=collar, **best)
-        test[f"collar_{collar:g}"] = {"der": r.der, "false_alarm": r.false_alarm / r.total,
-                                      "missed": r.missed / r.total, "confusion": r.confusion / r.total}
-    untuned = evaluate(test_probs, test_ref, collar=0.25, threshold=0.5, median=11).der
-    return {"postprocess": best, "dev_grid": grid, "dev_der": min(g["der"] for g in grid), "test": test,
-            "test_der_untuned_0.5_11": untuned, "test_recordings": len(test_probs)}
+    result = {"postprocess": best, "dev_grid": grid, "dev_der": min(g["der"] for g in grid),
+              "test": _der(test_probs, test_ref, best), "test_recordings": len(test_probs),
+              "test_der_untuned_0.5_11": evaluate(test_probs, test_ref, collar=0.25, threshold=0.5, median=11).der}
+    if (data / "flite" / "ref.rttm").exists():
+        flite_probs = folder_probs(model, data / "flite")
+        result["flite"] = _der(flite_probs, reference_of(data / "flite"), best)
+        result["flite_recordings"] = len(flite_probs)
+    return result
 
 
 def run_recipe(out: str | pathlib.Path, cfg: RecipeConfig = RecipeConfig(), *, data: str | pathlib.Path | None = None,

@@ -3,12 +3,16 @@
 Speakers are espeak-ng voice variants with a pitch and a speed; the train,
 dev and test splits use disjoint variants (positions in espeak-ng's sorted
 variant list: even for train, 1 mod 4 for dev, 3 mod 4 for test), so dev
-and test voices are never heard in training. Per speaker, ``utterances`` utterances of random words, each preceded
+and test voices are never heard in training. The ``flite`` split uses
+another synthesizer altogether (flite's four English speakers): a held-out
+set further from the training data than ``test``. Per speaker, ``utterances`` utterances of random words, each preceded
 by silence ~ Exponential(beta) seconds; the speaker tracks are summed and
-white noise is added at an SNR drawn from ``snr_db``. Each mixture is seeded
-by (seed, index), written as ``wav/<uri>.wav`` with ``ref.rttm`` and
-``all.uem``; existing mixtures are kept (re-running resumes). Reverberation
-is not simulated.
+white noise is added at an SNR drawn from ``snr_db``. With ``rt60`` set,
+each speaker's track is first convolved with its own synthetic room impulse
+response (a direct path plus exponentially decaying noise reaching -60 dB at
+a reverberation time drawn from ``rt60``). Each mixture is seeded by (seed,
+split, index), written as ``wav/<uri>.wav`` with ``ref.rttm`` and
+``all.uem``; existing mixtures are kept (re-running resumes).
 """
 from __future__ import annotations
 
@@ -47,36 +51,68 @@ class SimConfig:
     sample_rate: int = 8000
     split: str = "train"  # "train", "dev" or "test": disjoint voice variants
     seed: int = 0
+    rt60: tuple[float, float] | None = None  # reverberation time range, seconds (None: dry)
 
 
-def _espeak() -> str:
-    exe = shutil.which("espeak-ng")
+def _tool(name: str) -> str:
+    exe = shutil.which(name)
     if exe is None:
-        raise RuntimeError("espeak-ng is not installed (Debian package espeak-ng; `make install` installs it)")
+        raise RuntimeError(f"{name} is not installed (Debian package {name}; `make test` or `make demo` installs it)")
     return exe
 
 
-SPLITS = ("train", "dev", "test")
+#: espeak-ng splits by position in its sorted variant list; "flite" is a held-out synthesizer
+SPLITS = ("train", "dev", "test", "flite")
+FLITE_VOICES = ("awb", "kal16", "rms", "slt")  # flite's full-domain English speakers (kal is kal16 at 8 kHz)
 
 
 def variants(split: str) -> list[str]:
-    """espeak-ng voice variants of a split: even positions for train, 1 mod 4 for dev, 3 mod 4 for test."""
+    """Voices of a split: espeak-ng variants at even positions for train, 1 mod 4 for dev, 3 mod 4 for test;
+    flite's voices for ``flite``."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    out = subprocess.run([_espeak(), "--voices=variant"], capture_output=True, text=True, check=True).stdout
+    if split == "flite":
+        _tool("flite")
+        return list(FLITE_VOICES)
+    out = subprocess.run([_tool("espeak-ng"), "--voices=variant"], capture_output=True, text=True, check=True).stdout
     names = sorted(line.split()[3] for line in out.splitlines()[1:] if len(line.split()) >= 4)
     return {"train": names[0::2], "dev": names[1::4], "test": names[3::4]}[split]
 
 
-def synthesize(text: str, variant: str, pitch: int, speed: int, sample_rate: int) -> np.ndarray:
+def _command(text: str, voice: str, pitch: int, speed: int, wav: pathlib.Path) -> list[str]:
+    """The synthesizer call: espeak-ng with a variant, or flite with a voice; pitch 0-99, speed in words/min."""
+    if voice in FLITE_VOICES:
+        f0, stretch = 80 + 1.6 * pitch, 160 / speed  # pitch 20-80 -> 112-208 Hz mean F0
+        return [_tool("flite"), "-voice", voice, "--setf", f"int_f0_target_mean={f0:.0f}",
+                "--setf", f"duration_stretch={stretch:.3f}", "-t", text, "-o", str(wav)]
+    return [_tool("espeak-ng"), "-v", f"en+{voice}", "-p", str(pitch), "-s", str(speed), "-w", str(wav), text]
+
+
+def synthesize(text: str, voice: str, pitch: int, speed: int, sample_rate: int) -> np.ndarray:
     """One utterance as float32 samples at ``sample_rate``."""
     with tempfile.TemporaryDirectory() as tmp:
         wav = pathlib.Path(tmp) / "u.wav"
-        subprocess.run([_espeak(), "-v", f"en+{variant}", "-p", str(pitch), "-s", str(speed), "-w", str(wav), text],
-                       check=True, capture_output=True)
+        subprocess.run(_command(text, voice, pitch, speed, wav), check=True, capture_output=True)
         speech = load_audio(wav, sample_rate).numpy()
-    voiced = np.flatnonzero(np.abs(speech) > 1e-3)  # trim espeak's leading/trailing silence: turns are speech
+    voiced = np.flatnonzero(np.abs(speech) > 1e-3)  # trim leading/trailing silence: turns are speech
     return speech[voiced[0] : voiced[-1] + 1] if voiced.size else speech
+
+
+def room_impulse_response(rt60: float, sample_rate: int, rng: np.random.Generator) -> np.ndarray:
+    """A direct path then Gaussian noise decaying by 60 dB over ``rt60`` seconds; unit energy."""
+    if rt60 <= 0:
+        raise ValueError(f"rt60 must be > 0 seconds, got {rt60}")
+    t = np.arange(int(rt60 * sample_rate)) / sample_rate
+    h = rng.standard_normal(t.size) * 10 ** (-3 * t / rt60) * 0.3  # amplitude -60 dB at t = rt60
+    h[0] = 1.0
+    return (h / np.sqrt(np.sum(h**2))).astype(np.float32)
+
+
+def reverberate(track: np.ndarray, rt60: float, sample_rate: int, rng: np.random.Generator) -> np.ndarray:
+    """``track`` in a room: convolved with a fresh impulse response, cut to its own length (turns stay put)."""
+    from scipy.signal import fftconvolve
+
+    return fftconvolve(track, room_impulse_response(rt60, sample_rate, rng))[: len(track)].astype(np.float32)
 
 
 def mixture(cfg: SimConfig, index: int, voices: list[str]) -> tuple[np.ndarray, list[Turn], str]:
@@ -97,6 +133,8 @@ def mixture(cfg: SimConfig, index: int, voices: list[str]) -> tuple[np.ndarray, 
             turns.append(Turn(uri, round(start, 3), round(len(speech) / cfg.sample_rate, 3), f"{voices[v]}_{pitch}"))
             t = start + len(speech) / cfg.sample_rate
         tracks.append(np.concatenate(pieces))
+    if cfg.rt60 is not None:
+        tracks = [reverberate(x, rng.uniform(*cfg.rt60), cfg.sample_rate, rng) for x in tracks]
     n = max(len(x) for x in tracks)
     mix = np.zeros(n, np.float32)
     for x in tracks:
@@ -156,4 +194,5 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
 
 
 def mixture_uri(cfg: SimConfig, index: int) -> str:
-    return f"{cfg.split}_b{cfg.beta:g}_s{cfg.n_speakers}_{cfg.seed}_{index:05d}"
+    room = f"_rt{cfg.rt60[0]:g}-{cfg.rt60[1]:g}" if cfg.rt60 is not None else ""
+    return f"{cfg.split}_b{cfg.beta:g}_s{cfg.n_speakers}{room}_{cfg.seed}_{index:05d}"
