@@ -119,10 +119,11 @@ def run_recipe(out: str | pathlib.Path, cfg: RecipeConfig = RecipeConfig(), *, d
     t1 = time.time()
     model, losses = train_model(data, out, cfg, progress)
     t2 = time.time()
+    train_seconds = torch.load(out / "ckpt" / "last.pt", weights_only=False).get("seconds", t2 - t1)
     result = {"config": asdict(cfg), **score_model(model, data),
               "final_loss": sum(losses[-50:]) / len(losses[-50:]),
               "parameters": sum(p.numel() for p in model.parameters()),
-              "seconds": {"simulate": round(t1 - t0, 1), "train": round(t2 - t1, 1),
+              "seconds": {"simulate": round(t1 - t0, 1), "train": round(train_seconds, 1),
                           "score": round(time.time() - t2, 1)}}
     model.save(out / "model.pt")
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import os
 import pathlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -58,15 +59,16 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98))
     gen = torch.Generator().manual_seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    step, losses = 0, []
+    step, losses, seconds = 0, [], 0.0
     if last.exists():
         state = torch.load(last, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         gen.set_state(state["gen"])
         torch.set_rng_state(state["torch_rng"])
-        step, losses = state["step"], state["losses"]
+        step, losses, seconds = state["step"], state["losses"], state.get("seconds", 0.0)
     model.train()
+    t0 = time.perf_counter() - seconds  # wall time of all sessions of this run, kept in the checkpoint
     while step < cfg.steps:
         for g in opt.param_groups:
             g["lr"] = cfg.lr_at(step)
@@ -80,7 +82,8 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
         losses.append(loss.item())
         if step % cfg.ckpt_every == 0 or step == cfg.steps:
             _save(last, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                         "losses": losses, "gen": gen.get_state(), "torch_rng": torch.get_rng_state()})
+                         "losses": losses, "gen": gen.get_state(), "torch_rng": torch.get_rng_state(),
+                         "seconds": time.perf_counter() - t0})
         if progress:
             progress(step, cfg.steps, losses[-1])
     return losses
