@@ -37,6 +37,9 @@ def test_failing_cell_is_recorded_not_raised(tmp_path):
     out = r.map("demo", square_cell, [{"x": -1}, {"x": 3}])
     assert out[0]["status"] == "error" and "negative input" in out[0]["error"]
     assert out[1]["y"] == 9
+    again = Runner(Store(str(tmp_path / "runs.sqlite")))
+    again.map("demo", square_cell, [{"x": -1}, {"x": 3}])
+    assert again.ran == 1  # the error is retried, the finished cell is not
 
 
 def test_parallel_jobs_match_serial(tmp_path):

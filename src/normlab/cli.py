@@ -57,11 +57,14 @@ def _cmd_count(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .studies.report import run_studies, verdict_table
+    from .studies.report import run_studies, study_tables, verdict_table
 
     scale = "quick" if args.quick else "full"
     result = run_studies(args.out, scale=scale, jobs=args.jobs, only=args.only)
     print(verdict_table(result))
+    tables = study_tables(result)
+    if tables:
+        print("\n" + tables)
     print(f"wrote {args.out}/index.html, {args.out}/results.json, {args.out}/runs.sqlite ({result['seconds']} s)")
     return 0
 

@@ -1,6 +1,7 @@
 """Simulated mixtures as training batches: features and frame labels, cached per mixture."""
 from __future__ import annotations
 
+import os
 import pathlib
 
 import torch
@@ -38,7 +39,9 @@ class MixtureSet:
                 speakers += [f"_absent{k}" for k in range(n_speakers - len(speakers))]
                 labels = frame_labels([t for t in turns if t.speaker in speakers], speakers, feats.shape[0],
                                       cfg.frame_seconds)
-                torch.save((feats, labels), cache)
+                tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+                torch.save((feats, labels), tmp)
+                os.replace(tmp, cache)  # atomic: a reader in another process never sees half a file
             self.items.append((feats, labels))
 
     def batches(self, batch: int = 8, frames: int = 500):

@@ -27,7 +27,7 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
         res["seconds"] = round(time.time() - t, 1)
         studies.append(res)
     claims = [dict(c, study=s["name"]) for s in studies for c in s["claims"]]
-    summaries = [{k: s[k] for k in ("name", "title", "figure", "seconds")} for s in studies]
+    summaries = [{k: s.get(k) for k in ("name", "title", "figure", "seconds", "table")} for s in studies]
     previous = out / "results.json"
     if only and previous.exists():  # one study re-run: keep the others' claims, in report order
         old = json.loads(previous.read_text())
@@ -53,11 +53,31 @@ def verdict_table(result: dict) -> str:
     return "\n".join(rows)
 
 
+def study_tables(result: dict) -> str:
+    """The studies' own tables as Markdown, each under its study's title ('' if none has one)."""
+    out = []
+    for s in result["studies"]:
+        t = s.get("table")
+        if t:
+            out += [f"{s['title']}", "| " + " | ".join(map(str, t["columns"])) + " |",
+                    "|" + "---|" * len(t["columns"])]
+            out += ["| " + " | ".join(map(str, row)) + " |" for row in t["rows"]]
+    return "\n".join(out)
+
+
 def _img(path: pathlib.Path) -> str:
     if not path.exists():
         return "<p><em>(no figure)</em></p>"
     data = base64.b64encode(path.read_bytes()).decode()
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+
+
+def _table(table: dict) -> str:
+    """A study's own table: ``{"columns": [...], "rows": [[...], ...]}``."""
+    e = html.escape
+    head = "".join(f"<th>{e(str(c))}</th>" for c in table["columns"])
+    rows = "".join("<tr>" + "".join(f"<td>{e(str(v))}</td>" for v in row) + "</tr>" for row in table["rows"])
+    return f"<table><tr>{head}</tr>{rows}</table>"
 
 
 def render_html(result: dict, figures: pathlib.Path) -> str:
@@ -85,6 +105,8 @@ def render_html(result: dict, figures: pathlib.Path) -> str:
     for s in result["studies"]:
         ids = ", ".join(c["id"] for c in result["claims"] if c["study"] == s["name"])
         parts.append(f"<h2>{e(s['title'])}</h2><p>claims {e(ids)} &middot; {s['seconds']} s</p>")
+        if s.get("table"):
+            parts.append(_table(s["table"]))
         parts.append(_img(figures / s["figure"]) if s.get("figure") else "")
     parts.append("</body></html>")
     return "\n".join(parts)

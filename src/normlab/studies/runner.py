@@ -46,9 +46,10 @@ class Store:
         return db
 
     def get(self, key: str) -> dict | None:
+        """A finished cell's result; ``None`` if it never ran or raised (a re-run retries errors)."""
         with self._connect() as db:
             row = db.execute("SELECT status, result FROM cells WHERE key = ?", (key,)).fetchone()
-        if row is None:
+        if row is None or row[0] == "error":
             return None
         return {"status": row[0], **json.loads(row[1])}
 
