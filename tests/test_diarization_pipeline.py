@@ -98,3 +98,5 @@ def test_cli_diarize_audio_files(trained, tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 1 and "talk.rttm" in out and "empty.wav: error" in out
     assert read_rttm(tmp_path / "rttm" / "talk.rttm")["talk"]
+    rc = main(["diarize", "--model", str(tmp_path / "m.pt"), "--out", str(tmp_path / "rttm2"), str(tmp_path / "talk.flac")])
+    assert rc == 0 and (tmp_path / "rttm2" / "talk.rttm").exists()  # options before the files work too

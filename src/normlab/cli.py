@@ -136,7 +136,8 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
     model = EENDModel(ModelConfig(d_model=args.d_model, n_layers=args.layers, d_ff=4 * args.d_model,
                                   n_speakers=args.speakers, norm=args.norm, placement=args.placement))
-    cfg = TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup, ckpt_every=args.ckpt_every, seed=args.seed)
+    cfg = TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup, ckpt_every=args.ckpt_every, seed=args.seed,
+                      decay=args.decay)
     out = pathlib.Path(args.out)
 
     def progress(step, total, loss):
@@ -239,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--steps", type=int, default=2000)
     tr.add_argument("--lr", type=float, default=1e-3)
     tr.add_argument("--warmup", type=int, default=200)
+    tr.add_argument("--decay", choices=["none", "cosine"], default="none", help="after warmup (default: constant)")
     tr.add_argument("--batch", type=int, default=8)
     tr.add_argument("--frames", type=int, default=500, help="100 ms frames per training window (default 500)")
     tr.add_argument("--d-model", type=int, default=128)
@@ -284,8 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) > 1 and argv[0] == "diarize" and argv[1] not in DIARIZE_COMMANDS and not argv[1].startswith("-"):
-        argv.insert(1, "run")  # `normlab diarize AUDIO...` is `normlab diarize run AUDIO...`
+    words = [a for a in argv[1:] if not a.startswith("-")]
+    if argv[:1] == ["diarize"] and words and words[0] not in DIARIZE_COMMANDS:
+        argv.insert(1, "run")  # `normlab diarize [--model M] AUDIO...` is `normlab diarize run ...`
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
