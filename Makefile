@@ -46,6 +46,7 @@ bench-diarize: system-deps $(STAMP)
 model: system-deps $(STAMP)
 	$(VENV)/bin/normlab diarize recipe --out recipe
 	cp recipe/model.pt src/normlab/diarization/assets/eend_pre_ln.pt
+	cp recipe/results.json src/normlab/diarization/assets/eend_pre_ln.json
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
