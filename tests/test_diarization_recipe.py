@@ -122,3 +122,13 @@ def test_recipe_end_to_end_at_debug_size(tmp_path, capsys):
     assert (tmp_path / "r" / "ckpt" / "last.pt").exists()
     assert main(argv) == 0  # re-run: data, features and the finished training are reused
     assert json.loads((tmp_path / "r" / "results.json").read_text())["test"] == result["test"]
+
+
+def test_recipe_builds_either_encoder():
+    from normlab.diarization.recipe import RecipeConfig
+
+    for encoder in ("transformer", "conformer"):
+        cfg = RecipeConfig(encoder=encoder, d_model=16, n_heads=2, n_layers=1)
+        model = EENDModel(cfg.model_config())
+        assert model.cfg.encoder == encoder and type(model.encoder).__name__.lower().startswith(encoder)
+        assert model(torch.randn(2, 30, 345)).shape == (2, 30, 2)

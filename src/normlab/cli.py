@@ -135,7 +135,8 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
     data = MixtureSet(args.data, n_speakers=args.speakers)
     torch.manual_seed(args.seed)
     model = EENDModel(ModelConfig(d_model=args.d_model, n_layers=args.layers, d_ff=4 * args.d_model,
-                                  n_speakers=args.speakers, norm=args.norm, placement=args.placement))
+                                  n_speakers=args.speakers, norm=args.norm, placement=args.placement,
+                                  encoder=args.encoder))
     cfg = TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup, ckpt_every=args.ckpt_every, seed=args.seed,
                       decay=args.decay)
     out = pathlib.Path(args.out)
@@ -248,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--speakers", type=int, default=2)
     tr.add_argument("--norm", default="layernorm")
     tr.add_argument("--placement", default="pre")
+    tr.add_argument("--encoder", choices=["transformer", "conformer"], default="transformer")
     tr.add_argument("--ckpt-every", type=int, default=100)
     tr.add_argument("--threads", type=int, default=2)
     tr.add_argument("--seed", type=int, default=0)
@@ -267,7 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--data", default=None, help="folder for the simulated splits (default OUT/data)")
     rc.add_argument("--threads", type=int, default=2)
     for f in dataclasses.fields(RecipeConfig):  # every knob of the recipe, with its default
-        rc.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+        rc.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
+                        help="default: %(default)s")
     rc.set_defaults(func=_cmd_diarize_recipe)
 
     from .bench import DTYPES, OPS, SHAPES

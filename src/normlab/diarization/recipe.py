@@ -46,12 +46,13 @@ class RecipeConfig:
     n_heads: int = 4
     norm: str = "layernorm"
     placement: str = "pre"
+    encoder: str = "transformer"  # or "conformer"
     seed: int = 0
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
                            d_ff=4 * self.d_model, n_speakers=self.n_speakers, norm=self.norm,
-                           placement=self.placement)
+                           placement=self.placement, encoder=self.encoder)
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(steps=self.steps, lr=self.lr, warmup=self.warmup, decay=self.decay,
