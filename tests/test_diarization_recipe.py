@@ -108,7 +108,7 @@ def test_recipe_end_to_end_at_debug_size(tmp_path, capsys):
 
     argv = ["diarize", "recipe", "--out", str(tmp_path / "r"), "--n-train", "3", "--n-dev", "2", "--n-test", "2",
             "--steps", "8", "--warmup", "2", "--frames", "100", "--d-model", "16", "--n-layers", "1",
-            "--n-heads", "2", "--threads", "1", "--n-flite", "1"]
+            "--n-heads", "2", "--threads", "1", "--n-flite", "1", "--n-train-reverb", "1", "--n-test-reverb", "1"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "collar 0.25 s: DER" in out and "collar 0 s: DER" in out
@@ -117,6 +117,8 @@ def test_recipe_end_to_end_at_debug_size(tmp_path, capsys):
     model = EENDModel.load(tmp_path / "r" / "model.pt")
     assert model.postprocess == {"threshold": best["threshold"], "median": best["median"]}
     assert result["test_recordings"] == 2 and math.isfinite(result["test"]["collar_0.25"]["der"])
+    assert result["test_reverb_recordings"] == 1 and "reverberant), collar 0.25 s: DER" in out
+    assert len(list((tmp_path / "r" / "data" / "train_reverb" / "wav").glob("*_rt0.2-0.6_1_*.wav"))) == 1
     if shutil.which("flite"):
         assert result["flite_recordings"] == 1 and "flite (1 mixtures, flite voices)" in out
     assert (tmp_path / "r" / "ckpt" / "last.pt").exists()

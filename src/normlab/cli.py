@@ -166,7 +166,8 @@ def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
           f"final loss {result['final_loss']:.4f}")
     print(f"dev ({cfg.n_dev} mixtures): threshold {pp['threshold']:g}, median {pp['median']} -> "
           f"DER {100 * result['dev_der']:.2f}%")
-    sets = [("test", "unseen espeak-ng voices")] + ([("flite", "flite voices")] if "flite" in result else [])
+    sets = [(k, what) for k, what in (("test", "unseen espeak-ng voices"), ("test_reverb", "unseen voices, reverberant"),
+                                      ("flite", "flite voices")) if k in result]
     for key, what in sets:
         for name, r in result[key].items():
             print(f"{key} ({result[key + '_recordings']} mixtures, {what}), {name.replace('_', ' ')} s: "

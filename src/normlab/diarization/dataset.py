@@ -20,13 +20,16 @@ def frame_labels(turns, speakers: list[str], frames: int, frame_seconds: float) 
 
 
 class MixtureSet:
-    """Features ``(T, dim)`` and labels ``(T, n_speakers)`` of every ``wav/<uri>.wav`` in a simulated folder."""
+    """Features ``(T, dim)`` and labels ``(T, n_speakers)`` of every ``wav/<uri>.wav`` in simulated folders."""
 
-    def __init__(self, folder: str | pathlib.Path, n_speakers: int = 2, cfg: FeatureConfig = FeatureConfig()):
-        folder = pathlib.Path(folder)
-        wavs = sorted((folder / "wav").glob("*.wav"))
-        if not wavs:
-            raise ValueError(f"{folder} has no wav/*.wav mixtures (run `normlab diarize simulate --out {folder}`)")
+    def __init__(self, folders: str | pathlib.Path | list, n_speakers: int = 2, cfg: FeatureConfig = FeatureConfig()):
+        folders = [pathlib.Path(f) for f in (folders if isinstance(folders, (list, tuple)) else [folders])]
+        wavs = []
+        for folder in folders:
+            found = sorted((folder / "wav").glob("*.wav"))
+            if not found:
+                raise ValueError(f"{folder} has no wav/*.wav mixtures (run `normlab diarize simulate --out {folder}`)")
+            wavs += found
         self.items, self.uris = [], [wav.stem for wav in wavs]
         for wav in wavs:
             cache = wav.with_suffix(".feats.pt")

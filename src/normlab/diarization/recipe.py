@@ -24,6 +24,7 @@ from .simulate import SimConfig, simulate
 from .train import TrainConfig, train
 
 Log = Callable[[str], None]
+REVERB_RT60 = (0.2, 0.6)  # seconds; the reverberant sets use seed + 1: other conversations than the dry ones
 Progress = Callable[[int, int, str], None]
 
 
@@ -33,6 +34,8 @@ class RecipeConfig:
     n_dev: int = 24  # for the threshold and median width (dev voices)
     n_test: int = 30  # scored once (test voices)
     n_flite: int = 20  # scored once, another synthesizer (skipped where flite is not installed)
+    n_train_reverb: int = 250  # extra training mixtures in a room (RT60 in REVERB_RT60)
+    n_test_reverb: int = 20  # scored once, test voices in a room
     n_speakers: int = 2
     beta: float = 2.0
     steps: int = 3500
@@ -59,24 +62,36 @@ class RecipeConfig:
                            ckpt_every=max(1, min(100, self.steps // 10)), seed=self.seed)
 
 
+def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
+    """(folder name, simulation) of every set the recipe uses."""
+    def sim(split: str, n: int, rt60=None, seed: int = cfg.seed) -> SimConfig:
+        return SimConfig(n_mixtures=n, n_speakers=cfg.n_speakers, beta=cfg.beta, split=split, seed=seed, rt60=rt60)
+
+    sets = [("train", sim("train", cfg.n_train)), ("dev", sim("dev", cfg.n_dev)), ("test", sim("test", cfg.n_test))]
+    if cfg.n_train_reverb:
+        sets.append(("train_reverb", sim("train", cfg.n_train_reverb, REVERB_RT60, cfg.seed + 1)))
+    if cfg.n_test_reverb:
+        sets.append(("test_reverb", sim("test", cfg.n_test_reverb, REVERB_RT60, cfg.seed + 1)))
+    if cfg.n_flite and shutil.which("flite"):
+        sets.append(("flite", sim("flite", cfg.n_flite)))
+    return sets
+
+
 def simulate_splits(data: str | pathlib.Path, cfg: RecipeConfig, progress: Progress | None = None,
                     jobs: int = 1) -> pathlib.Path:
-    """``data/{train,dev,test[,flite]}`` for ``cfg`` with ``jobs`` processes (existing mixtures are reused)."""
+    """``data/{train,dev,test,...}`` for ``cfg`` with ``jobs`` processes (existing mixtures are reused)."""
     data = pathlib.Path(data)
-    splits = [("train", cfg.n_train), ("dev", cfg.n_dev), ("test", cfg.n_test)]
-    if cfg.n_flite and shutil.which("flite"):
-        splits.append(("flite", cfg.n_flite))
-    for split, n in splits:
-        sim = SimConfig(n_mixtures=n, n_speakers=cfg.n_speakers, beta=cfg.beta, split=split, seed=cfg.seed)
-        simulate(data / split, sim, progress=(lambda i, n, uri, s=split: progress(i - 1, n, f"simulate {s} {uri}"))
+    for name, sim in _splits(cfg):
+        simulate(data / name, sim, progress=(lambda i, n, uri, s=name: progress(i - 1, n, f"simulate {s} {uri}"))
                  if progress else None, jobs=jobs)
     return data
 
 
 def train_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig,
                 progress: Progress | None = None) -> tuple[EENDModel, list[float]]:
-    """Train on ``data/train`` with checkpoints in ``out/ckpt`` (resumes)."""
-    mixtures = MixtureSet(data / "train", n_speakers=cfg.n_speakers)
+    """Train on ``data/train`` (and ``data/train_reverb``) with checkpoints in ``out/ckpt`` (resumes)."""
+    folders = [data / "train"] + ([data / "train_reverb"] if cfg.n_train_reverb else [])
+    mixtures = MixtureSet(folders, n_speakers=cfg.n_speakers)
     torch.manual_seed(cfg.seed)
     model = EENDModel(cfg.model_config())
     losses = train(model, mixtures.batches(cfg.batch, cfg.frames), cfg.train_config(), out / "ckpt",
@@ -95,7 +110,7 @@ def _der(probs: dict, ref: dict, post: dict) -> dict:
 
 def score_model(model: EENDModel, data: pathlib.Path) -> dict:
     """Tune post-processing on ``data/dev`` (sets ``model.postprocess``), then DER on ``data/test``
-    (and on ``data/flite`` where it exists)."""
+    (and on ``data/test_reverb`` and ``data/flite`` where they exist)."""
     dev_probs, dev_ref = folder_probs(model, data / "dev"), reference_of(data / "dev")
     best, grid = tune(dev_probs, dev_ref, collar=0.25)
     model.postprocess.update(best)
@@ -103,10 +118,11 @@ def score_model(model: EENDModel, data: pathlib.Path) -> dict:
     result = {"postprocess": best, "dev_grid": grid, "dev_der": min(g["der"] for g in grid),
               "test": _der(test_probs, test_ref, best), "test_recordings": len(test_probs),
               "test_der_untuned_0.5_11": evaluate(test_probs, test_ref, collar=0.25, threshold=0.5, median=11).der}
-    if (data / "flite" / "ref.rttm").exists():
-        flite_probs = folder_probs(model, data / "flite")
-        result["flite"] = _der(flite_probs, reference_of(data / "flite"), best)
-        result["flite_recordings"] = len(flite_probs)
+    for extra in ("test_reverb", "flite"):  # scored once each, with the dev-tuned setting
+        if (data / extra / "ref.rttm").exists():
+            probs = folder_probs(model, data / extra)
+            result[extra] = _der(probs, reference_of(data / extra), best)
+            result[f"{extra}_recordings"] = len(probs)
     return result
 
 

@@ -40,6 +40,7 @@ def der_cell(cfg: dict) -> dict:
 
 def _recipe(ctx: Context) -> dict:
     return {"n_train": ctx.pick(6, 40, 200), "n_dev": ctx.pick(2, 6, 12), "n_test": ctx.pick(2, 8, 20), "n_flite": 0,
+            "n_train_reverb": 0, "n_test_reverb": 0,
             "steps": ctx.pick(20, 300, 1500), "warmup": 0, "decay": "none", "lr": 1e-3, "batch": 8,
             "frames": ctx.pick(100, 200, 500), "d_model": ctx.pick(32, 64, 128), "n_layers": 4, "n_heads": 4}
 
