@@ -162,7 +162,8 @@ def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
     result = run_recipe(args.out, cfg, data=args.data, progress=_progress, jobs=args.threads)
     print(file=sys.stderr)
     pp = result["postprocess"]
-    print(f"trained {cfg.steps} steps on {cfg.n_train} mixtures ({result['parameters']:,} parameters), "
+    print(f"trained {cfg.steps} steps on {cfg.n_train + cfg.n_train_reverb} mixtures "
+          f"({cfg.n_train_reverb} reverberant; {result['parameters']:,} parameters), "
           f"final loss {result['final_loss']:.4f}")
     print(f"dev ({cfg.n_dev} mixtures): threshold {pp['threshold']:g}, median {pp['median']} -> "
           f"DER {100 * result['dev_der']:.2f}%")
