@@ -42,7 +42,7 @@ bench-diarize: system-deps $(STAMP)
 	$(PY) benchmarks/diarize_latency.py
 
 # The diarization model shipped in the package: simulate, train, tune on dev, score on test
-# (about 35 min on 2 cores; re-running resumes). docs/diarization.md has its numbers.
+# (about 30 min on 2 cores; re-running resumes). docs/diarization.md has its numbers.
 model: system-deps $(STAMP)
 	$(VENV)/bin/normlab diarize recipe --out recipe
 	cp recipe/model.pt src/normlab/diarization/assets/eend_pre_ln.pt
