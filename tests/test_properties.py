@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from normlab import functional as F
@@ -27,10 +27,16 @@ rows = st.builds(
 
 @SETTINGS
 @given(x=rows)
+@example(x=_rows(seed=2, n=4, d=2, scale=0.001, shift=256.0))  # |x|/std ~ 5e6: found by hypothesis
 def test_layer_norm_gives_mean_zero_variance_one_at_eps_zero(x):
-    y = F.layer_norm(x, x.shape[-1], eps=0.0)
-    assert y.mean(-1).abs().max() < 1e-9
-    assert (y.var(-1, unbiased=False) - 1).abs().max() < 1e-9
+    """Exact up to float64 rounding, which a row's conditioning |x|/std amplifies (two-pass statistics keep it
+    linear: E[x^2] - E[x]^2 would square it and fail here by orders of magnitude)."""
+    d = x.shape[-1]
+    y = F.layer_norm(x, d, eps=0.0)
+    cond = x.abs().amax(-1) / x.std(-1, unbiased=False)  # per row
+    tol = 1e-9 + 8 * d * torch.finfo(torch.float64).eps * cond
+    assert (y.mean(-1).abs() < tol).all()
+    assert ((y.var(-1, unbiased=False) - 1).abs() < tol).all()
 
 
 @SETTINGS
