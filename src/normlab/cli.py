@@ -74,8 +74,10 @@ def _cmd_study(args: argparse.Namespace) -> int:
     return _cmd_report(args)
 
 
-def _read_rttms(paths: list[str], read_rttm) -> dict:
+def _read_rttms(paths: list[str]) -> dict:
     """Turns of RTTM files and of every ``*.rttm`` in folders, by recording."""
+    from .diarization.rttm import read_rttm
+
     turns: dict = {}
     for path in map(pathlib.Path, paths):
         files = sorted(path.glob("*.rttm")) if path.is_dir() else [path]
@@ -89,9 +91,9 @@ def _read_rttms(paths: list[str], read_rttm) -> dict:
 
 def _cmd_diarize_score(args: argparse.Namespace) -> int:
     from .diarization.der import score
-    from .diarization.rttm import read_rttm, read_uem
+    from .diarization.rttm import read_uem
 
-    ref, hyp = _read_rttms([args.ref], read_rttm), _read_rttms(args.hyp, read_rttm)
+    ref, hyp = _read_rttms([args.ref]), _read_rttms(args.hyp)
     uem = read_uem(args.uem) if args.uem else None
     result = score(ref, hyp, collar=args.collar, skip_overlap=args.skip_overlap, uem=uem)
     print(result.format())

@@ -23,9 +23,8 @@ from .model import EENDModel, ModelConfig
 from .simulate import SimConfig, simulate
 from .train import TrainConfig, train
 
-Log = Callable[[str], None]
-REVERB_RT60 = (0.2, 0.6)  # seconds; the reverberant sets use seed + 1: other conversations than the dry ones
 Progress = Callable[[int, int, str], None]
+REVERB_RT60 = (0.2, 0.6)  # seconds; the reverberant sets use seed + 1: other conversations than the dry ones
 
 
 @dataclass(frozen=True)

@@ -160,28 +160,22 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
              for i in range(cfg.n_mixtures)]
     todo = [i for i, (wav, rttm) in enumerate(paths) if not (wav.exists() and rttm.exists())]
 
-    def save(i: int, audio: np.ndarray, turns: list[Turn]) -> None:
+    def finished():
+        """(index, mixture) as each one is ready, from ``jobs`` processes or this one."""
+        if jobs > 1 and len(todo) > 1:
+            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+                futures = {pool.submit(mixture, cfg, i, voices): i for i in todo}
+                for fut in as_completed(futures):
+                    yield futures[fut], fut.result()
+        else:
+            for i in todo:
+                yield i, mixture(cfg, i, voices)
+
+    for done, (i, (audio, turns, uri)) in enumerate(finished(), start=cfg.n_mixtures - len(todo) + 1):
         write_rttm(turns, paths[i][1])
         sf.write(paths[i][0], audio, cfg.sample_rate)  # written last: its presence marks a finished mixture
-
-    done = cfg.n_mixtures - len(todo)
-    if jobs > 1 and len(todo) > 1:
-        ctx = mp.get_context("spawn")
-        with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-            futures = {pool.submit(mixture, cfg, i, voices): i for i in todo}
-            for fut in as_completed(futures):
-                audio, turns, uri = fut.result()
-                save(futures[fut], audio, turns)
-                done += 1
-                if progress:
-                    progress(done, cfg.n_mixtures, uri)
-    else:
-        for i in todo:
-            audio, turns, uri = mixture(cfg, i, voices)
-            save(i, audio, turns)
-            done += 1
-            if progress:
-                progress(done, cfg.n_mixtures, uri)
+        if progress:
+            progress(done, cfg.n_mixtures, uri)
     all_turns, uem = [], {}
     for i, (wav, rttm) in enumerate(paths):
         uri = mixture_uri(cfg, i)

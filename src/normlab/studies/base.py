@@ -32,10 +32,11 @@ class Context:
         return self.out / f"{name}.png"
 
 
-def claim(cid: str, statement: str, source: str, measured: dict, criterion: str, passed: bool) -> dict:
-    """One row of results.json."""
+def claim(cid: str, statement: str, source: str, measured: dict, criterion: str, passed: bool | None) -> dict:
+    """One row of results.json; ``passed=None`` is a claim that could not be checked here (SKIP)."""
+    verdict = "SKIP" if passed is None else "PASS" if passed else "FAIL"
     return {"id": cid, "statement": statement, "source": source, "measured": _clean(measured),
-            "criterion": criterion, "verdict": "PASS" if passed else "FAIL"}
+            "criterion": criterion, "verdict": verdict}
 
 
 def _clean(v):
