@@ -48,7 +48,7 @@ def test_batchnorm_eval_uses_running_stats_and_is_padding_invariant():
     alone, batch, mask = _padded_pair()
     for _ in range(3):
         m(batch, mask)  # train mode: update running statistics from valid frames only
-    assert m.layers[0].attn.norm.num_batches_tracked.item() == 3
+    assert m.layers[0].attn.pre_norm.num_batches_tracked.item() == 3
     m.eval()
     torch.testing.assert_close(m(batch, mask)[:1, :5], m(alone), rtol=1e-5, atol=1e-5)
 
@@ -74,8 +74,8 @@ def test_fused_pre_block_matches_unfused():
     torch.manual_seed(0)
     b = normlab.TransformerBlock(D, H, 32, placement="pre")
     x = torch.randn(2, 5, D)
-    h = x + b.attn.fn(b.attn.norm(x))
-    expected = h + b.ffn.fn(b.ffn.norm(h))
+    h = x + b.attn.fn(b.attn.pre_norm(x))
+    expected = h + b.ffn.fn(b.ffn.pre_norm(h))
     torch.testing.assert_close(b(x), expected, rtol=1e-5, atol=1e-5)
 
 

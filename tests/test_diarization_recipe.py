@@ -55,7 +55,7 @@ def test_cosine_schedule_warms_up_then_decays_to_5_percent():
 
 def test_attention_dropout_is_separate():
     block = TransformerBlock(16, 2, dropout=0.1, attn_dropout=0.0)
-    assert block.attn.fn.dropout == 0.0 and block.drop.p == 0.1
+    assert block.attn.fn.dropout == 0.0 and block.attn.drop.p == block.ffn.drop.p == 0.1
     assert TransformerBlock(16, 2, dropout=0.1).attn.fn.dropout == 0.1
 
 

@@ -6,7 +6,8 @@ import torch
 from torch import nn
 
 import normlab
-from normlab import placement as P
+from normlab.models import placement as P
+from normlab.nn.residual import ResidualUnit
 from normlab.registry import NORMS, PLACEMENTS
 
 
@@ -37,7 +38,7 @@ def test_mixln_layers():
 def _unit(placement, n_layers=4):
     torch.manual_seed(0)
     lin = nn.Linear(8, 8)
-    u = P.Residual(_Fn(lin), 8, "layernorm", P.slots(placement, 0, n_layers))
+    u = ResidualUnit(_Fn(lin), 8, "layernorm", P.slots(placement, 0, n_layers))
     for p in u.parameters():
         if p.dim() == 1:
             nn.init.normal_(p)  # non-trivial gamma, beta and biases
@@ -57,7 +58,8 @@ class _Fn(nn.Module):
 def test_residual_unit_formula(placement):
     u, F = _unit(placement)
     x = torch.randn(3, 5, 8)
-    ln = lambda t: torch.nn.functional.layer_norm(t, [8], u.norm.weight, u.norm.bias)  # noqa: E731
+    u_norm = u.pre_norm if u.pre_norm is not None else u.post_norm
+    ln = lambda t: torch.nn.functional.layer_norm(t, [8], u_norm.weight, u_norm.bias)  # noqa: E731
     kind = P.layer_placement(placement, 0, 4)
     if kind == "pre":
         expected = x + F(ln(x))

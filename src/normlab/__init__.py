@@ -3,19 +3,38 @@
 >>> import torch, normlab
 >>> ln = normlab.LayerNorm(768)
 >>> y = ln(torch.randn(2, 100, 768))        # [B, T, D]: each frame normalized alone
+
+Names are imported on first use, so ``normlab --help`` and ``import normlab``
+do not pay for importing torch.
 """
-from . import functional, kernels, reference
-from .block import TransformerBlock
-from .conformer import ConformerBlock, ConformerEncoder
-from .encoder import TransformerEncoder
-from .norms import DyT, LayerNorm, RMSNorm, ScaleNorm
-from .registry import NORMS, PLACEMENTS, make_norm
-from .video import VideoEncoder
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
 
-__all__ = [
-    "LayerNorm", "RMSNorm", "ScaleNorm", "DyT", "make_norm", "NORMS", "PLACEMENTS",
-    "TransformerBlock", "TransformerEncoder", "ConformerBlock", "ConformerEncoder", "VideoEncoder",
-    "functional", "kernels", "reference", "__version__",
-]
+__version__ = "0.2.0"
+
+#: public name -> module that defines it
+_EXPORTS = {
+    "LayerNorm": "norms", "RMSNorm": "norms", "ScaleNorm": "norms", "DyT": "norms",
+    "make_norm": "registry", "NORMS": "registry", "PLACEMENTS": "registry",
+    "TransformerBlock": "models.transformer", "TransformerEncoder": "models.transformer",
+    "ConformerBlock": "models.conformer", "ConformerEncoder": "models.conformer", "VideoEncoder": "models.video",
+}
+_SUBMODULES = ("functional", "kernels", "reference", "nn", "models", "lab", "studies", "diarization", "interop")
+
+__all__ = [*_EXPORTS, "functional", "kernels", "reference", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module 'normlab' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS, *_SUBMODULES])

@@ -3,7 +3,7 @@
 ``from_torch(layer)`` / ``to_torch(block)`` map a
 ``torch.nn.TransformerEncoderLayer(batch_first=True)`` (``norm_first`` False:
 Post-Norm, True: Pre-Norm) to a :class:`normlab.TransformerBlock` and back.
-:func:`load_bert` lives in :mod:`normlab.bert` and is re-exported here.
+:func:`load_bert` lives in :mod:`normlab.models.bert` and is re-exported here.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as TF
 from torch import nn
 
-from .bert import BertEncoder, load_bert
-from .block import TransformerBlock
+from .models.bert import BertEncoder, load_bert
+from .models.transformer import TransformerBlock
 
 __all__ = ["from_torch", "to_torch", "load_bert", "BertEncoder"]
 
@@ -51,8 +51,9 @@ def from_torch(layer: nn.TransformerEncoderLayer) -> TransformerBlock:
     a.out_proj.load_state_dict(attn.out_proj.state_dict())
     block.ffn.fn.fc1.load_state_dict(layer.linear1.state_dict())
     block.ffn.fn.fc2.load_state_dict(layer.linear2.state_dict())
-    block.attn.norm.load_state_dict(layer.norm1.state_dict())
-    block.ffn.norm.load_state_dict(layer.norm2.state_dict())
+    slot = "pre_norm" if layer.norm_first else "post_norm"
+    getattr(block.attn, slot).load_state_dict(layer.norm1.state_dict())
+    getattr(block.ffn, slot).load_state_dict(layer.norm2.state_dict())
     return block.train(layer.training)
 
 
@@ -64,12 +65,13 @@ def to_torch(block: TransformerBlock) -> nn.TransformerEncoderLayer:
     a, ffn = block.attn.fn, block.ffn.fn
     if ffn.activation not in ("relu", "gelu"):
         raise ValueError(f"torch's layer supports relu and gelu, block uses {ffn.activation!r}")
-    norm = block.attn.norm
+    slot = "pre_norm" if block.placement == "pre" else "post_norm"
+    norm = getattr(block.attn, slot)
     if type(norm).__name__ != "LayerNorm":
         raise ValueError(f"torch's layer uses LayerNorm, block uses {type(norm).__name__}")
     w = a.q_proj.weight
     layer = nn.TransformerEncoderLayer(
-        a.d_model, a.n_heads, ffn.fc1.out_features, dropout=block.drop.p, activation=ffn.activation,
+        a.d_model, a.n_heads, ffn.fc1.out_features, dropout=block.attn.drop.p, activation=ffn.activation,
         layer_norm_eps=norm.eps, batch_first=True, norm_first=block.placement == "pre",
         bias=a.q_proj.bias is not None, device=w.device, dtype=w.dtype,
     )
@@ -79,6 +81,6 @@ def to_torch(block: TransformerBlock) -> nn.TransformerEncoderLayer:
     layer.self_attn.out_proj.load_state_dict(a.out_proj.state_dict())
     layer.linear1.load_state_dict(ffn.fc1.state_dict())
     layer.linear2.load_state_dict(ffn.fc2.state_dict())
-    layer.norm1.load_state_dict(block.attn.norm.state_dict())
-    layer.norm2.load_state_dict(block.ffn.norm.state_dict())
+    layer.norm1.load_state_dict(norm.state_dict())
+    layer.norm2.load_state_dict(getattr(block.ffn, slot).state_dict())
     return layer.train(block.training)

@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ..conformer import ConformerEncoder
-from ..encoder import TransformerEncoder
+from ..models.conformer import ConformerEncoder
+from ..models.transformer import TransformerEncoder
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,9 @@ class ModelConfig:
     dropout: float = 0.1  # FFN hidden and branch outputs
     attn_dropout: float = 0.0  # on attention probabilities (0: half the training time on CPU)
 
+
+#: encoders an EEND model can be built on
+ENCODERS = ("transformer", "conformer")
 
 #: the model shipped in the package (``normlab diarize recipe`` writes it; docs/diarization.md has its numbers)
 SHIPPED = pathlib.Path(__file__).parent / "assets" / "eend_pre_ln.pt"
@@ -50,9 +53,9 @@ class EENDModel(nn.Module):
                                               attn_dropout=cfg.attn_dropout, input_dim=cfg.input_dim, pos="none")
         elif cfg.encoder == "conformer":
             self.encoder = ConformerEncoder(cfg.input_dim, cfg.d_model, cfg.n_heads, cfg.n_layers, d_ff=cfg.d_ff,
-                                            dropout=cfg.dropout, norm=cfg.norm)
+                                            dropout=cfg.dropout, norm=cfg.norm, placement=cfg.placement)
         else:
-            raise ValueError(f"unknown encoder {cfg.encoder!r}; valid: transformer, conformer")
+            raise ValueError(f"unknown encoder {cfg.encoder!r}; valid: {', '.join(ENCODERS)}")
         self.head = nn.Linear(cfg.d_model, cfg.n_speakers)
 
     def forward(self, feats: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:

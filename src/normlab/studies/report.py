@@ -9,7 +9,8 @@ import time
 
 from . import STUDIES, load
 from .base import Context
-from .runner import Progress, Runner, Store
+from ..progress import Progress
+from .runner import Runner, Store
 
 
 def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, only: list[str] | None = None,
@@ -18,7 +19,7 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     store = Store(str(out / "runs.sqlite"))
-    runner = Runner(store, jobs=jobs, progress=Progress(enabled=progress))
+    runner = Runner(store, jobs=jobs, progress=Progress(enabled=None if progress else False))
     ctx = Context(runner, scale, out / "figures")
     studies, t0 = [], time.time()
     for name in only or STUDIES:

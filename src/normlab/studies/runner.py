@@ -16,11 +16,12 @@ import importlib
 import json
 import multiprocessing as mp
 import sqlite3
-import sys
 import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+from ..progress import Progress
 
 
 def cell_key(fn: Callable, config: dict) -> str:
@@ -80,24 +81,6 @@ def _call(module: str, name: str, config: dict, threads: int) -> tuple[dict, flo
     except Exception as e:  # noqa: BLE001 - a failing cell is recorded, never fatal to the sweep
         result = {"status": "error", "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-2000:]}
     return result, time.perf_counter() - t0
-
-
-class Progress:
-    """A one-line progress bar on stderr: ``[study] ####---- 12/40  current cell``."""
-
-    def __init__(self, enabled: bool = True, stream=sys.stderr):
-        self.enabled, self.stream = enabled, stream
-
-    def show(self, study: str, done: int, total: int, current: str = "") -> None:
-        if not self.enabled:
-            return
-        width = 24
-        filled = int(width * done / max(total, 1))
-        bar = "#" * filled + "-" * (width - filled)
-        self.stream.write(f"\r[{study:<14s}] {bar} {done:>4d}/{total:<4d} {current[:60]:<60s}")
-        self.stream.flush()
-        if done == total:
-            self.stream.write("\n")
 
 
 class Runner:

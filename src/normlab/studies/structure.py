@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from ..conformer import ConformerBlock
-from ..placement import deepnorm_alpha, deepnorm_beta
-from ..block import TransformerBlock
+from ..models.conformer import ConformerBlock
+from ..models.placement import deepnorm_alpha, deepnorm_beta
+from ..models.transformer import TransformerBlock
 from .base import Context, claim, finish, pyplot
 
 NAME, TITLE = "structure", "DeepNorm constants and the Conformer's norm placement"

@@ -17,8 +17,8 @@ import torch.nn.functional as TF
 from torch import nn
 
 from .. import kernels
-from ..diagnostics import diagnose
-from ..encoder import TransformerEncoder
+from ..lab.diagnostics import diagnose
+from ..models.transformer import TransformerEncoder
 
 VOCAB, LENGTH, BATCH, D, HEADS, D_FF = 32, 16, 32, 64, 4, 128
 CHANCE = math.log(VOCAB)

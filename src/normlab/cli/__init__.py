@@ -1,0 +1,83 @@
+"""Command line: ``normlab COMMAND``. Thin: parse, call the library, print.
+
+Each command group lives in its own module (``lab``, ``report``, ``diarize``)
+with its parsers next to its handlers. Only the group being run builds its
+full parser, so ``normlab --help`` never imports torch.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from importlib import metadata
+
+from . import diarize, lab, report
+
+#: command -> the module that parses and runs it
+GROUPS = {name: mod for mod in (lab, report, diarize) for name in mod.HELP}
+
+#: errors that are the user's to fix: one line and exit status 2, never a traceback
+USER_ERRORS = (ValueError, TypeError, OSError, KeyError, RuntimeError, ImportError)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``normlab lesson: error: argument --d-model: ...`` (exit 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _version() -> str:
+    from .. import __version__
+
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = "not installed"
+    return f"normlab {__version__} (torch {torch_version}, Python {sys.version.split()[0]})"
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s group gets its full options (the others: name and help)."""
+    p = _Parser(prog="normlab", description="Layer normalization for Transformers: norms, kernels, "
+                                "placements, studies and speaker diarization.")
+    p.add_argument("--version", action="version", version=_version())
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, mod in GROUPS.items():
+        if name == command:
+            mod.add_parsers(sub, name)
+        else:
+            sub.add_parser(name, help=mod.HELP[name], add_help=False)
+    return p
+
+
+def _normalize(argv: list[str]) -> list[str]:
+    """``normlab diarize [OPTIONS] AUDIO...`` is ``normlab diarize run [OPTIONS] AUDIO...``."""
+    words = [a for a in argv[1:] if not a.startswith("-")]
+    if argv[:1] == ["diarize"] and words and words[0] not in diarize.COMMANDS:
+        return ["diarize", "run", *argv[1:]]
+    return argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = _normalize(list(sys.argv[1:] if argv is None else argv))
+    command = argv[0] if argv and argv[0] in GROUPS else None
+    try:
+        args = build_parser(command).parse_args(argv)
+    except SystemExit as e:  # --help, --version (0) or a usage error (2), already printed
+        return int(e.code or 0)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print(f"normlab {args.command}: interrupted (finished work is kept; re-run to resume)", file=sys.stderr)
+        return 130
+    except USER_ERRORS as e:
+        if os.environ.get("NORMLAB_DEBUG"):
+            raise
+        message = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+        print(f"normlab {args.command}: error: {message.splitlines()[0] if message else type(e).__name__}",
+              file=sys.stderr)
+        return 2
+
+
+__all__ = ["main", "build_parser", "GROUPS"]

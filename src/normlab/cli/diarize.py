@@ -1,0 +1,191 @@
+"""``normlab diarize``: who spoke when (RTTM), DER scoring, simulation, training and the recipe."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+
+from ._common import positive_int, progress
+
+HELP = {"diarize": "speaker diarization: AUDIO... to RTTM, and DER scoring"}
+
+#: subcommands; any other first word is an audio file: ``normlab diarize AUDIO...`` is ``diarize run AUDIO...``
+COMMANDS = ("score", "run", "simulate", "train", "recipe")
+
+
+def _read_rttms(paths: list[str]) -> dict:
+    """Turns of RTTM files and of every ``*.rttm`` in folders, by recording."""
+    from ..diarization.rttm import read_rttm
+
+    turns: dict = {}
+    for path in map(pathlib.Path, paths):
+        files = sorted(path.glob("*.rttm")) if path.is_dir() else [path]
+        if not files:
+            raise FileNotFoundError(f"{path} has no .rttm files")
+        for f in files:
+            for uri, ts in read_rttm(f).items():
+                turns.setdefault(uri, []).extend(ts)
+    return turns
+
+
+def _cmd_diarize_score(args: argparse.Namespace) -> int:
+    from ..diarization.der import score
+    from ..diarization.rttm import read_uem
+
+    ref, hyp = _read_rttms([args.ref]), _read_rttms(args.hyp)
+    uem = read_uem(args.uem) if args.uem else None
+    result = score(ref, hyp, collar=args.collar, skip_overlap=args.skip_overlap, uem=uem)
+    print(result.format())
+    print(f"  recordings: {len(ref)}; collar {args.collar:g} s each side of reference boundaries"
+          f"{'; overlap skipped' if args.skip_overlap else ''}")
+    return 0
+
+
+def _cmd_diarize_run(args: argparse.Namespace) -> int:
+    from ..diarization.infer import diarize_files
+    from ..diarization.model import EENDModel
+
+    model = EENDModel.load(args.model)  # None: the model shipped in the package
+    post = {k: v for k, v in (("threshold", args.threshold), ("median", args.median)) if v is not None}
+    status = diarize_files(model, args.audio, args.out, **{**model.postprocess, **post})
+    for path, st in status.items():
+        print(f"{path}: wrote {args.out}/{pathlib.Path(path).stem}.rttm" if st == "ok" else f"{path}: error: {st}")
+    return 0 if all(st == "ok" for st in status.values()) else 1
+
+
+def _cmd_diarize_simulate(args: argparse.Namespace) -> int:
+    from ..diarization.simulate import SimConfig, simulate
+
+    cfg = SimConfig(n_mixtures=args.n, n_speakers=args.speakers, beta=args.beta, split=args.split, seed=args.seed,
+                    min_utterances=args.min_utterances, max_utterances=args.max_utterances,
+                    rt60=tuple(args.rt60) if args.rt60 else None)
+    out = simulate(args.out, cfg, progress=progress("simulate"), jobs=args.jobs)
+    print(f"wrote {cfg.n_mixtures} mixtures to {out}/wav, {out}/ref.rttm, {out}/all.uem")
+    return 0
+
+
+def _cmd_diarize_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..diarization.dataset import MixtureSet
+    from ..diarization.model import EENDModel, ModelConfig
+    from ..diarization.train import TrainConfig, train
+
+    torch.set_num_threads(args.threads)
+    data = MixtureSet(args.data, n_speakers=args.speakers)
+    torch.manual_seed(args.seed)
+    model = EENDModel(ModelConfig(d_model=args.d_model, n_layers=args.layers, d_ff=4 * args.d_model,
+                                  n_speakers=args.speakers, norm=args.norm, placement=args.placement,
+                                  encoder=args.encoder))
+    cfg = TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup, ckpt_every=args.ckpt_every, seed=args.seed,
+                      decay=args.decay)
+    out = pathlib.Path(args.out)
+
+    bar = progress("train")
+    losses = train(model, data.batches(args.batch, args.frames), cfg, out / "ckpt",
+                   lambda step, total, loss: bar(step - 1, total, f"loss {loss:.4f}"))
+    model.save(out / "model.pt")
+    print(f"trained {len(losses)} steps on {len(data.items)} mixtures; final loss "
+          f"{sum(losses[-20:]) / len(losses[-20:]):.4f}; wrote {out / 'model.pt'}")
+    return 0
+
+
+def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..diarization.recipe import RecipeConfig, run_recipe
+
+    torch.set_num_threads(args.threads)
+    cfg = RecipeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RecipeConfig)})
+    result = run_recipe(args.out, cfg, data=args.data, progress=progress("recipe"), jobs=args.threads)
+    pp = result["postprocess"]
+    print(f"trained {cfg.steps} steps on {cfg.n_train + cfg.n_train_reverb} mixtures "
+          f"({cfg.n_train_reverb} reverberant; {result['parameters']:,} parameters), "
+          f"final loss {result['final_loss']:.4f}")
+    print(f"dev ({cfg.n_dev} mixtures): threshold {pp['threshold']:g}, median {pp['median']} -> "
+          f"DER {100 * result['dev_der']:.2f}%")
+    sets = [(k, what) for k, what in (("test", "unseen espeak-ng voices"), ("test_reverb", "unseen voices, reverberant"),
+                                      ("flite", "flite voices")) if k in result]
+    for key, what in sets:
+        for name, r in result[key].items():
+            print(f"{key} ({result[key + '_recordings']} mixtures, {what}), {name.replace('_', ' ')} s: "
+                  f"DER {100 * r['der']:.2f}% (false alarm {100 * r['false_alarm']:.2f}%, missed "
+                  f"{100 * r['missed']:.2f}%, confusion {100 * r['confusion']:.2f}%)")
+    print(f"wrote {args.out}/model.pt and {args.out}/results.json ({sum(result['seconds'].values()):.0f} s)")
+    return 0
+
+
+
+def add_parsers(sub, name: str) -> None:
+    from ..diarization.model import ENCODERS
+    from ..diarization.recipe import RecipeConfig  # its fields are the recipe's options
+    from ..registry import NORMS, PLACEMENTS
+
+    dia = sub.add_parser("diarize", help=HELP["diarize"], description=HELP["diarize"] +
+                         ". `normlab diarize AUDIO...` is `normlab diarize run AUDIO...`.")
+    dsub = dia.add_subparsers(dest="diarize_command", required=True, metavar="COMMAND")
+    d = "(default: %(default)s)"
+
+    sc = dsub.add_parser("score", help="diarization error rate of HYP against REF (RTTM files)")
+    sc.add_argument("ref", help="reference RTTM file, or a folder of them")
+    sc.add_argument("hyp", nargs="+", help="hypothesis RTTM files, or folders of them (e.g. the --out of diarize)")
+    sc.add_argument("--collar", type=float, default=0.25,
+                    help=f"seconds forgiven on each side of every reference boundary, as EEND {d}")
+    sc.add_argument("--skip-overlap", action="store_true", help="do not score overlapped reference speech")
+    sc.add_argument("--uem", help="UEM file: score only these regions (default: the reference's extent)")
+    sc.set_defaults(func=_cmd_diarize_score)
+
+    si = dsub.add_parser("simulate", help="simulate conversations with synthesized voices (EEND recipe)")
+    si.add_argument("--out", required=True, help="output folder (re-running resumes)")
+    si.add_argument("--n", type=positive_int, default=100, help=f"mixtures {d}")
+    si.add_argument("--speakers", type=positive_int, default=2, help=f"speakers per mixture {d}")
+    si.add_argument("--beta", type=float, default=2.0, help=f"mean silence before an utterance, s {d}")
+    si.add_argument("--split", choices=["train", "dev", "test", "flite"], default="train",
+                    help=f"disjoint voice sets {d}")
+    si.add_argument("--min-utterances", type=positive_int, default=5, help=f"per speaker {d}")
+    si.add_argument("--max-utterances", type=positive_int, default=20, help=f"per speaker {d}")
+    si.add_argument("--seed", type=int, default=0, help=f"random seed {d}")
+    si.add_argument("--jobs", type=positive_int, default=2, help=f"worker processes {d}")
+    si.add_argument("--rt60", type=float, nargs=2, metavar=("MIN", "MAX"),
+                    help="add reverberation, RT60 drawn from [MIN, MAX] seconds (default: dry)")
+    si.set_defaults(func=_cmd_diarize_simulate)
+
+    tr = dsub.add_parser("train", help="train an EEND model on simulated mixtures (resumes from OUT/ckpt)")
+    tr.add_argument("--data", required=True, help="a folder written by `normlab diarize simulate`")
+    tr.add_argument("--out", required=True, help="writes OUT/model.pt and checkpoints in OUT/ckpt")
+    tr.add_argument("--steps", type=positive_int, default=2000, help=f"optimizer steps {d}")
+    tr.add_argument("--lr", type=float, default=1e-3, help=f"peak learning rate {d}")
+    tr.add_argument("--warmup", type=int, default=200, help=f"linear warmup steps {d}")
+    tr.add_argument("--decay", choices=["none", "cosine"], default="none", help=f"after warmup {d}")
+    tr.add_argument("--batch", type=positive_int, default=8, help=f"mixtures per step {d}")
+    tr.add_argument("--frames", type=positive_int, default=500, help=f"100 ms frames per training window {d}")
+    tr.add_argument("--d-model", type=positive_int, default=128, help=f"encoder width {d}")
+    tr.add_argument("--layers", type=positive_int, default=2, help=f"encoder layers {d}")
+    tr.add_argument("--speakers", type=positive_int, default=2, help=f"speaker outputs {d}")
+    tr.add_argument("--norm", choices=list(NORMS), default="layernorm", help=f"the encoder's norm {d}")
+    tr.add_argument("--placement", choices=list(PLACEMENTS), default="pre", help=f"where the norms go {d}")
+    tr.add_argument("--encoder", choices=ENCODERS, default="transformer", help=f"encoder type {d}")
+    tr.add_argument("--ckpt-every", type=positive_int, default=100, help=f"steps between checkpoints {d}")
+    tr.add_argument("--threads", type=positive_int, default=2, help=f"torch threads {d}")
+    tr.add_argument("--seed", type=int, default=0, help=f"random seed {d}")
+    tr.set_defaults(func=_cmd_diarize_train)
+
+    rn = dsub.add_parser("run", help="write OUT/<stem>.rttm for each audio file (also: normlab diarize AUDIO...)")
+    rn.add_argument("audio", nargs="+", help="WAV/FLAC files, any sample rate")
+    rn.add_argument("--model", default=None,
+                    help="a model saved by EENDModel.save (default: the model shipped with normlab)")
+    rn.add_argument("--out", default="rttm", help=f"output folder {d}")
+    rn.add_argument("--threshold", type=float, default=None, help="speaker activity threshold (default: the model's)")
+    rn.add_argument("--median", type=positive_int, default=None,
+                    help="median filter width in frames, odd (default: the model's)")
+    rn.set_defaults(func=_cmd_diarize_run)
+
+    rc = dsub.add_parser("recipe", help="simulate, train, tune on dev, score on test: the shipped model's recipe")
+    rc.add_argument("--out", required=True, help="writes OUT/model.pt, OUT/results.json (re-running resumes)")
+    rc.add_argument("--data", default=None, help="folder for the simulated splits (default: OUT/data)")
+    rc.add_argument("--threads", type=positive_int, default=2, help=f"torch threads and simulation workers {d}")
+    choices = {"norm": list(NORMS), "placement": list(PLACEMENTS), "encoder": ENCODERS, "decay": ["none", "cosine"]}
+    for f in dataclasses.fields(RecipeConfig):  # every knob of the recipe, with its default
+        rc.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
+                        choices=choices.get(f.name), help=f"{d}")
+    rc.set_defaults(func=_cmd_diarize_recipe)

@@ -1,0 +1,84 @@
+"""``normlab lesson``, ``normlab count``, ``normlab bench``: the laboratory's tools."""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+from ._common import positive_int, progress, shape
+
+HELP = {
+    "lesson": "reproduce the lessons' LayerNorm exercise and check it",
+    "count": "norm parameters and FLOPs of a model preset",
+    "bench": "time normlab's norms against torch's (ratios, GB/s, memory)",
+}
+
+
+def _lesson(args: argparse.Namespace) -> int:
+    from ..lab.lesson import LessonConfig, format_lesson, run_lesson
+
+    cfg = LessonConfig(batch=args.batch, tokens=args.tokens, d_model=args.d_model, seed=args.seed)
+    result = run_lesson(cfg)
+    print(json.dumps(result, indent=2) if args.json else format_lesson(result))
+    return 0 if result["passed"] else 1
+
+
+def _count(args: argparse.Namespace) -> int:
+    from ..lab.accounting import count_preset, format_count
+
+    result = count_preset(args.preset)
+    print(json.dumps(result, indent=2) if args.json else format_count(result))
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..lab import bench
+
+    torch.set_num_threads(args.threads)
+    result = bench.run(args.ops, args.shapes, args.dtypes, repeats=args.repeats, progress=progress("bench"))
+    result["cold_start_s"] = bench.cold_start_seconds() if args.cold_start else None
+    table = bench.markdown(result)
+    print(table)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(result, indent=2))
+    (out / "bench.md").write_text(table + "\n")
+    print(f"wrote {out / 'bench.json'} and {out / 'bench.md'}", file=sys.stderr)
+    return 0
+
+
+def add_parsers(sub, name: str) -> None:
+    if name == "lesson":
+        p = sub.add_parser("lesson", help=HELP["lesson"], description=HELP["lesson"])
+        p.add_argument("--batch", type=positive_int, default=2, help="B, recordings (default: %(default)s)")
+        p.add_argument("--tokens", type=positive_int, default=4, help="T, frames per recording (default: %(default)s)")
+        p.add_argument("--d-model", type=positive_int, default=6, help="D, features per frame (default: %(default)s)")
+        p.add_argument("--seed", type=int, default=42, help="torch.manual_seed (default: %(default)s)")
+        p.add_argument("--json", action="store_true", help="print the figures as JSON")
+        p.set_defaults(func=_lesson)
+    elif name == "count":
+        from ..lab.accounting import PRESETS
+
+        p = sub.add_parser("count", help=HELP["count"], description=HELP["count"])
+        p.add_argument("--preset", choices=list(PRESETS), default="bert-base", help="model preset (default: %(default)s)")
+        p.add_argument("--json", action="store_true", help="print the figures as JSON")
+        p.set_defaults(func=_count)
+    elif name == "bench":
+        from ..lab.bench import DTYPES, OPS, SHAPES
+
+        p = sub.add_parser("bench", help=HELP["bench"], description=HELP["bench"])
+        p.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), help="ops to time (default: all)")
+        p.add_argument("--shapes", nargs="+", type=shape, default=list(SHAPES),
+                       help="NxD rows x features, e.g. 8192x768 (default: the standard set)")
+        p.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16", "float16"], default=list(DTYPES),
+                       help="dtypes (default: %(default)s)")
+        p.add_argument("--repeats", type=positive_int, default=15, help="timed repeats per case, median reported "
+                       "(default: %(default)s)")
+        p.add_argument("--threads", type=positive_int, default=2, help="torch threads (default: %(default)s)")
+        p.add_argument("--cold-start", action="store_true",
+                       help="also time a fresh process with an empty compile cache")
+        p.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md (default: %(default)s)")
+        p.set_defaults(func=_bench)

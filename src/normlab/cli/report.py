@@ -1,0 +1,51 @@
+"""``normlab report`` and ``normlab study``: the claims, checked and written up."""
+from __future__ import annotations
+
+import argparse
+
+from ._common import positive_int
+
+HELP = {
+    "report": "run every study and write an HTML report with verdicts",
+    "study": "run one study (same store and output as report)",
+}
+
+
+def _report(args: argparse.Namespace) -> int:
+    from ..studies.report import run_studies, study_tables, verdict_table
+
+    scale = "quick" if args.quick else "full"
+    result = run_studies(args.out, scale=scale, jobs=args.jobs, only=args.only)
+    print(verdict_table(result))
+    tables = study_tables(result)
+    if tables:
+        print("\n" + tables)
+    print(f"wrote {args.out}/index.html, {args.out}/results.json, {args.out}/runs.sqlite ({result['seconds']} s)")
+    return 0
+
+
+def _study(args: argparse.Namespace) -> int:
+    args.only = [args.name]
+    return _report(args)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="report", help="output folder; re-running resumes from its store "
+                   "(default: %(default)s)")
+    p.add_argument("--quick", action="store_true", help="small sweep, <= 10 minutes on 2 cores (default: full)")
+    p.add_argument("--jobs", type=positive_int, default=2, help="worker processes for the cells (default: %(default)s)")
+
+
+def add_parsers(sub, name: str) -> None:
+    from ..studies import STUDIES
+
+    if name == "report":
+        p = sub.add_parser("report", help=HELP["report"], description=HELP["report"])
+        _common(p)
+        p.add_argument("--only", nargs="+", choices=STUDIES, help="run only these studies (default: all)")
+        p.set_defaults(func=_report)
+    elif name == "study":
+        p = sub.add_parser("study", help=HELP["study"], description=HELP["study"])
+        p.add_argument("name", choices=STUDIES, help="the study to run")
+        _common(p)
+        p.set_defaults(func=_study)

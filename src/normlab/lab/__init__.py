@@ -1,0 +1,1 @@
+"""The laboratory: lesson runner, diagnostics, parameter/FLOP accounting, benchmarks. Tools, not library."""

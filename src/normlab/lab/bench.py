@@ -1,0 +1,216 @@
+"""Benchmark harness: normlab's norms against torch's, same run, same inputs.
+
+Method (docs/performance.md): inputs are leaf tensors created once; each
+repeat runs normlab and torch back to back (A/B interleaved, the order
+alternating), with ``.grad`` reset to None between repeats as in a training
+step; the median over repeats after warm-up is reported. Achieved bandwidth
+is bytes that must move / time, compared with a memory copy measured in the
+same run: ``floor %`` = (bytes / copy speed) / time.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as TF
+
+from .. import functional as F
+from ..kernels import fused
+
+OPS = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
+SHAPES = ((8192, 768), (32768, 768), (4096, 4096), (65536, 80), (16384, 256))
+DTYPES = ("float32", "bfloat16")
+#: tensors of the input's size that must cross memory: (forward, forward+backward)
+TENSORS_MOVED = {
+    "layer_norm": (2, 5),  # fwd: read x, write y; bwd: read dy, x, write dx
+    "rms_norm": (2, 5),
+    "add_layer_norm": (4, 8),  # fwd: read x, r, write y, s; bwd: read dy, ds, s, write dsum
+    "add_rms_norm": (4, 8),
+}
+
+
+@dataclass
+class Row:
+    op: str
+    shape: str
+    dtype: str
+    mode: str  # "fwd" or "fwd+bwd"
+    normlab_ms: float
+    torch_ms: float
+    ratio: float  # torch_ms / normlab_ms: > 1 means normlab is faster
+    gbps: float  # achieved by normlab
+    floor_pct: float  # memory-bound floor time / normlab time, in percent
+    saved_mb_normlab: float | None = None  # bytes kept for backward (fwd+bwd rows)
+    saved_mb_torch: float | None = None
+
+
+def _calls(op: str, x, r, w, b) -> tuple[Callable, Callable]:
+    """(normlab, torch) callables returning the outputs to differentiate."""
+    d = x.shape[-1]
+    if op == "layer_norm":
+        return (lambda: (F.layer_norm(x, d, w, b),), lambda: (TF.layer_norm(x, [d], w, b),))
+    if op == "rms_norm":
+        return (lambda: (F.rms_norm(x, d, w),), lambda: (TF.rms_norm(x, [d], w),))
+    if op == "add_layer_norm":
+
+        def eager_ln():
+            s = x + r
+            return TF.layer_norm(s, [d], w, b), s
+
+        return (lambda: F.add_layer_norm(x, r, d, w, b), eager_ln)
+
+    def eager_rms():
+        s = x + r
+        return TF.rms_norm(s, [d], w), s
+
+    return (lambda: F.add_rms_norm(x, r, d, w), eager_rms)
+
+
+def _step(fn: Callable, seeds, leaves, backward: bool) -> None:
+    for t in leaves:
+        t.grad = None
+    if not backward:
+        with torch.no_grad():
+            fn()
+        return
+    outs = fn()
+    torch.autograd.backward(outs, seeds[: len(outs)])
+
+
+def _ab_median(a: Callable, b: Callable, repeats: int, warmup: int) -> tuple[float, float]:
+    for _ in range(warmup):
+        a()
+        b()
+    ta, tb = [], []
+    for i in range(repeats):
+        for fn, acc in ((a, ta), (b, tb)) if i % 2 == 0 else ((b, tb), (a, ta)):
+            t0 = time.perf_counter()
+            fn()
+            acc.append(time.perf_counter() - t0)
+    return statistics.median(ta) * 1e3, statistics.median(tb) * 1e3
+
+
+def copy_gbps(nbytes: int = 256 << 20, repeats: int = 15) -> float:
+    """Memory-copy speed (read + write bytes per second) of a buffer far larger than cache."""
+    src = torch.ones(nbytes // 4)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        ts.append(time.perf_counter() - t0)
+    return 2 * nbytes / statistics.median(ts) / 1e9
+
+
+def saved_bytes(fn: Callable) -> int:
+    """Bytes of distinct tensors autograd keeps between forward and backward."""
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(seen.values())
+
+
+def _sig(v: float, digits: int = 4) -> float:
+    """``v`` to ``digits`` significant digits (the JSON keeps what the table shows, and tiny values stay > 0)."""
+    return float(f"{v:.{digits}g}")
+
+
+def bench_one(op, shape, dtype, *, copy_speed, repeats=15, warmup=3) -> list[Row]:
+    n, d = shape
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, d, generator=g).to(dt).requires_grad_()
+    r = torch.randn(n, d, generator=g).to(dt).requires_grad_() if op.startswith("add_") else None
+    w = torch.randn(d, generator=g).to(dt).requires_grad_()
+    b = torch.randn(d, generator=g).to(dt).requires_grad_() if "layer" in op else None
+    seeds = [torch.randn(n, d, generator=g).to(dt) for _ in range(2)]
+    leaves = [t for t in (x, r, w, b) if t is not None]
+    ours, theirs = _calls(op, x, r, w, b)
+    rows = []
+    for mode, backward, k in (("fwd", False, 0), ("fwd+bwd", True, 1)):
+        a_ms, b_ms = _ab_median(
+            lambda bw=backward: _step(ours, seeds, leaves, bw), lambda bw=backward: _step(theirs, seeds, leaves, bw),
+            repeats, warmup,
+        )
+        nbytes = TENSORS_MOVED[op][k] * n * d * x.element_size()
+        floor_ms = nbytes / (copy_speed * 1e9) * 1e3
+        row = Row(op, f"{n}x{d}", dtype, mode, _sig(a_ms), _sig(b_ms), _sig(b_ms / a_ms),
+                  _sig(nbytes / a_ms / 1e6), _sig(100 * floor_ms / a_ms))
+        if backward:
+            row.saved_mb_normlab = round(saved_bytes(ours) / 2**20, 1)
+            row.saved_mb_torch = round(saved_bytes(theirs) / 2**20, 1)
+        rows.append(row)
+    return rows
+
+
+def cold_start_seconds() -> float:
+    """Seconds for the first rms_norm forward+backward in a fresh process with an empty compile cache."""
+    import tempfile
+
+    code = (
+        "import time, torch; t=time.perf_counter(); import normlab;"
+        "x=torch.randn(64,64,requires_grad=True); normlab.functional.rms_norm(x,64).sum().backward();"
+        "print(time.perf_counter()-t)"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tmp)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version()}
+
+
+def run(ops=OPS, shapes=SHAPES, dtypes=DTYPES, repeats=15, warmup=3, progress: Callable | None = None) -> dict:
+    """Run the grid; returns ``{"machine", "copy_gbps", "cold_start_s", "rows"}``."""
+    speed = copy_gbps()
+    rows: list[Row] = []
+    grid = [(o, s, d) for o in ops for s in shapes for d in dtypes]
+    for i, (op, shape, dtype) in enumerate(grid):
+        if progress:
+            progress(i, len(grid), f"{op} {shape[0]}x{shape[1]} {dtype}")
+        rows += bench_one(op, shape, dtype, copy_speed=speed, repeats=repeats, warmup=warmup)
+    return {"machine": machine(), "copy_gbps": round(speed, 1), "compile_first_call_s": dict(fused.COLD_START_S),
+            "rows": [asdict(r) for r in rows]}
+
+
+def markdown(result: dict) -> str:
+    m = result["machine"]
+    lines = [
+        f"Machine: {m['cpu']}, {m['threads']} threads, torch {m['torch']}, Python {m['python']}; "
+        f"memory copy {result['copy_gbps']} GB/s (read + write) in the same run.",
+        "",
+        "| op | shape | dtype | mode | normlab ms | torch ms | ratio | GB/s | % of floor | saved MB (normlab / torch) |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in result["rows"]:
+        saved = "" if r["saved_mb_normlab"] is None else f"{r['saved_mb_normlab']} / {r['saved_mb_torch']}"
+        lines.append(
+            f"| {r['op']} | {r['shape']} | {r['dtype']} | {r['mode']} | {r['normlab_ms']:.3f} | {r['torch_ms']:.3f} "
+            f"| {r['ratio']:.2f}x | {r['gbps']:.1f} | {r['floor_pct']:.0f}% | {saved} |"
+        )
+    if result.get("cold_start_s") is not None:
+        lines += ["", f"Cold start (fresh process, empty compile cache, rms_norm fwd+bwd): {result['cold_start_s']:.1f} s"]
+    return "\n".join(lines)

@@ -1,0 +1,101 @@
+"""Per-layer activation and gradient statistics of an encoder (hooks).
+
+:func:`diagnose` runs one forward (and, with ``backward=True``, one backward)
+pass and returns one plain dict per layer, for the studies to tabulate/plot:
+
+* ``resid_norm``: mean L2 norm of the layer's output tokens; ``resid_norm2_per_d``: mean ``||x||^2 / d``;
+* ``token_mean`` / ``token_std``: per-token mean (absolute) and std of the output, averaged;
+* ``branch_ratio_<unit>``: ``Var[F(x)] / Var[alpha x + F(x)]`` for each residual unit;
+* ``cos_prev``: mean cosine similarity between this layer's and the previous layer's output tokens;
+* ``grad_<group>``: L2 norm of the gradients of the layer's ``attn``/``ffn``/``norm`` parameters;
+  ``grad_ffn_w2``: of the FFN's second weight matrix alone (Xiong et al.'s quantity).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as TF
+from torch import nn
+
+from ..nn.residual import ResidualUnit
+
+
+def _valid(t: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Tokens ``[M, D]`` at valid (unpadded) positions."""
+    t = t.detach().float()
+    if mask is None:
+        return t.reshape(-1, t.shape[-1])
+    return t[~mask]
+
+
+def _group(name: str) -> str:
+    if "_norm." in name:
+        return "norm"
+    return "attn" if name.startswith("attn") else "ffn" if name.startswith("ffn") else "other"
+
+
+def diagnose(model: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, *,
+             backward: bool = True, loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[dict]:
+    """Statistics per layer of ``model.layers`` for one batch; see the module docstring.
+
+    ``loss_fn`` maps the model output to a scalar (default: mean of squares, a
+    stand-in for a task loss that gives every layer a gradient).
+    """
+    layers = list(getattr(model, "layers", []))
+    if not layers or not hasattr(model, "run_layers"):
+        raise ValueError("model is not a normlab stack with .layers to diagnose")
+    rows = [{"layer": i} for i in range(len(layers))]
+    streams: dict[int, torch.Tensor] = {}  # -1: the stack's input; i: layer i's output
+    units = []
+
+    def observe(i, x):
+        streams[i] = x.detach()
+
+    def recorder(i, unit_name):
+        def rec(_unit, x, f):
+            fv, sv = _valid(f, key_padding_mask), _valid(x + f, key_padding_mask)
+            rows[i][f"branch_ratio_{unit_name}"] = (fv.var() / sv.var().clamp_min(1e-30)).item()
+        return rec
+
+    for i, layer in enumerate(layers):
+        for name, unit in layer.named_children():
+            if isinstance(unit, ResidualUnit):
+                unit.recorder = recorder(i, name)
+                units.append(unit)
+    model.observer = observe
+    try:
+        model.zero_grad(set_to_none=True)
+        out = model(x, key_padding_mask)
+        if backward:
+            loss = loss_fn(out) if loss_fn is not None else out.float().pow(2).mean()
+            loss.backward()
+    finally:
+        model.observer = None
+        for u in units:
+            u.recorder = None
+    outputs = [streams[i] for i in range(len(layers))]
+    prev = streams[-1]
+    for i, o in enumerate(outputs):
+        v, pv = _valid(o, key_padding_mask), _valid(prev, key_padding_mask)
+        d = v.shape[-1]
+        rows[i].update(
+            resid_norm=v.norm(dim=-1).mean().item(),
+            resid_norm2_per_d=(v.pow(2).sum(-1) / d).mean().item(),
+            token_mean=v.mean(-1).abs().mean().item(),
+            token_std=v.std(-1, unbiased=False).mean().item(),
+            cos_prev=TF.cosine_similarity(v, pv, dim=-1).mean().item() if pv.shape == v.shape else None,
+        )
+        prev = o
+    if backward:
+        for i, layer in enumerate(layers):
+            sq: dict[str, float] = {}
+            for name, p in layer.named_parameters():
+                if p.grad is not None:
+                    g = _group(name)
+                    sq[g] = sq.get(g, 0.0) + p.grad.float().pow(2).sum().item()
+            rows[i].update({f"grad_{g}": v**0.5 for g, v in sq.items()})
+            w2 = getattr(getattr(getattr(layer, "ffn", None), "fn", None), "fc2", None)
+            if w2 is not None and w2.weight.grad is not None:
+                rows[i]["grad_ffn_w2"] = w2.weight.grad.float().norm().item()
+    return rows

@@ -1,0 +1,229 @@
+"""The lessons' exercises, reproduced and checked: ``normlab lesson``.
+
+Lesson 000 asks for a hand-written LayerNorm compared with ``torch.nn.LayerNorm``
+on a simulated audio batch ``x = randn(2, 4, 6) * 5 + 10`` (seed 42), the
+per-token mean and variance after normalization, and a minimal Pre-Norm block
+``x + sublayer(norm(x))``. Lesson 003 repeats it at ``[128, 768]`` and counts
+parameters. Both lessons contrast LayerNorm with BatchNorm, InstanceNorm and
+RMSNorm; the report shows each on the same input.
+
+:func:`run_lesson` returns plain numbers (JSON-able); :func:`format_lesson`
+renders them; the CLI only chooses between the two.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from .. import reference
+from ..norms import LayerNorm, RMSNorm
+
+
+@dataclass(frozen=True)
+class LessonConfig:
+    batch: int = 2  # B: recordings in the batch (lesson 000)
+    tokens: int = 4  # T: frames per recording
+    d_model: int = 6  # D: features per frame
+    seed: int = 42  # the lesson's torch.manual_seed
+    scale: float = 5.0  # x = randn * scale + shift: deliberately off-scale input
+    shift: float = 10.0
+
+
+class PreNormBlock(nn.Module):
+    """The lesson's minimal Pre-Norm block: ``y = x + sublayer(norm(x))``."""
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.norm = LayerNorm(d_model)
+        self.sublayer = nn.Linear(d_model, d_model)  # stands in for attention or the FFN
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.sublayer(self.norm(x))  # B, T, D
+
+
+def _stats(y: torch.Tensor) -> dict:
+    """Per-token mean and (biased) variance over the last dim, and summaries."""
+    mean = y.mean(dim=-1)  # B, T
+    var = y.var(dim=-1, unbiased=False)  # B, T
+    return {
+        "mean": mean.tolist(),
+        "var": var.tolist(),
+        "max_abs_mean": mean.abs().max().item(),
+        "max_abs_var_minus_1": (var - 1).abs().max().item(),
+        "mean_std": y.std(dim=-1).mean().item(),  # lesson 003: unbiased std, averaged over tokens
+    }
+
+
+def _batchnorm_companions(x_tokens: torch.Tensor, seed: int) -> dict:
+    """Token 0's output when its batch companions change: LN vs BatchNorm (train mode)."""
+    d = x_tokens.shape[-1]
+    g = torch.Generator().manual_seed(seed + 1)
+    others = torch.randn(x_tokens.shape, generator=g) * x_tokens.std() + x_tokens.mean()
+    batch_a = x_tokens  # N, D   token 0 with its own companions
+    batch_b = torch.cat([x_tokens[:1], others[1:]])  # N, D   same token 0, new companions
+    bn, ln = nn.BatchNorm1d(d).train(), LayerNorm(d)
+    with torch.no_grad():
+        bn_diff = (bn(batch_a)[0] - bn(batch_b)[0]).abs().max().item()
+        ln_same = torch.equal(ln(batch_a)[0], ln(batch_b)[0])
+        ln_single = torch.equal(ln(x_tokens[:1])[0], ln(batch_a)[0])
+        try:
+            bn(x_tokens[:1])
+            bn_single = "ran"
+        except ValueError as e:  # torch refuses batch statistics from one value per channel
+            bn_single = f"error: {e}"
+    return {
+        "bn_token0_max_change": bn_diff,
+        "ln_token0_bitwise_same": ln_same,
+        "ln_batch1_bitwise_same": ln_single,
+        "bn_batch1_train": bn_single,
+    }
+
+
+def run_lesson(cfg: LessonConfig = LessonConfig()) -> dict:
+    """Run the lessons' exercise and return every figure and criterion."""
+    B, T, D = cfg.batch, cfg.tokens, cfg.d_model
+    if min(B, T, D) < 1:
+        raise ValueError(f"batch, tokens and d_model must be >= 1, got {B}, {T}, {D}")
+    torch.manual_seed(cfg.seed)
+    x = torch.randn(B, T, D) * cfg.scale + cfg.shift  # B, T, D   simulated audio frames
+
+    ours = LayerNorm(D)
+    theirs = nn.LayerNorm(D)
+    theirs.load_state_dict(ours.state_dict())  # same gamma/beta; keys are torch's
+    with torch.no_grad():
+        y_hand, _ = reference.layer_norm_forward(x, ours.weight, ours.bias, ours.eps)  # B, T, D
+        y_mod = ours(x)  # B, T, D
+        y_torch = theirs(x)  # B, T, D
+
+        block = PreNormBlock(D)
+        norm_x = block.norm(x)  # B, T, D
+        sub = block.sublayer(norm_x)  # B, T, D
+        res = x + sub  # B, T, D
+        y_block = block(x)  # B, T, D
+
+        y_rms = RMSNorm(D)(x)  # B, T, D
+        inorm = nn.InstanceNorm1d(D)(x.transpose(1, 2)).transpose(1, 2)  # B, T, D  per channel over T
+
+    shapes = {
+        "input": list(x.shape),
+        "hand_written": list(y_hand.shape),
+        "normlab_module": list(y_mod.shape),
+        "torch": list(y_torch.shape),
+        "norm(x)": list(norm_x.shape),
+        "sublayer(norm(x))": list(sub.shape),
+        "x + sublayer(norm(x))": list(res.shape),
+        "block": list(y_block.shape),
+    }
+    ln_stats = _stats(y_hand)
+    comparisons = {
+        "batchnorm": _batchnorm_companions(x.reshape(B * T, D), cfg.seed),
+        "rmsnorm_max_abs_token_mean": y_rms.mean(dim=-1).abs().max().item(),
+        "rmsnorm_mean_token_rms": y_rms.pow(2).mean(dim=-1).sqrt().mean().item(),
+        "instancenorm_max_abs_token_mean": inorm.mean(dim=-1).abs().max().item(),
+        "instancenorm_max_abs_channel_mean_over_time": inorm.mean(dim=1).abs().max().item() if T > 1 else None,
+    }
+    errors = {
+        "hand_vs_torch": (y_hand - y_torch).abs().max().item(),
+        "module_vs_torch": (y_mod - y_torch).abs().max().item(),
+    }
+    overall = {
+        "x_mean": x.mean().item(),
+        "x_std": x.std(unbiased=False).item(),
+        "norm_x_mean": norm_x.mean().item(),
+        "norm_x_std": norm_x.std(unbiased=False).item(),
+    }
+    n_params = sum(p.numel() for p in ours.parameters())
+    bn = comparisons["batchnorm"]
+    criteria = [
+        ("runs", True, "the exercise ran end to end"),
+        ("shapes stay [B, T, D]", all(s == [B, T, D] for s in shapes.values()), f"every output is {[B, T, D]}"),
+        ("hand-written == torch", max(errors.values()) < 1e-5, f"max abs error {max(errors.values()):.2e} < 1e-5"),
+        ("per-token mean ~ 0", ln_stats["max_abs_mean"] < 1e-5, f"max |mean| {ln_stats['max_abs_mean']:.2e} < 1e-5"),
+        (
+            "per-token variance ~ 1",
+            ln_stats["max_abs_var_minus_1"] < 1e-3,
+            f"max |var - 1| {ln_stats['max_abs_var_minus_1']:.2e} < 1e-3",
+        ),
+        ("parameters = 2 * D", n_params == 2 * D, f"{n_params} == {2 * D}"),
+        (
+            "LN ignores batch companions",
+            bn["ln_token0_bitwise_same"] and bn["ln_batch1_bitwise_same"],
+            "token 0 bitwise identical with new companions and alone",
+        ),
+        (
+            "BatchNorm depends on companions",
+            B * T > 1 and bn["bn_token0_max_change"] > 1e-3,
+            f"token 0 changes by {bn['bn_token0_max_change']:.3g} > 1e-3",
+        ),
+        (
+            "RMSNorm does not centre",
+            comparisons["rmsnorm_max_abs_token_mean"] > 0.1,
+            f"max |token mean| {comparisons['rmsnorm_max_abs_token_mean']:.3f} > 0.1",
+        ),
+    ]
+    return {
+        "config": asdict(cfg),
+        "shapes": shapes,
+        "max_abs_error": errors,
+        "layernorm": ln_stats,
+        "overall": overall,
+        "parameters": n_params,
+        "comparisons": comparisons,
+        "criteria": [{"name": n, "pass": bool(ok), "detail": d} for n, ok, d in criteria],
+        "passed": all(ok for _, ok, _ in criteria),
+    }
+
+
+def _table(rows: list[list[float]], title: str) -> list[str]:
+    out = [title]
+    header = "        " + "".join(f"  t={t:<8d}" for t in range(len(rows[0])))
+    out.append(header)
+    for b, row in enumerate(rows):
+        out.append(f"  b={b:<4d}" + "".join(f"  {v:+.3e}" for v in row))
+    return out
+
+
+def format_lesson(r: dict) -> str:
+    """Human-readable report of :func:`run_lesson`'s result."""
+    c = r["config"]
+    ln, ov, cmp_ = r["layernorm"], r["overall"], r["comparisons"]
+    lines = [
+        f"normlab lesson: LayerNorm on x = randn{tuple(r['shapes']['input'])} * {c['scale']:g} + {c['shift']:g}"
+        f"  (seed {c['seed']})",
+        "",
+        "Shapes",
+    ]
+    lines += [f"  {k:<24s} {v}" for k, v in r["shapes"].items()]
+    lines += [
+        "",
+        f"Max abs difference vs torch.nn.LayerNorm: hand-written {r['max_abs_error']['hand_vs_torch']:.3e}, "
+        f"normlab.LayerNorm {r['max_abs_error']['module_vs_torch']:.3e}",
+        "",
+    ]
+    if c["batch"] * c["tokens"] <= 32:
+        lines += _table(ln["mean"], "Per-token mean after LayerNorm")
+        lines += [""] + _table(ln["var"], "Per-token variance after LayerNorm (biased)") + [""]
+    lines += [
+        f"After LayerNorm: max |token mean| {ln['max_abs_mean']:.3e}, max |token var - 1| "
+        f"{ln['max_abs_var_minus_1']:.3e}, mean token std (unbiased, as lesson 003) {ln['mean_std']:.4f}",
+        f"Overall: x mean {ov['x_mean']:.4f} std {ov['x_std']:.4f} -> norm(x) mean {ov['norm_x_mean']:.4f} "
+        f"std {ov['norm_x_std']:.4f}",
+        f"LayerNorm parameters: {r['parameters']} (gamma and beta, 2 x {c['d_model']})",
+        "",
+        "Other norms on the same input",
+        f"  BatchNorm (train): token 0 changes by {cmp_['batchnorm']['bn_token0_max_change']:.4f} when its "
+        "batch companions change; LayerNorm: "
+        + ("bitwise identical" if cmp_["batchnorm"]["ln_token0_bitwise_same"] else "CHANGED"),
+        f"  BatchNorm (train) on one token: {cmp_['batchnorm']['bn_batch1_train']}",
+        f"  RMSNorm: max |token mean| {cmp_['rmsnorm_max_abs_token_mean']:.4f} (no centring), "
+        f"mean token RMS {cmp_['rmsnorm_mean_token_rms']:.4f}",
+        f"  InstanceNorm (per channel over time): max |token mean| {cmp_['instancenorm_max_abs_token_mean']:.4f}",
+        "",
+        "Acceptance criteria",
+    ]
+    lines += [f"  {'PASS' if k['pass'] else 'FAIL'}  {k['name']:<32s} {k['detail']}" for k in r["criteria"]]
+    n_pass = sum(k["pass"] for k in r["criteria"])
+    lines.append(f"{n_pass} passed, {len(r['criteria']) - n_pass} failed")
+    return "\n".join(lines)

@@ -1,0 +1,105 @@
+"""BERT-family checkpoints as a normlab Post-Norm encoder.
+
+Reads a directory in the usual layout (``config.json`` plus
+``model.safetensors`` or ``pytorch_model.bin``; keys with or without a
+``bert.`` prefix) into :class:`BertEncoder`: word + position + token-type
+embeddings, an embedding LayerNorm, then ``num_hidden_layers`` Post-Norm
+blocks. Nothing is downloaded.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import torch
+from torch import nn
+
+from ..norms import LayerNorm
+from .transformer import TransformerEncoder
+
+
+class BertEncoder(nn.Module):
+    """BERT's encoder; ``forward(input_ids, attention_mask=None, token_type_ids=None)`` -> last hidden states."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        d, eps = config["hidden_size"], config.get("layer_norm_eps", 1e-12)
+        act = config.get("hidden_act", "gelu")
+        if act not in ("gelu", "relu"):
+            raise ValueError(f"unsupported hidden_act {act!r}: gelu or relu")
+        self.config = config
+        self.word_embeddings = nn.Embedding(config["vocab_size"], d, padding_idx=config.get("pad_token_id", 0))
+        self.position_embeddings = nn.Embedding(config["max_position_embeddings"], d)
+        self.token_type_embeddings = nn.Embedding(config.get("type_vocab_size", 2), d)
+        self.emb_norm = LayerNorm(d, eps=eps)
+        self.encoder = TransformerEncoder(
+            d, config["num_attention_heads"], config["num_hidden_layers"], config["intermediate_size"],
+            norm="layernorm", placement="post", pos="none", activation=act, norm_kw={"eps": eps},
+        )
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        b, t = input_ids.shape
+        pos = torch.arange(t, device=input_ids.device)
+        types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+        h = self.word_embeddings(input_ids) + self.position_embeddings(pos) + self.token_type_embeddings(types)
+        h = self.emb_norm(h)  # B, T, D
+        pad = None if attention_mask is None else attention_mask == 0  # B, T   True = padding
+        return self.encoder(h, pad)  # B, T, D
+
+
+def _bert_key_map(n_layers: int) -> dict[str, str]:
+    """normlab name -> BERT name."""
+    m = {
+        "word_embeddings.weight": "embeddings.word_embeddings.weight",
+        "position_embeddings.weight": "embeddings.position_embeddings.weight",
+        "token_type_embeddings.weight": "embeddings.token_type_embeddings.weight",
+        "emb_norm.weight": "embeddings.LayerNorm.weight",
+        "emb_norm.bias": "embeddings.LayerNorm.bias",
+    }
+    parts = {
+        "attn.fn.q_proj": "attention.self.query",
+        "attn.fn.k_proj": "attention.self.key",
+        "attn.fn.v_proj": "attention.self.value",
+        "attn.fn.out_proj": "attention.output.dense",
+        "attn.post_norm": "attention.output.LayerNorm",
+        "ffn.fn.fc1": "intermediate.dense",
+        "ffn.fn.fc2": "output.dense",
+        "ffn.post_norm": "output.LayerNorm",
+    }
+    for i in range(n_layers):
+        for ours, theirs in parts.items():
+            for p in ("weight", "bias"):
+                m[f"encoder.layers.{i}.{ours}.{p}"] = f"encoder.layer.{i}.{theirs}.{p}"
+    return m
+
+
+def _read_weights(path: pathlib.Path) -> dict[str, torch.Tensor]:
+    st, pt = path / "model.safetensors", path / "pytorch_model.bin"
+    if st.exists():
+        try:
+            from safetensors.torch import load_file
+        except ImportError as e:
+            raise ImportError("reading model.safetensors needs the 'safetensors' package") from e
+        return load_file(str(st))
+    if pt.exists():
+        return torch.load(pt, map_location="cpu", weights_only=True)
+    raise FileNotFoundError(f"{path} has neither model.safetensors nor pytorch_model.bin")
+
+
+def load_bert(path: str | pathlib.Path) -> BertEncoder:
+    """Load a BERT checkpoint directory into a :class:`BertEncoder` (eval mode)."""
+    path = pathlib.Path(path)
+    cfg_file = path / "config.json"
+    if not cfg_file.exists():
+        raise FileNotFoundError(f"{path} has no config.json")
+    config = json.loads(cfg_file.read_text())
+    state = _read_weights(path)
+    prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
+    model = BertEncoder(config)
+    mapping = _bert_key_map(config["num_hidden_layers"])
+    missing = [theirs for theirs in mapping.values() if prefix + theirs not in state]
+    if missing:
+        raise KeyError(f"checkpoint lacks {len(missing)} BERT weights, e.g. {missing[:3]}")
+    model.load_state_dict({ours: state[prefix + theirs] for ours, theirs in mapping.items()})
+    return model.eval()

@@ -1,0 +1,109 @@
+"""Conformer block (Gulati et al. 2020) built from pre-norm residual units.
+
+``x + 1/2 FFN(LN x)``, ``+ MHSA(LN x)``, ``+ Conv(LN x)``, ``+ 1/2 FFN(LN x)``,
+then a final LayerNorm. The convolution module is pointwise conv + GLU,
+depthwise conv, a norm (BatchNorm in the paper, over valid frames only),
+Swish and a pointwise conv; padded frames are zeroed before the depthwise
+conv so they never leak into valid ones.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as TF
+from torch import nn
+
+from ..nn.attention import MultiHeadSelfAttention
+from ..nn.feedforward import FeedForward
+from ..nn.positional import PositionalEncoding
+from ..nn.residual import Carry, ResidualUnit, add_norm, apply_norm
+from ..registry import make_norm
+from .placement import final_norm, init_block, layer_placement, slots
+from .stack import Block, Stack
+
+
+class ConvModule(nn.Module):
+    """pointwise(2D) -> GLU -> depthwise(k) -> norm -> Swish -> pointwise -> dropout."""
+
+    def __init__(self, d_model: int, kernel_size: int = 15, dropout: float = 0.0, norm: str = "batchnorm"):
+        super().__init__()
+        if kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be odd (same-length output), got {kernel_size}")
+        self.pointwise_in = nn.Linear(d_model, 2 * d_model)
+        self.depthwise = nn.Conv1d(d_model, d_model, kernel_size, padding=kernel_size // 2, groups=d_model)
+        self.conv_norm = make_norm(norm, d_model)
+        self.pointwise_out = nn.Linear(d_model, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        h = TF.glu(self.pointwise_in(x), dim=-1)  # B, T, D
+        if key_padding_mask is not None:
+            h = h.masked_fill(key_padding_mask[..., None], 0.0)  # padded frames contribute nothing
+        h = self.depthwise(h.transpose(1, 2)).transpose(1, 2)  # B, T, D
+        h = TF.silu(apply_norm(self.conv_norm, h, key_padding_mask))  # B, T, D
+        return self.drop(self.pointwise_out(h))  # B, T, D
+
+    def init_groups(self) -> tuple[list[nn.Linear], list[nn.Linear]]:
+        """Like the FFN: DeepNorm scales both pointwise maps (the depthwise filter keeps torch's init)."""
+        return [], [self.pointwise_in, self.pointwise_out]
+
+
+class ConformerBlock(Block):
+    """One Conformer block: ``ffn1``, ``attn``, ``conv``, ``ffn2`` units and the block's final norm.
+
+    With ``placement="pre"`` (the paper) every unit is ``x + F(LN x)`` (the FFNs
+    half-step) and the block ends with a LayerNorm. Other placements fill the
+    units' slots by the same rules as :class:`normlab.TransformerBlock`; the
+    block ends with a norm only where its units are pre-style.
+
+    Args:
+        d_model, n_heads: sizes. d_ff: FFN hidden size (default ``4 * d_model``).
+        kernel_size: depthwise convolution width (odd). dropout: on every branch.
+        norm: the residual units' norm (``layernorm`` in the paper).
+        placement: a name in :data:`normlab.registry.PLACEMENTS` (``pre`` in the paper).
+        conv_norm: the norm inside the convolution module (``batchnorm`` in the paper).
+        layer_index, n_layers: where this block sits (mixln, deepnorm and admin need them).
+        init: ``"torch"`` or ``"xavier"``.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, *, kernel_size: int = 15,
+                 dropout: float = 0.0, norm: str = "layernorm", placement: str = "pre", conv_norm: str = "batchnorm",
+                 layer_index: int = 0, n_layers: int = 1, init: str = "torch"):
+        super().__init__()
+        self.placement = layer_placement(placement, layer_index, n_layers)
+        s = slots(placement, layer_index, n_layers)
+        d_ff = d_ff or 4 * d_model
+        self.ffn1 = ResidualUnit(FeedForward(d_model, d_ff, "swish", dropout), d_model, norm, s, scale=0.5)
+        self.attn = ResidualUnit(MultiHeadSelfAttention(d_model, n_heads, dropout), d_model, norm, s)
+        self.conv = ResidualUnit(ConvModule(d_model, kernel_size, dropout, conv_norm), d_model, norm, s)
+        self.ffn2 = ResidualUnit(FeedForward(d_model, d_ff, "swish", dropout), d_model, norm, s, scale=0.5)
+        self.final_norm = final_norm(norm, d_model, self.placement, 1)
+        init_block(self, placement, n_layers, init)
+
+    def step(self, hidden: torch.Tensor | None, residual: torch.Tensor, mask: torch.Tensor | None = None) -> Carry:
+        for unit in (self.ffn1, self.attn, self.conv, self.ffn2):
+            hidden, residual = unit.step(hidden, residual, mask)  # B, T, D
+        if self.final_norm is None:
+            return hidden, residual
+        return None, add_norm(hidden, residual, self.final_norm, mask)[0]
+
+
+class ConformerEncoder(Stack):
+    """Input projection, sinusoidal positions, ``n_layers`` Conformer blocks.
+
+    Every block closes itself (see :class:`ConformerBlock`), so the stack needs no final norm.
+
+    Shape: ``x`` ``(B, T, input_dim)``, mask bool ``(B, T)`` (True = padding) -> ``(B, T, D)``.
+    """
+
+    def __init__(self, input_dim: int, d_model: int, n_heads: int, n_layers: int, *, placement: str = "pre",
+                 **block_kw):
+        super().__init__()
+        layer_placement(placement, 0, n_layers)
+        self.input_proj = nn.Linear(input_dim, d_model)
+        self.pos = PositionalEncoding("sinusoidal", d_model)
+        self.layers = nn.ModuleList(ConformerBlock(d_model, n_heads, placement=placement, layer_index=i,
+                                                   n_layers=n_layers, **block_kw) for i in range(n_layers))
+        self.final_norm = None
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.run_layers(self.pos(self.input_proj(x)), key_padding_mask)  # B, T, D

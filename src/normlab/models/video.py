@@ -1,0 +1,95 @@
+"""Video token encoder for ``[B, T, N, D]``: joint or divided space-time attention.
+
+* ``joint``: all ``T * N`` tokens attend to each other (one sequence per clip).
+* ``divided`` (TimeSformer): per layer, each patch attends over time
+  (``[B*N, T, D]``), then each frame's patches attend over space
+  (``[B*T, N, D]``), then the feed-forward.
+
+LayerNorm stays per token: it normalizes each token's ``D`` features, whatever
+the attention pattern.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..nn.attention import MultiHeadSelfAttention
+from ..nn.feedforward import FeedForward
+from ..nn.positional import sinusoidal_table
+from ..nn.residual import Carry, ResidualUnit
+from .placement import final_norm, init_block, layer_placement, slots
+from .stack import Block, Stack
+from .transformer import TransformerBlock
+
+ATTENTIONS = ("joint", "divided")
+
+
+class DividedBlock(Block):
+    """Time attention, space attention and FFN units on ``[B, T, N, D]``."""
+
+    def __init__(self, d_model, n_heads, d_ff=None, *, norm="layernorm", placement="pre", dropout=0.0,
+                 layer_index=0, n_layers=1, init="torch"):
+        super().__init__()
+        self.placement = layer_placement(placement, layer_index, n_layers)
+        s = slots(placement, layer_index, n_layers)
+        self.time = ResidualUnit(MultiHeadSelfAttention(d_model, n_heads, dropout), d_model, norm, s)
+        self.space = ResidualUnit(MultiHeadSelfAttention(d_model, n_heads, dropout), d_model, norm, s)
+        self.ffn = ResidualUnit(FeedForward(d_model, d_ff or 4 * d_model, "gelu", dropout), d_model, norm, s)
+        init_block(self, placement, n_layers, init)
+
+    def step(self, hidden: torch.Tensor | None, residual: torch.Tensor, frame_mask: torch.Tensor | None = None
+             ) -> Carry:
+        b, t, n, d = residual.shape
+
+        def per_patch(v):  # B, T, N, D -> B*N, T, D   one sequence per patch
+            return None if v is None else v.transpose(1, 2).reshape(b * n, t, d)
+
+        def per_frame(v):  # B*N, T, D -> B*T, N, D   one sequence per frame
+            return None if v is None else v.view(b, n, t, d).transpose(1, 2).reshape(b * t, n, d)
+
+        mt = None if frame_mask is None else frame_mask.repeat_interleave(n, dim=0)  # B*N, T
+        hidden, residual = self.time.step(per_patch(hidden), per_patch(residual), mt)
+        hidden, residual = self.space.step(per_frame(hidden), per_frame(residual))
+        hidden, residual = self.ffn.step(hidden, residual)
+        return (None if hidden is None else hidden.reshape(b, t, n, d)), residual.reshape(b, t, n, d)  # B, T, N, D
+
+
+class VideoEncoder(Stack):
+    """Encoder over video tokens ``[B, T, N, D]`` with learned patch and sinusoidal frame positions.
+
+    Args:
+        d_model, n_heads, n_layers, d_ff: sizes. n_patches: tokens per frame ``N``.
+        attention: ``"joint"`` or ``"divided"``. norm, placement: registry names.
+        dropout: inside the blocks. max_frames: longest clip. init: ``"torch"`` or ``"xavier"``.
+
+    Shape:
+        ``x``: ``(B, T, N, D)``; ``frame_mask``: bool ``(B, T)``, True = padded frame.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_layers: int, n_patches: int, d_ff: int | None = None, *,
+                 attention: str = "divided", norm: str = "layernorm", placement: str = "pre",
+                 dropout: float = 0.0, max_frames: int = 1024, init: str = "torch"):
+        super().__init__()
+        layer_placement(placement, 0, n_layers)
+        if attention not in ATTENTIONS:
+            raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
+        self.attention, self.n_patches = attention, n_patches
+        self.patch_pos = nn.Parameter(torch.randn(n_patches, d_model) * 0.02)  # N, D
+        self.register_buffer("frame_pos", sinusoidal_table(max_frames, d_model), persistent=False)  # T, D
+        block = DividedBlock if attention == "divided" else TransformerBlock
+        self.layers = nn.ModuleList(
+            block(d_model, n_heads, d_ff, norm=norm, placement=placement, dropout=dropout, layer_index=i,
+                  n_layers=n_layers, init=init)
+            for i in range(n_layers)
+        )
+        self.final_norm = final_norm(norm, d_model, placement, n_layers)
+
+    def forward(self, x: torch.Tensor, frame_mask: torch.Tensor | None = None) -> torch.Tensor:
+        b, t, n, d = x.shape
+        if n != self.n_patches:
+            raise ValueError(f"expected {self.n_patches} patches per frame, got input of shape {list(x.shape)}")
+        x = x + self.patch_pos + self.frame_pos[:t, None, :].to(x.dtype)  # B, T, N, D
+        if self.attention == "divided":
+            return self.run_layers(x, frame_mask, mask_final_norm=False)  # B, T, N, D
+        mask = None if frame_mask is None else frame_mask.repeat_interleave(n, dim=1)  # B, T*N
+        return self.run_layers(x.reshape(b, t * n, d), mask, mask_final_norm=False).view(b, t, n, d)  # B, T, N, D
