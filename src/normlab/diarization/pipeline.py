@@ -1,0 +1,213 @@
+"""Segmentation + embedding + clustering: any number of speakers, overlap kept (pyannote.audio 3.x, EEND-VC).
+
+1. **Local segmentation.** The EEND model reads short overlapping windows
+   (``window`` seconds every ``step``) and gives, per window, the activity of
+   its few local speakers (2-4, the model's ``n_speakers``).
+2. **Embeddings.** For each (window, local speaker) with enough speech, a
+   GE2E speaker embedding (``embed.py``) of the frames where that speaker is
+   the only one active (all its active frames when those are too few).
+3. **Clustering.** Average-linkage agglomerative clustering of all those
+   embeddings across the recording (``cluster.py``): a tuned cosine-distance
+   threshold, or ``num_speakers``, or ``min_speakers``/``max_speakers``.
+4. **Stitching.** Each local speaker's probabilities go to its cluster; local
+   speakers of one window in the same cluster are merged (maximum); the
+   windows covering a frame are averaged per global speaker; then the
+   model's threshold and median filter turn them into RTTM turns. Two global
+   speakers active on one frame is overlap, kept.
+
+Memory is bounded by the window, not the recording: features and mel frames
+are computed in blocks, the model sees ``batch`` windows at a time, and what
+is kept per recording is small per frame (a 1-hour file stays well under 2 GB).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .cluster import check_speaker_counts, cluster
+from .features import FeatureConfig, logmel
+from .postprocess import to_turns
+from .rttm import Turn
+
+#: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
+TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "min_cluster")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    window: float = 10.0  # seconds per local segmentation window (a few turns, few local speakers)
+    step: float = 5.0  # seconds between window starts: each frame is seen by ~window/step windows
+    threshold: float = 0.5  # speaker activity threshold on the aggregated probabilities (the model file's)
+    median: int = 11  # median filter width, frames (the model file's)
+    cluster_threshold: float = 0.35  # cosine distance where the clustering tree is cut (tuned on dev)
+    min_embed: float = 0.5  # seconds of a local speaker's speech needed for its embedding
+    min_cluster: float = 2.0  # seconds: clusters with less speech fold into the nearest larger one
+    batch: int = 16  # windows per model call
+
+    @classmethod
+    def for_model(cls, model, **overrides) -> "PipelineConfig":
+        """Defaults, then the model file's ``postprocess``, then ``overrides`` (None values ignored)."""
+        kw = {k: v for k, v in getattr(model, "postprocess", {}).items() if k in TUNABLE}
+        kw.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = set(kw) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown pipeline option(s) {sorted(unknown)}")
+        cfg = cls(**kw)
+        if cfg.window <= 0 or not 0 < cfg.step <= cfg.window:
+            raise ValueError(f"need 0 < step <= window, got window={cfg.window}, step={cfg.step}")
+        return cfg
+
+
+def eend_features(wave8k: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), block: int = 60_000) -> torch.Tensor:
+    """``features.extract`` computed in blocks of ``block`` STFT frames: the same ``(T_out, dim)`` in bounded memory."""
+    n, span = wave8k.numel(), max(cfg.win, cfg.n_fft)  # torch.stft frames span n_fft samples
+    if n < span:
+        return torch.zeros(0, cfg.dim)
+    frames = 1 + (n - span) // cfg.hop
+    parts = []
+    for a in range(0, frames, block):
+        b = min(frames, a + block)
+        parts.append(logmel(wave8k[a * cfg.hop : (b - 1) * cfg.hop + span], cfg))  # b-a, n_mels
+    f = torch.cat(parts)
+    f = f - f.mean(dim=0, keepdim=True)  # recording mean removed
+    centres = torch.arange(0, frames, cfg.subsample)  # T_out
+    idx = (centres[:, None] + torch.arange(-cfg.context, cfg.context + 1)).clamp(0, frames - 1)  # T_out, 2c+1
+    return f[idx].reshape(len(centres), -1)  # T_out, (2c+1) n_mels
+
+
+def window_starts(frames: int, size: int, step: int) -> list[int]:
+    """Start frames of windows of ``size`` every ``step`` covering ``frames`` (the last one ends at the end)."""
+    if frames <= size:
+        return [0]
+    starts = list(range(0, frames - size + 1, step))
+    if starts[-1] + size < frames:
+        starts.append(frames - size)
+    return starts
+
+
+@torch.no_grad()
+def local_activity(model, feats: torch.Tensor, starts: list[int], size: int, batch: int = 16) -> torch.Tensor:
+    """Speaker probabilities per window, ``(windows, size, local speakers)`` (short recordings: one shorter window)."""
+    model.eval()
+    size = min(size, feats.shape[0])
+    out = []
+    for i in range(0, len(starts), batch):
+        x = torch.stack([feats[s : s + size] for s in starts[i : i + batch]])  # b, size, dim
+        out.append(torch.sigmoid(model(x)))
+    return torch.cat(out)
+
+
+def speaker_frames(probs: torch.Tensor, threshold: float, min_frames: int) -> list[tuple[int, torch.Tensor]]:
+    """For each local speaker of one window ``(size, S)``: ``(speaker, frame indices)`` to embed, when long enough.
+
+    Frames where that speaker is the only one active; all its active frames when those are fewer than ``min_frames``.
+    """
+    active = probs > threshold  # size, S
+    alone = active & (active.sum(1, keepdim=True) == 1)
+    out = []
+    for s in range(probs.shape[1]):
+        for mask in (alone[:, s], active[:, s]):
+            if int(mask.sum()) >= min_frames:
+                out.append((s, mask.nonzero().squeeze(1)))
+                break
+    return out
+
+
+def long_mel(encoder, wave16k: torch.Tensor, block: int = 6000) -> torch.Tensor:
+    """The encoder's mel frames ``(frames, 40)`` for a whole recording, in blocks of ``block`` frames."""
+    from .embed import HOP, N_FFT
+
+    wave = encoder.normalize_volume(wave16k)
+    padded = torch.nn.functional.pad(wave, (N_FFT // 2, N_FFT // 2))  # centred frames, zero padding
+    frames = 1 + wave.numel() // HOP
+    parts = []
+    for a in range(0, frames, block):
+        b = min(frames, a + block)
+        seg = padded[a * HOP : (b - 1) * HOP + N_FFT]
+        spec = torch.stft(seg, N_FFT, hop_length=HOP, window=encoder.frontend.window, center=False,
+                          return_complex=True)  # F, b-a
+        parts.append(spec.abs().pow(2).T @ encoder.frontend.fbank.T)
+    return torch.cat(parts).float()
+
+
+@dataclass
+class Segmentation:
+    """What the model and the encoder say about one recording; clustering and stitching start from here."""
+
+    uri: str
+    frames: int  # model frames in the recording
+    frame_seconds: float
+    starts: list[int]  # first frame of each window
+    probs: torch.Tensor  # (windows, window frames, local speakers)
+    owners: list[tuple[int, int]]  # (window, local speaker) of each embedding
+    embeddings: torch.Tensor  # (n, dim), L2-normalized
+    weights: np.ndarray  # (n,) seconds of speech behind each embedding
+
+
+def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig,
+            feature_cfg: FeatureConfig = FeatureConfig()) -> Segmentation:
+    """Local segmentation of every window and one embedding per (window, local speaker) with enough speech."""
+    from .audio import resample
+
+    fs = feature_cfg.frame_seconds
+    wave8k = torch.from_numpy(resample(wave16k.numpy(), 16000, feature_cfg.sample_rate))
+    feats = eend_features(wave8k, feature_cfg)  # T, dim
+    T = feats.shape[0]
+    if T == 0:
+        return Segmentation(uri, 0, fs, [], torch.zeros(0, 0, 0), [], torch.zeros(0, 256), np.zeros(0))
+    size = max(1, round(cfg.window / fs))
+    starts = window_starts(T, size, max(1, round(cfg.step / fs)))
+    probs = local_activity(model, feats, starts, size, cfg.batch)  # W, size', S
+    del feats, wave8k
+    mel = long_mel(encoder, wave16k)  # M, 40
+    per = round(fs * 100)  # mel frames (10 ms) per model frame
+    owners, groups, weights = [], [], []
+    for w, s0 in enumerate(starts):
+        for s, idx in speaker_frames(probs[w], cfg.threshold, max(1, round(cfg.min_embed / fs))):
+            m = ((s0 + idx)[:, None] * per + torch.arange(per)).reshape(-1)
+            groups.append(m[m < mel.shape[0]])
+            owners.append((w, s))
+            weights.append(idx.numel() * fs)
+    emb = encoder.embed_frames(mel, groups) if groups else torch.zeros(0, 256)
+    keep = (~torch.isnan(emb).any(1)).tolist()
+    return Segmentation(uri, T, fs, starts, probs, [o for o, k in zip(owners, keep) if k], emb[torch.tensor(keep, dtype=torch.bool)] if groups else emb,
+                        np.array([x for x, k in zip(weights, keep) if k]))
+
+
+def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None = None,
+           min_speakers: int | None = None, max_speakers: int | None = None) -> list[Turn]:
+    """Cluster the embeddings, map local speakers to global ones, average over windows, threshold: turns."""
+    lo, _ = check_speaker_counts(num_speakers, min_speakers, max_speakers)
+    if not seg.owners:
+        return []
+    labels = cluster(seg.embeddings.numpy(), threshold=cfg.cluster_threshold, weights=seg.weights,
+                     num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers,
+                     min_weight=cfg.min_cluster)
+    k_total = max(int(labels.max()) + 1, lo)
+    size = seg.probs.shape[1]
+    total = torch.zeros(seg.frames, k_total)
+    count = torch.zeros(seg.frames, 1)
+    assigned: dict[int, list[tuple[int, int]]] = {}
+    for (w, s), k in zip(seg.owners, labels.tolist()):
+        assigned.setdefault(w, []).append((s, k))
+    for w, s0 in enumerate(seg.starts):
+        local = torch.zeros(size, k_total)
+        for s, k in assigned.get(w, []):  # local speakers sharing a cluster merge by maximum
+            local[:, k] = torch.maximum(local[:, k], seg.probs[w, :, s])
+        total[s0 : s0 + size] += local
+        count[s0 : s0 + size] += 1
+    glob = total / count.clamp_min(1)  # average over the windows covering each frame
+    return to_turns(glob, seg.frame_seconds, seg.uri, threshold=cfg.threshold, median=cfg.median,
+                    labels=[f"spk{k}" for k in range(k_total)])
+
+
+def diarize_waveform(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig, *,
+                     num_speakers: int | None = None, min_speakers: int | None = None,
+                     max_speakers: int | None = None, feature_cfg: FeatureConfig = FeatureConfig()) -> list[Turn]:
+    """Speaker turns of one mono 16 kHz recording (labels ``spk0``, ``spk1``... by decreasing speech)."""
+    check_speaker_counts(num_speakers, min_speakers, max_speakers)
+    seg = segment(model, encoder, wave16k, uri, cfg, feature_cfg)
+    return stitch(seg, cfg, num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers)
