@@ -10,7 +10,7 @@ from ._common import positive_int, progress
 HELP = {"diarize": "speaker diarization: AUDIO... to RTTM, and DER scoring"}
 
 #: subcommands; any other first word is an audio file: ``normlab diarize AUDIO...`` is ``diarize run AUDIO...``
-COMMANDS = ("score", "run", "simulate", "train", "recipe")
+COMMANDS = ("score", "run", "evaluate", "simulate", "train", "recipe")
 
 
 def _read_rttms(paths: list[str]) -> dict:
@@ -41,16 +41,35 @@ def _cmd_diarize_score(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_diarize_run(args: argparse.Namespace) -> int:
-    from ..diarization.infer import diarize_files
-    from ..diarization.model import EENDModel
+def _speaker_counts(args: argparse.Namespace) -> dict:
+    return {"num_speakers": args.num_speakers, "min_speakers": args.min_speakers, "max_speakers": args.max_speakers}
 
-    model = EENDModel.load(args.model)  # None: the model shipped in the package
-    post = {k: v for k, v in (("threshold", args.threshold), ("median", args.median)) if v is not None}
-    status = diarize_files(model, args.audio, args.out, **{**model.postprocess, **post})
+
+def _pipeline_options(args: argparse.Namespace) -> dict:
+    """Options the user set; the rest come from the model file (the same defaults as the Python API)."""
+    return {k: v for k, v in (("threshold", args.threshold), ("median", args.median)) if v is not None}
+
+
+def _cmd_diarize_run(args: argparse.Namespace) -> int:
+    from ..diarization.api import diarize_files
+
+    status = diarize_files(args.audio, args.out, model=args.model, encoder=args.embedding,
+                           progress=progress("diarize"), **_speaker_counts(args), **_pipeline_options(args))
     for path, st in status.items():
         print(f"{path}: wrote {args.out}/{pathlib.Path(path).stem}.rttm" if st == "ok" else f"{path}: error: {st}")
     return 0 if all(st == "ok" for st in status.values()) else 1
+
+
+def _cmd_diarize_evaluate(args: argparse.Namespace) -> int:
+    import json
+
+    from ..diarization.evaluate import evaluate_folder, format_evaluation
+
+    result = evaluate_folder(args.wav_dir, args.ref, args.out, uem=args.uem, model=args.model,
+                             encoder=args.embedding, progress=progress("diarize"), **_speaker_counts(args),
+                             **_pipeline_options(args))
+    print(json.dumps(result, indent=2) if args.json else format_evaluation(result))
+    return 0 if not result["errors"] else 1
 
 
 def _cmd_diarize_simulate(args: argparse.Namespace) -> int:
@@ -170,15 +189,34 @@ def add_parsers(sub, name: str) -> None:
     tr.add_argument("--seed", type=int, default=0, help=f"random seed {d}")
     tr.set_defaults(func=_cmd_diarize_train)
 
+    def pipeline_options(q):
+        q.add_argument("--model", default=None,
+                       help="a model saved by EENDModel.save (default: the model shipped with normlab)")
+        q.add_argument("--embedding", default=None, metavar="WEIGHTS",
+                       help="speaker encoder weights (default: resemblyzer==0.1.4's pretrained.pt)")
+        q.add_argument("--num-speakers", type=positive_int, default=None, help="exact speaker count, if known")
+        q.add_argument("--min-speakers", type=positive_int, default=None, help="at least this many speakers")
+        q.add_argument("--max-speakers", type=positive_int, default=None, help="at most this many speakers")
+        q.add_argument("--threshold", type=float, default=None,
+                       help="speaker activity threshold (default: the model's)")
+        q.add_argument("--median", type=positive_int, default=None,
+                       help="median filter width in frames, odd (default: the model's)")
+
     rn = dsub.add_parser("run", help="write OUT/<stem>.rttm for each audio file (also: normlab diarize AUDIO...)")
-    rn.add_argument("audio", nargs="+", help="WAV/FLAC files, any sample rate")
-    rn.add_argument("--model", default=None,
-                    help="a model saved by EENDModel.save (default: the model shipped with normlab)")
+    rn.add_argument("audio", nargs="+", help="WAV/FLAC files, any sample rate and channel count")
     rn.add_argument("--out", default="rttm", help=f"output folder {d}")
-    rn.add_argument("--threshold", type=float, default=None, help="speaker activity threshold (default: the model's)")
-    rn.add_argument("--median", type=positive_int, default=None,
-                    help="median filter width in frames, odd (default: the model's)")
+    pipeline_options(rn)
     rn.set_defaults(func=_cmd_diarize_run)
+
+    ev = dsub.add_parser("evaluate", help="diarize a folder of audio and print per-file and total DER "
+                         "at collars 0 and 0.25 (as `diarize score` on the written RTTMs)")
+    ev.add_argument("wav_dir", help="folder of .wav/.flac files; each file's stem is its uri")
+    ev.add_argument("ref", help="reference RTTM file")
+    ev.add_argument("--uem", default=None, help="UEM file: score only these regions (default: the extent of speech)")
+    ev.add_argument("--out", default="rttm", help=f"where the hypothesis RTTMs are written {d}")
+    ev.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    pipeline_options(ev)
+    ev.set_defaults(func=_cmd_diarize_evaluate)
 
     rc = dsub.add_parser("recipe", help="simulate, train, tune on dev, score on test: the shipped model's recipe")
     rc.add_argument("--out", required=True, help="writes OUT/model.pt, OUT/results.json (re-running resumes)")

@@ -135,6 +135,11 @@ class SpeakerEncoder(nn.Module):
             raise ValueError(f"{path} is not a GE2E speaker encoder checkpoint: {e}") from None
         return model.eval()
 
+    def save(self, path: str | pathlib.Path) -> None:
+        """Write the weights in the format ``load`` reads (Resemblyzer's ``{"model_state": ...}``)."""
+        torch.save({"model_state": {k: v for k, v in self.state_dict().items() if k.startswith(("lstm.", "linear."))}},
+                   path)
+
     @staticmethod
     def normalize_volume(wave: torch.Tensor, target_dbfs: float = -30.0) -> torch.Tensor:
         """Scale up to ``target_dbfs`` RMS (never down), as Resemblyzer's preprocessing."""

@@ -58,3 +58,63 @@ def tune(probs: dict[str, torch.Tensor], reference: dict[str, list[Turn]], *, co
 def reference_of(folder: str | pathlib.Path) -> dict[str, list[Turn]]:
     """The ``ref.rttm`` written by ``normlab diarize simulate``."""
     return read_rttm(pathlib.Path(folder) / "ref.rttm")
+
+
+COLLARS = (0.0, 0.25)
+
+
+def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, out_dir: str | pathlib.Path, *,
+                    uem: str | pathlib.Path | None = None, progress=None, **diarize_kw) -> dict:
+    """Diarize every ``*.wav``/``*.flac`` of ``wav_dir`` into ``out_dir``, then score the written RTTMs.
+
+    Returns ``{"files": [{"uri", "collars": {"0": {...}, "0.25": {...}}}], "total": {...}, "errors": {...}}``
+    with DER components in seconds and ``der`` as a fraction. The RTTMs are read back before scoring,
+    so the numbers are those of ``normlab diarize score REF OUT_DIR --collar C`` on the same files.
+    """
+    from .api import diarize_files
+    from .rttm import read_uem
+
+    wav_dir, out_dir = pathlib.Path(wav_dir), pathlib.Path(out_dir)
+    if not wav_dir.is_dir():
+        raise FileNotFoundError(f"{wav_dir} is not a folder")
+    paths = sorted(p for p in wav_dir.iterdir() if p.suffix.lower() in (".wav", ".flac"))
+    if not paths:
+        raise FileNotFoundError(f"{wav_dir} has no .wav or .flac files")
+    reference = read_rttm(ref_rttm)
+    regions = read_uem(uem) if uem else None
+    status = diarize_files(paths, out_dir, progress=progress, **diarize_kw)
+    hyp: dict[str, list[Turn]] = {}
+    for p in paths:
+        if status[str(p)] == "ok":
+            hyp.update(read_rttm(out_dir / f"{p.stem}.rttm"))
+    ref = {p.stem: reference.get(p.stem, []) for p in paths}
+    files, total = [], {}
+    for p in paths:
+        u = p.stem
+        row = {"uri": u, "collars": {}}
+        for c in COLLARS:
+            r = score({u: ref[u]}, {u: hyp.get(u, [])}, collar=c, uem=regions)
+            row["collars"][f"{c:g}"] = _as_dict(r)
+        files.append(row)
+    for c in COLLARS:
+        total[f"{c:g}"] = _as_dict(score(ref, hyp, collar=c, uem=regions))
+    return {"files": files, "total": total, "errors": {k: v for k, v in status.items() if v != "ok"},
+            "out": str(out_dir)}
+
+
+def _as_dict(r: DERResult) -> dict:
+    return {"der": r.der, "false_alarm": r.false_alarm, "missed": r.missed, "confusion": r.confusion,
+            "total": r.total}
+
+
+def format_evaluation(result: dict) -> str:
+    """Per-file and total DER at each collar, one table."""
+    cs = list(result["total"])
+    head = f"{'recording':<24s}" + "".join(f"  DER@{c:<5s}" for c in cs)
+    lines = [head]
+    for row in result["files"]:
+        lines.append(f"{row['uri'][:24]:<24s}" + "".join(f"  {100 * row['collars'][c]['der']:8.2f}%" for c in cs))
+    lines.append(f"{'TOTAL':<24s}" + "".join(f"  {100 * result['total'][c]['der']:8.2f}%" for c in cs))
+    for path, err in result["errors"].items():
+        lines.append(f"{path}: error: {err}")
+    return "\n".join(lines)

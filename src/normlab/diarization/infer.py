@@ -7,13 +7,13 @@ previous chunk on the overlap before the chunks are joined.
 """
 from __future__ import annotations
 
-import itertools
 import pathlib
 
 import torch
 
 from .features import FeatureConfig, extract, load_audio
 from .model import EENDModel
+from .permutation import align
 from .postprocess import to_turns
 from .rttm import Turn, write_rttm
 
@@ -33,18 +33,23 @@ def frame_probs(model: EENDModel, feats: torch.Tensor, chunk_frames: int = 1500,
     while out.shape[0] < n:
         p = torch.sigmoid(model(feats[None, start : start + chunk_frames]))[0]  # Tc, S
         ov = out.shape[0] - start  # frames shared with what is already decided
-        perms = list(itertools.permutations(range(s)))
-        best = max(perms, key=lambda q: -(p[:ov, list(q)] - out[start:]).abs().sum().item())
-        p = p[:, list(best)]
+        p = align(out, p, ov)  # this chunk in the speaker order of what is decided
         out = torch.cat([out[:start], (out[start:] + p[:ov]) / 2, p[ov:]])
         start += chunk_frames - overlap_frames
     return out[:n]
 
 
 def diarize_file(model: EENDModel, path: str | pathlib.Path, cfg: FeatureConfig = FeatureConfig(), *,
-                 threshold: float = 0.5, median: int = 11, chunk_frames: int = 1500) -> list[Turn]:
-    """Speaker turns of one recording; the uri is the file's stem."""
+                 threshold: float | None = None, median: int | None = None, chunk_frames: int = 1500) -> list[Turn]:
+    """Speaker turns of one recording with the model's own speakers only (at most ``n_speakers``; no clustering).
+
+    The uri is the file's stem; ``threshold`` and ``median`` default to the
+    model file's (as ``normlab.diarization.diarize``). The full pipeline, for
+    any number of speakers, is ``normlab.diarization.diarize``.
+    """
     path = pathlib.Path(path)
+    threshold = model.postprocess["threshold"] if threshold is None else threshold
+    median = model.postprocess["median"] if median is None else median
     feats = extract(load_audio(path, cfg.sample_rate), cfg)  # T, D
     probs = frame_probs(model, feats, chunk_frames)
     return to_turns(probs, cfg.frame_seconds, path.stem, threshold=threshold, median=median)

@@ -1,10 +1,10 @@
 """Permutation-invariant binary cross-entropy (EEND's training loss)."""
 from __future__ import annotations
 
-import itertools
-
 import torch
 import torch.nn.functional as TF
+
+from .permutation import best_per_sequence, permutations
 
 
 def pit_bce(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None):
@@ -26,12 +26,12 @@ def pit_bce(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | Non
     b, t, s = logits.shape
     valid = torch.ones(b, t, dtype=logits.dtype, device=logits.device) if mask is None else (~mask).to(logits.dtype)
     n = valid.sum(1).clamp_min(1)  # B
-    perms = list(itertools.permutations(range(s)))
+    table = permutations(s, device=logits.device)  # P, S
     losses = []
-    for p in perms:
-        bce = TF.binary_cross_entropy_with_logits(logits, labels[..., list(p)].to(logits.dtype), reduction="none")
+    for p in table.tolist():
+        bce = TF.binary_cross_entropy_with_logits(logits, labels[..., p].to(logits.dtype), reduction="none")
         losses.append((bce.mean(-1) * valid).sum(1) / n)  # B
     stacked = torch.stack(losses, dim=1)  # B, P
-    best, idx = stacked.min(dim=1)
-    table = torch.tensor(perms, device=logits.device)  # P, S
+    idx = best_per_sequence(stacked)  # B: each sequence its own label order
+    best = stacked.gather(1, idx[:, None]).squeeze(1)  # B
     return best.mean(), table[idx]
