@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from normlab import bench
+from normlab.lab import bench
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

@@ -2,7 +2,7 @@
 import pytest
 
 import normlab
-from normlab import accounting
+from normlab.lab import accounting
 from normlab.cli import main
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import normlab
-from normlab.diagnostics import diagnose
+from normlab.lab.diagnostics import diagnose
 
 
 def test_rows_have_every_statistic():

@@ -8,7 +8,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from normlab.block import TransformerBlock
+from normlab.models.transformer import TransformerBlock
 from normlab.diarization.evaluate import evaluate, tune
 from normlab.diarization.model import SHIPPED, EENDModel, ModelConfig
 from normlab.diarization.rttm import Turn

@@ -50,10 +50,8 @@ def test_to_torch_rejects_what_torch_lacks():
         interop.from_torch(nn.Linear(2, 2))
 
 
-transformers = pytest.importorskip("transformers")
-
-
 def _tiny_bert(tmp_path, safe=True, prefix_model=False):
+    transformers = pytest.importorskip("transformers", reason="the BERT comparisons need transformers ([dev] extra)")
     torch.manual_seed(0)
     cfg = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                                   intermediate_size=37, max_position_embeddings=64, hidden_dropout_prob=0.0,

@@ -43,7 +43,7 @@ def test_col_sum_is_blocked_and_exact_in_float64():
 
 def test_compiled_saves_no_more_than_torch():
     """Backward keeps only the input and per-row statistics (plus the weight)."""
-    from normlab.bench import saved_bytes
+    from normlab.lab.bench import saved_bytes
 
     x = torch.randn(512, 256, requires_grad=True)
     w = torch.randn(256, requires_grad=True)
@@ -79,7 +79,7 @@ def test_model_compiles_fullgraph_and_matches_eager():
 
 
 def test_bench_rows_are_consistent():
-    from normlab import bench
+    from normlab.lab import bench
 
     rows = bench.bench_one("add_rms_norm", (64, 32), "float32", copy_speed=10.0, repeats=3, warmup=1)
     assert [r.mode for r in rows] == ["fwd", "fwd+bwd"]

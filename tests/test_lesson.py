@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from normlab import lesson
+from normlab.lab import lesson
 from normlab.cli import main
 
 

@@ -13,6 +13,12 @@ import torch
 ShapeLike = int | Sequence[int] | torch.Size
 
 
+def check_choice(value, choices, what: str) -> None:
+    """Raise ``ValueError("unknown <what> <value>; valid: a, b, c")`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}; valid: {', '.join(map(str, choices))}")
+
+
 def as_shape(normalized_shape: ShapeLike) -> tuple[int, ...]:
     """Turn an int, list, tuple or ``torch.Size`` into a tuple of ints."""
     if isinstance(normalized_shape, (bool, str, bytes, float)):

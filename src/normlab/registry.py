@@ -5,6 +5,7 @@ from collections.abc import Callable
 
 from torch import nn
 
+from ._checks import check_choice
 from .batchnorm import MaskedBatchNorm
 from .norms import DyT, LayerNorm, RMSNorm, ScaleNorm
 
@@ -30,20 +31,15 @@ PLACEMENTS: dict[str, str] = {
 }
 
 
-def _check(name: str, table: dict, what: str) -> None:
-    if name not in table:
-        raise ValueError(f"unknown {what} {name!r}; valid: {', '.join(table)}")
-
-
 def make_norm(name: str, dim: int, **kw) -> nn.Module:
     """Build the norm called ``name`` over a feature dim of size ``dim``.
 
     >>> make_norm("rmsnorm", 64)
     RMSNorm((64,), eps=None, elementwise_affine=True)
     """
-    _check(name, NORMS, "norm")
+    check_choice(name, NORMS, "norm")
     return NORMS[name](dim, **kw)
 
 
 def check_placement(name: str) -> None:
-    _check(name, PLACEMENTS, "placement")
+    check_choice(name, PLACEMENTS, "placement")

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from .._checks import check_choice
 from ..models.conformer import ConformerEncoder
 from ..models.transformer import TransformerEncoder
 
@@ -55,7 +56,7 @@ class EENDModel(nn.Module):
             self.encoder = ConformerEncoder(cfg.input_dim, cfg.d_model, cfg.n_heads, cfg.n_layers, d_ff=cfg.d_ff,
                                             dropout=cfg.dropout, norm=cfg.norm, placement=cfg.placement)
         else:
-            raise ValueError(f"unknown encoder {cfg.encoder!r}; valid: {', '.join(ENCODERS)}")
+            check_choice(cfg.encoder, ENCODERS, "encoder")
         self.head = nn.Linear(cfg.d_model, cfg.n_speakers)
 
     def forward(self, feats: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..batchnorm import MaskedBatchNorm
+from .._checks import check_choice
 from ..norms import DyT, LayerNorm, RMSNorm, ScaleNorm
 
 NORM_TYPES = (LayerNorm, RMSNorm, ScaleNorm, DyT, MaskedBatchNorm, nn.LayerNorm, nn.RMSNorm,
@@ -81,8 +82,7 @@ def count_preset(name: str) -> dict:
     """Counts for a named BERT preset, built on the meta device (no memory)."""
     from ..models.bert import BertEncoder
 
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
+    check_choice(name, PRESETS, "preset")
     cfg = dict(PRESETS[name])
     seq_len = cfg.pop("seq_len")
     with torch.device("meta"):

@@ -100,6 +100,6 @@ def load_bert(path: str | pathlib.Path) -> BertEncoder:
     mapping = _bert_key_map(config["num_hidden_layers"])
     missing = [theirs for theirs in mapping.values() if prefix + theirs not in state]
     if missing:
-        raise KeyError(f"checkpoint lacks {len(missing)} BERT weights, e.g. {missing[:3]}")
+        raise ValueError(f"{path} is not a BERT checkpoint: it lacks {len(missing)} BERT weights, e.g. {missing[:3]}")
     model.load_state_dict({ours: state[prefix + theirs] for ours, theirs in mapping.items()})
     return model.eval()

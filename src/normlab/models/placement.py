@@ -25,6 +25,7 @@ import math
 import torch
 from torch import nn
 
+from .._checks import check_choice
 from ..nn.residual import ResidualUnit, Slots
 from ..registry import check_placement, make_norm
 
@@ -92,8 +93,7 @@ def init_linear(m: nn.Linear, gain: float, scheme: str) -> None:
 
 
 def check_init(init: str) -> None:
-    if init not in INITS:
-        raise ValueError(f"unknown init {init!r}; valid: {', '.join(INITS)}")
+    check_choice(init, INITS, "init")
 
 
 def init_block(block: nn.Module, placement: str, n_layers: int, init: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .._checks import check_choice
 from ..nn.attention import MultiHeadSelfAttention
 from ..nn.feedforward import FeedForward
 from ..nn.positional import sinusoidal_table
@@ -71,8 +72,7 @@ class VideoEncoder(Stack):
                  dropout: float = 0.0, max_frames: int = 1024, init: str = "torch"):
         super().__init__()
         layer_placement(placement, 0, n_layers)
-        if attention not in ATTENTIONS:
-            raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
+        check_choice(attention, ATTENTIONS, "attention")
         self.attention, self.n_patches = attention, n_patches
         self.patch_pos = nn.Parameter(torch.randn(n_patches, d_model) * 0.02)  # N, D
         self.register_buffer("frame_pos", sinusoidal_table(max_frames, d_model), persistent=False)  # T, D

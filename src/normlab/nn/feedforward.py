@@ -5,6 +5,8 @@ import torch
 import torch.nn.functional as TF
 from torch import nn
 
+from .._checks import check_choice
+
 ACTIVATIONS = ("gelu", "relu", "swish", "swiglu")
 
 
@@ -18,8 +20,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {activation!r}; valid: {', '.join(ACTIVATIONS)}")
+        check_choice(activation, ACTIVATIONS, "activation")
         self.activation = activation
         self.fc1 = nn.Linear(d_model, d_ff, bias=bias)
         self.gate = nn.Linear(d_model, d_ff, bias=bias) if activation == "swiglu" else None

@@ -6,6 +6,8 @@ import math
 import torch
 from torch import nn
 
+from .._checks import check_choice
+
 POSITIONS = ("sinusoidal", "learned", "none")
 
 
@@ -24,8 +26,7 @@ class PositionalEncoding(nn.Module):
 
     def __init__(self, kind: str, d_model: int, max_len: int = 4096):
         super().__init__()
-        if kind not in POSITIONS:
-            raise ValueError(f"unknown positional encoding {kind!r}; valid: {', '.join(POSITIONS)}")
+        check_choice(kind, POSITIONS, "positional encoding")
         self.kind, self.max_len = kind, max_len
         if kind == "sinusoidal":
             self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)

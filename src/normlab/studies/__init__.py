@@ -11,6 +11,7 @@ STUDIES = ("lesson_stats", "invariance", "structure", "rms_speed", "init_depth",
 
 
 def load(name: str):
-    if name not in STUDIES:
-        raise ValueError(f"unknown study {name!r}; valid: {', '.join(STUDIES)}")
+    from .._checks import check_choice
+
+    check_choice(name, STUDIES, "study")
     return importlib.import_module(f"{__name__}.{name}")
