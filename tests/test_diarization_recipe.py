@@ -103,27 +103,38 @@ def test_simulation_is_the_same_with_two_processes(tmp_path):
 
 
 @needs_espeak
-def test_recipe_end_to_end_at_debug_size(tmp_path, capsys):
-    from normlab.cli import main
+def test_recipe_end_to_end_at_debug_size_resumes_and_records_provenance(tmp_path):
+    from normlab.diarization import provenance
+    from normlab.diarization.recipe import RecipeConfig, run_recipe
 
-    argv = ["diarize", "recipe", "--out", str(tmp_path / "r"), "--n-train", "3", "--n-dev", "2", "--n-test", "2",
-            "--steps", "8", "--warmup", "2", "--frames", "100", "--d-model", "16", "--n-layers", "1",
-            "--n-heads", "2", "--threads", "1", "--n-flite", "1", "--n-train-reverb", "1", "--n-test-reverb", "1"]
-    assert main(argv) == 0
-    out = capsys.readouterr().out
-    assert "collar 0.25 s: DER" in out and "collar 0 s: DER" in out
-    result = json.loads((tmp_path / "r" / "results.json").read_text())
+    torch.set_num_threads(1)
+    cfg = RecipeConfig(n_train=3, n_dev=2, n_test=2, n_test_dry=1, steps=6, warmup=2, batch=4, d_model=16,
+                       n_layers=1, n_heads=2, min_utterances=2, max_utterances=3, sources="espeak")
+    out = tmp_path / "r"
+    result = run_recipe(out, cfg)
     best = min(result["dev_grid"], key=lambda g: g["der"])
-    model = EENDModel.load(tmp_path / "r" / "model.pt")
+    model = EENDModel.load(out / "model.pt")
     assert model.postprocess == {"threshold": best["threshold"], "median": best["median"]}
+    assert model.cfg.n_speakers == 4 and result["window_frames"] == 100
     assert result["test_recordings"] == 2 and math.isfinite(result["test"]["collar_0.25"]["der"])
-    assert result["test_reverb_recordings"] == 1 and "reverberant), collar 0.25 s: DER" in out
-    assert len(list((tmp_path / "r" / "data" / "train_reverb" / "wav").glob("*_rt0.2-0.6_1_*.wav"))) == 1
-    if shutil.which("flite"):
-        assert result["flite_recordings"] == 1 and "flite (1 mixtures, flite voices)" in out
-    assert (tmp_path / "r" / "ckpt" / "last.pt").exists()
-    assert main(argv) == 0  # re-run: data, features and the finished training are reused
-    assert json.loads((tmp_path / "r" / "results.json").read_text())["test"] == result["test"]
+    assert result["test_dry_recordings"] == 1 and "collar_0" in result["test_dry"]
+    meta = provenance.read(out / "model.pt")  # what the model was made from, inside the model file
+    assert meta["max_local_speakers"] == 4 and meta["window_seconds"] == 10.0
+    assert meta["recipe"]["steps"] == 6 and meta["recipe"]["sources"] == "espeak"
+    assert set(meta["versions"]) >= {"normlab", "torch", "python"} and meta["versions"]["torch"] == torch.__version__
+    assert meta["train_sources"]["voices"] and all(v.startswith("espeak-ng.") for v in meta["train_sources"]["voices"])
+    assert "espeak-ng" in meta["train_sources"]["licences"]
+    # resume: a lost test mixture, model and results are made again; training is not repeated
+    ckpt = out / "ckpt" / "last.pt"
+    stamp = ckpt.stat().st_mtime_ns
+    lost = sorted((out / "data" / "test" / "wav").glob("*.wav"))[0]
+    audio = lost.read_bytes()
+    lost.unlink()
+    (out / "model.pt").unlink()
+    again = run_recipe(out, cfg)
+    assert ckpt.stat().st_mtime_ns == stamp and lost.read_bytes() == audio
+    assert again["test"] == result["test"] and again["dev_grid"] == result["dev_grid"]
+    assert EENDModel.load(out / "model.pt").postprocess == model.postprocess
 
 
 def test_recipe_builds_either_encoder():
@@ -133,4 +144,4 @@ def test_recipe_builds_either_encoder():
         cfg = RecipeConfig(encoder=encoder, d_model=16, n_heads=2, n_layers=1)
         model = EENDModel(cfg.model_config())
         assert model.cfg.encoder == encoder and type(model.encoder).__name__.lower().startswith(encoder)
-        assert model(torch.randn(2, 30, 345)).shape == (2, 30, 2)
+        assert model(torch.randn(2, 30, 345)).shape == (2, 30, cfg.n_speakers)

@@ -39,8 +39,8 @@ def test_simulation_is_reproducible_and_labels_match_audio(tmp_path):
         speech[int(t.start * sr) : int(t.end * sr)] = True
     assert np.mean(audio[speech] ** 2) > 10 * np.mean(audio[~speech] ** 2)  # labelled speech carries the energy
     test = simulate(tmp_path / "t", SimConfig(**SMALL, split="test"))
-    train_spk = {t.speaker.rsplit("_", 1)[0] for ts in ref.values() for t in ts}
-    test_spk = {t.speaker.rsplit("_", 1)[0] for ts in read_rttm(test / "ref.rttm").values() for t in ts}
+    train_spk = {t.speaker.split(".")[1] for ts in ref.values() for t in ts}
+    test_spk = {t.speaker.split(".")[1] for ts in read_rttm(test / "ref.rttm").values() for t in ts}
     assert not train_spk & test_spk
 
 
@@ -96,6 +96,55 @@ def test_reverberation_changes_audio_not_turns():
 def test_flite_split_is_another_synthesizer(tmp_path):
     assert variants("flite") == ["awb", "kal16", "rms", "slt"]
     out = simulate(tmp_path / "f", SimConfig(**SMALL, split="flite"))
-    speakers = {t.speaker.rsplit("_", 1)[0] for ts in read_rttm(out / "ref.rttm").values() for t in ts}
+    speakers = {t.speaker.split(".")[1] for ts in read_rttm(out / "ref.rttm").values() for t in ts}
     assert speakers <= set(variants("flite")) and len(speakers) >= 2
     assert all(p.name.startswith("flite_") for p in (out / "wav").glob("*.wav"))
+
+
+def _windows_by_speakers(folder):
+    from normlab.diarization.windows import crop, spans, speaker_counts
+
+    refs = {}
+    for uri, turns in read_rttm(folder / "ref.rttm").items():
+        end = max(t.end for t in turns)
+        for k, (s, e) in enumerate(spans(int(end * 10) + 1, 100)):
+            refs[f"{uri}_w{k}"] = crop(turns, uri, s / 10, e / 10)
+    return speaker_counts(refs)
+
+
+def test_mixtures_and_windows_hold_1_to_4_speakers(tmp_path):
+    cfg = SimConfig(n_mixtures=4, n_speakers=4, min_speakers=1, beta=0.5, min_utterances=3, max_utterances=4)
+    out = simulate(tmp_path / "s", cfg)
+    ref = read_rttm(out / "ref.rttm")
+    assert sorted(len({t.speaker for t in ts}) for ts in ref.values()) == [1, 2, 3, 4]  # one mixture per count
+    windows = _windows_by_speakers(out)  # the model's 10 s windows
+    assert {1, 2, 3, 4} <= set(windows)
+    with pytest.raises(ValueError, match="min_speakers"):
+        SimConfig(n_speakers=2, min_speakers=3)
+
+
+def test_more_speakers_more_silence_with_beta_by_count():
+    from normlab.diarization.simulate import BETA_SCALE
+
+    a = SimConfig(n_speakers=4, min_speakers=1, beta_by_count=True)
+    assert [a.speakers_of(i) for i in range(5)] == [1, 2, 3, 4, 1]
+    assert [2 * BETA_SCALE[k] for k in (1, 2, 3, 4)] == [2, 2, 5, 9]  # EEND-EDA's simulation
+
+
+@pytest.mark.skipif(shutil.which("sox") is None, reason="sox not installed (make system-deps)")
+def test_augmentation_changes_audio_not_turns():
+    from dataclasses import replace
+
+    from normlab.diarization.simulate import mixture
+    from normlab.diarization.voices import voices
+
+    plain = SimConfig(n_mixtures=4, n_speakers=4, min_speakers=1, min_utterances=2, max_utterances=3,
+                      split="test", sources="all", beta_by_count=True)
+    pool = voices("test", "all")
+    for i in (1, 3):  # 2 and 4 speakers
+        a, turns_a, uri_a = mixture(plain, i, pool)
+        b, turns_b, uri_b = mixture(replace(plain, augment=True), i, pool)
+        assert [(t.start, t.duration, t.speaker) for t in turns_a] == [(t.start, t.duration, t.speaker) for t in turns_b]
+        assert uri_a != uri_b and "_aug" in uri_b and a.shape == b.shape
+        assert np.corrcoef(a, b)[0, 1] < 0.9  # warped, levelled, other noise, maybe a room or a telephone
+        assert np.abs(b).max() <= 10 ** (-1 / 20) + 1e-6  # the random level peaks at -24..-1 dBFS

@@ -34,17 +34,19 @@ class MixtureSet:
         for wav in wavs:
             cache = wav.with_suffix(".feats.pt")
             if cache.exists():
-                feats, labels = torch.load(cache, weights_only=True)
+                feats = torch.load(cache, weights_only=True)
+                feats = feats[0] if isinstance(feats, tuple) else feats  # older caches also held labels
             else:
                 feats = extract(load_audio(wav, cfg.sample_rate), cfg)
-                turns = read_rttm(wav.with_suffix(".rttm")).get(wav.stem, [])
-                speakers = sorted({t.speaker for t in turns})[:n_speakers]
-                speakers += [f"_absent{k}" for k in range(n_speakers - len(speakers))]
-                labels = frame_labels([t for t in turns if t.speaker in speakers], speakers, feats.shape[0],
-                                      cfg.frame_seconds)
                 tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-                torch.save((feats, labels), tmp)
+                torch.save(feats, tmp)
                 os.replace(tmp, cache)  # atomic: a reader in another process never sees half a file
+            # labels are cheap and depend on n_speakers: made here, never cached
+            turns = read_rttm(wav.with_suffix(".rttm")).get(wav.stem, [])
+            speakers = sorted({t.speaker for t in turns})[:n_speakers]
+            speakers += [f"_absent{k}" for k in range(n_speakers - len(speakers))]
+            labels = frame_labels([t for t in turns if t.speaker in speakers], speakers, feats.shape[0],
+                                  cfg.frame_seconds)
             self.items.append((feats, labels))
 
     def batches(self, batch: int = 8, frames: int = 500):

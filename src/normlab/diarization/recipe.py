@@ -3,8 +3,13 @@
 ``normlab diarize recipe --out DIR`` runs it; with the defaults it produces
 the model shipped in the package (``EENDModel.load()``). Every stage is
 cached or checkpointed under ``DIR``, so a killed run resumes where it
-stopped. The threshold and median width are chosen on the dev split (voices
-disjoint from train and test) and the test split is scored once, with them.
+stopped. The model is a local segmentation model: trained on 10 s windows
+of 1-4 speaker conversations with 4 outputs (PIT: outputs beyond the
+speakers present learn silence), scored per window (``windows.py``). The
+threshold and median width are chosen on the dev split (voices disjoint from
+train and test) and each test split is scored once, with them. The model file
+records the recipe, the training voices with their packages and licences,
+and the software versions (``provenance.py``).
 """
 from __future__ import annotations
 
@@ -17,11 +22,13 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from . import provenance
 from .dataset import MixtureSet
-from .evaluate import evaluate, folder_probs, reference_of, tune
+from .evaluate import evaluate, tune
 from .model import EENDModel, ModelConfig
 from .simulate import SimConfig, simulate
 from .train import TrainConfig, train
+from .windows import speaker_counts, window_probs
 
 Progress = Callable[[int, int, str], None]
 REVERB_RT60 = (0.2, 0.6)  # seconds; the reverberant sets use seed + 1: other conversations than the dry ones
@@ -29,20 +36,26 @@ REVERB_RT60 = (0.2, 0.6)  # seconds; the reverberant sets use seed + 1: other co
 
 @dataclass(frozen=True)
 class RecipeConfig:
-    n_train: int = 500  # simulated training mixtures (train voices)
-    n_dev: int = 24  # for the threshold and median width (dev voices)
-    n_test: int = 30  # scored once (test voices)
-    n_flite: int = 20  # scored once, another synthesizer (skipped where flite is not installed)
-    n_train_reverb: int = 250  # extra training mixtures in a room (RT60 in REVERB_RT60)
-    n_test_reverb: int = 20  # scored once, test voices in a room
-    n_speakers: int = 2
-    beta: float = 2.0
+    n_train: int = 300  # simulated training mixtures (train voices), 1-4 speakers, perturbed
+    n_dev: int = 40  # for the threshold and median width (dev voices)
+    n_test: int = 60  # scored once (test voices), perturbed like train
+    n_test_dry: int = 40  # scored once (test voices), no perturbation: white noise at 10-20 dB only
+    n_flite: int = 0  # scored once, flite's voices (the older held-out set; flite voices are now in train)
+    n_train_reverb: int = 0  # extra training mixtures, every one in a room (RT60 in REVERB_RT60)
+    n_test_reverb: int = 0  # scored once, test voices, every one in a room
+    n_speakers: int = 4  # most speakers in a mixture and in a window: the model's outputs
+    min_speakers: int = 1  # mixtures cycle through min_speakers..n_speakers speakers
+    beta: float = 2.0  # mean silence before an utterance for 1-2 speakers (more speakers: EEND-EDA's scale)
+    min_utterances: int = 4
+    max_utterances: int = 10
+    sources: str = "all"  # "all": espeak-ng, flite and festival voices; "espeak": espeak-ng only
+    augment: int = 1  # 1: speaker warps and levels, rooms, noise types, telephone, gain (augment.Perturbation)
     steps: int = 3500
     lr: float = 1e-3
     warmup: int = 300
     decay: str = "cosine"
-    batch: int = 8
-    frames: int = 500  # 100 ms frames per training window
+    batch: int = 32
+    frames: int = 100  # 100 ms frames per training window: the window the model is made for (10 s)
     d_model: int = 128
     n_layers: int = 4
     n_heads: int = 4
@@ -62,27 +75,34 @@ class RecipeConfig:
 
 
 def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
-    """(folder name, simulation) of every set the recipe uses."""
-    def sim(split: str, n: int, rt60=None, seed: int = cfg.seed) -> SimConfig:
-        return SimConfig(n_mixtures=n, n_speakers=cfg.n_speakers, beta=cfg.beta, split=split, seed=seed, rt60=rt60)
+    """(folder name, simulation) of every set the recipe uses; train first."""
+    def sim(split: str, n: int, rt60=None, seed: int = cfg.seed, augment: bool = bool(cfg.augment)) -> SimConfig:
+        return SimConfig(n_mixtures=n, n_speakers=cfg.n_speakers, beta=cfg.beta, split=split, seed=seed, rt60=rt60,
+                         min_speakers=cfg.min_speakers, min_utterances=cfg.min_utterances,
+                         max_utterances=cfg.max_utterances, sources=cfg.sources if split != "flite" else "espeak",
+                         augment=augment, beta_by_count=True)
 
     sets = [("train", sim("train", cfg.n_train)), ("dev", sim("dev", cfg.n_dev)), ("test", sim("test", cfg.n_test))]
+    if cfg.n_test_dry:
+        sets.append(("test_dry", sim("test", cfg.n_test_dry, seed=cfg.seed + 1, augment=False)))
     if cfg.n_train_reverb:
-        sets.append(("train_reverb", sim("train", cfg.n_train_reverb, REVERB_RT60, cfg.seed + 1)))
+        sets.append(("train_reverb", sim("train", cfg.n_train_reverb, REVERB_RT60, cfg.seed + 1, False)))
     if cfg.n_test_reverb:
-        sets.append(("test_reverb", sim("test", cfg.n_test_reverb, REVERB_RT60, cfg.seed + 1)))
+        sets.append(("test_reverb", sim("test", cfg.n_test_reverb, REVERB_RT60, cfg.seed + 1, False)))
     if cfg.n_flite and shutil.which("flite"):
-        sets.append(("flite", sim("flite", cfg.n_flite)))
+        sets.append(("flite", sim("flite", cfg.n_flite, augment=False)))
     return sets
 
 
 def simulate_splits(data: str | pathlib.Path, cfg: RecipeConfig, progress: Progress | None = None,
-                    jobs: int = 1) -> pathlib.Path:
-    """``data/{train,dev,test,...}`` for ``cfg`` with ``jobs`` processes (existing mixtures are reused)."""
+                    jobs: int = 1, which: str = "all") -> pathlib.Path:
+    """``data/{train,dev,test,...}`` for ``cfg`` with ``jobs`` processes (existing mixtures are reused);
+    ``which``: "all", "train" (the training sets) or "eval" (the others)."""
     data = pathlib.Path(data)
     for name, sim in _splits(cfg):
-        simulate(data / name, sim, progress=(lambda i, n, uri, s=name: progress(i - 1, n, f"simulate {s} {uri}"))
-                 if progress else None, jobs=jobs)
+        if which == "all" or (which == "train") == name.startswith("train"):
+            simulate(data / name, sim, progress=(lambda i, n, uri, s=name: progress(i - 1, n, f"simulate {s} {uri}"))
+                     if progress else None, jobs=jobs)
     return data
 
 
@@ -107,40 +127,61 @@ def _der(probs: dict, ref: dict, post: dict) -> dict:
     return out
 
 
-def score_model(model: EENDModel, data: pathlib.Path) -> dict:
-    """Tune post-processing on ``data/dev`` (sets ``model.postprocess``), then DER on ``data/test``
-    (and on ``data/test_reverb`` and ``data/flite`` where they exist)."""
-    dev_probs, dev_ref = folder_probs(model, data / "dev"), reference_of(data / "dev")
-    best, grid = tune(dev_probs, dev_ref, collar=0.25)
+def score_model(model: EENDModel, data: pathlib.Path, frames: int = 100) -> dict:
+    """Local (per-window, ``windows.py``) DER: post-processing tuned on ``data/dev`` (sets
+    ``model.postprocess``), then each test set scored once with it."""
+    dev_probs, dev_ref = window_probs(model, data / "dev", frames)
+    best, grid = tune(dev_probs, dev_ref, collar=0.25, medians=(1, 5, 11))
     model.postprocess.update(best)
-    test_probs, test_ref = folder_probs(model, data / "test"), reference_of(data / "test")
     result = {"postprocess": best, "dev_grid": grid, "dev_der": min(g["der"] for g in grid),
-              "test": _der(test_probs, test_ref, best), "test_recordings": len(test_probs),
-              "test_der_untuned_0.5_11": evaluate(test_probs, test_ref, collar=0.25, threshold=0.5, median=11).der}
-    for extra in ("test_reverb", "flite"):  # scored once each, with the dev-tuned setting
-        if (data / extra / "ref.rttm").exists():
-            probs = folder_probs(model, data / extra)
-            result[extra] = _der(probs, reference_of(data / extra), best)
-            result[f"{extra}_recordings"] = len(probs)
+              "window_frames": frames}
+    for name in ("test", "test_dry", "test_reverb", "flite"):  # scored once each, with the dev-tuned setting
+        if (data / name / "ref.rttm").exists():
+            probs, ref = window_probs(model, data / name, frames)
+            result[name] = _der(probs, ref, best)
+            result[f"{name}_recordings"] = len({w.rsplit("_w", 1)[0] for w in probs})
+            result[f"{name}_windows_by_speakers"] = speaker_counts(ref)
     return result
+
+
+def _meta(cfg: RecipeConfig, data: pathlib.Path, train_seconds: float) -> dict:
+    """The model file's provenance (``provenance.py``)."""
+    voice_keys = []
+    for name, _ in _splits(cfg):
+        conf = data / name / "config.json"
+        if name.startswith("train") and conf.exists():
+            voice_keys += json.loads(conf.read_text()).get("voices", [])
+    return {"max_local_speakers": cfg.n_speakers, "window_seconds": cfg.frames * 0.1,
+            "recipe": asdict(cfg), "train_sources": provenance.sources(sorted(set(voice_keys))),
+            "versions": provenance.versions(), "train_seconds": round(train_seconds, 1),
+            "torch_threads": torch.get_num_threads()}
 
 
 def run_recipe(out: str | pathlib.Path, cfg: RecipeConfig = RecipeConfig(), *, data: str | pathlib.Path | None = None,
                progress: Progress | None = None, jobs: int = 1) -> dict:
-    """Simulate (into ``data``, default ``out/data``), train, tune, score; write ``out/model.pt`` and ``out/results.json``."""
+    """Simulate (into ``data``, default ``out/data``), train, tune, score; write ``out/model.pt`` and
+    ``out/results.json``. Every stage resumes: mixtures and features on disk are reused, training restarts
+    from its last checkpoint, and a finished training is not repeated."""
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    data = simulate_splits(data or out / "data", cfg, progress, jobs)
+    data = simulate_splits(data or out / "data", cfg, progress, jobs, which="train")
     t1 = time.time()
     model, losses = train_model(data, out, cfg, progress)
     t2 = time.time()
+    simulate_splits(data, cfg, progress, jobs, which="eval")
+    t3 = time.time()
     train_seconds = torch.load(out / "ckpt" / "last.pt", weights_only=False).get("seconds", t2 - t1)
-    result = {"config": asdict(cfg), **score_model(model, data),
+    result = {"config": asdict(cfg), **score_model(model, data, cfg.frames),
               "final_loss": sum(losses[-50:]) / len(losses[-50:]),
               "parameters": sum(p.numel() for p in model.parameters()),
-              "seconds": {"simulate": round(t1 - t0, 1), "train": round(train_seconds, 1),
-                          "score": round(time.time() - t2, 1)}}
-    model.save(out / "model.pt")
+              "seconds": {"simulate": round(t1 - t0 + t3 - t2, 1), "train": round(train_seconds, 1),
+                          "score": round(time.time() - t3, 1)}}
+    meta = _meta(cfg, data, train_seconds)
+    result["meta"] = meta
+    tmp = out / "model.pt.tmp"
+    model.save(tmp)
+    provenance.write(tmp, meta)
+    tmp.replace(out / "model.pt")  # never a half-written model file
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     return result

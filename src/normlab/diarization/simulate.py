@@ -1,34 +1,41 @@
 """Simulated conversations without downloads (EEND's recipe, Fujita et al. 2019).
 
-Speakers are espeak-ng voice variants with a pitch and a speed; the train,
-dev and test splits use disjoint variants (positions in espeak-ng's sorted
-variant list: even for train, 1 mod 4 for dev, 3 mod 4 for test), so dev
-and test voices are never heard in training. The ``flite`` split uses
-another synthesizer altogether (flite's four English speakers): a held-out
-set further from the training data than ``test``. Per speaker, ``utterances`` utterances of random words, each preceded
-by silence ~ Exponential(beta) seconds; the speaker tracks are summed and
-white noise is added at an SNR drawn from ``snr_db``. With ``rt60`` set,
-each speaker's track is first convolved with its own synthetic room impulse
-response (a direct path plus exponentially decaying noise reaching -60 dB at
-a reverberation time drawn from ``rt60``). Each mixture is seeded by (seed,
-split, index), written as ``wav/<uri>.wav`` with ``ref.rttm`` and
-``all.uem``; existing mixtures are kept (re-running resumes).
+Per mixture, ``k`` speakers are drawn from the split's base voices
+(``voices.py``: espeak-ng variants, and with ``sources="all"`` the recorded
+flite and festival voices; train, dev and test never share a voice or a
+person). ``k`` is ``n_speakers``, or with ``min_speakers`` set it cycles
+through ``min_speakers..n_speakers`` by index, so every count is equally
+represented. Each speaker gets a mean F0 and a speaking rate (the
+synthesizer's) and, with ``augment``, a spectral warp and a level
+(``augment.py``): one voice, many speakers. Per speaker, ``utterances``
+utterances of random words, each preceded by silence ~ Exponential(beta)
+seconds; with ``beta_by_count`` beta grows with ``k`` as in EEND-EDA's
+simulation (x1, x1, x2.5, x4.5 for 1-4 speakers: 2, 2, 5, 9 s at beta = 2),
+so more speakers do not mean more overlap. The speaker tracks are summed.
+
+Channel: without ``augment``, white noise at an SNR drawn from ``snr_db``,
+and with ``rt60`` set each track is first convolved with its own synthetic
+room response. With ``augment``, a room with probability 0.5, white, pink,
+brown or babble noise (other voices of the same split) at 5-25 dB SNR, a
+telephone channel with probability 0.2 and a random level. No perturbation
+moves a turn. Each mixture is seeded by (seed, split, index), written as
+``wav/<uri>.wav`` with ``ref.rttm`` and ``all.uem``; existing mixtures are
+kept (re-running resumes).
 """
 from __future__ import annotations
 
 import json
 import multiprocessing as mp
 import pathlib
-import shutil
-import subprocess
-import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .features import load_audio
+from . import augment as aug
+from .augment import reverberate, room_impulse_response  # noqa: F401  (re-exported: older imports)
 from .rttm import Turn, read_rttm, write_rttm, write_uem
+from .voices import FLITE_VOICES, SPLITS, Voice, synthesize, voices
 
 WORDS = (
     "time year people way day man thing woman life child world school state family student group country problem "
@@ -38,111 +45,120 @@ WORDS = (
     "kid body information back parent face others level office door health person art war history party result "
     "change morning reason research girl guy moment air teacher force education"
 ).split()
+BETA_SCALE = {1: 1.0, 2: 1.0, 3: 2.5, 4: 4.5}  # EEND-EDA's 2, 2, 5, 9 s over its 2 s
 
 
 @dataclass(frozen=True)
 class SimConfig:
     n_mixtures: int = 100
-    n_speakers: int = 2
+    n_speakers: int = 2  # speakers per mixture, or the most with min_speakers
     beta: float = 2.0  # mean silence before each utterance, seconds (smaller: more overlap)
     min_utterances: int = 5
     max_utterances: int = 20
-    snr_db: tuple[float, float] = (10.0, 20.0)
+    snr_db: tuple[float, float] = (10.0, 20.0)  # white noise, without augment
     sample_rate: int = 8000
-    split: str = "train"  # "train", "dev" or "test": disjoint voice variants
+    split: str = "train"  # "train", "dev", "test" (disjoint voices) or "flite"
     seed: int = 0
     rt60: tuple[float, float] | None = None  # reverberation time range, seconds (None: dry)
+    min_speakers: int = 0  # > 0: mixture i has min_speakers + i % (n_speakers - min_speakers + 1) speakers
+    sources: str = "espeak"  # "espeak" or "all" (also the recorded flite and festival voices)
+    augment: bool = False  # speaker warps and levels, rooms, noise types, telephone, gain (augment.Perturbation)
+    beta_by_count: bool = False  # beta x BETA_SCALE[k] for k speakers
 
+    def __post_init__(self):
+        lo = self.min_speakers or self.n_speakers
+        if not 1 <= lo <= self.n_speakers:
+            raise ValueError(f"need 1 <= min_speakers <= n_speakers, got {self.min_speakers} and {self.n_speakers}")
 
-def _tool(name: str) -> str:
-    exe = shutil.which(name)
-    if exe is None:
-        raise RuntimeError(f"{name} is not installed (Debian package {name}; `make test` or `make demo` installs it)")
-    return exe
-
-
-#: espeak-ng splits by position in its sorted variant list; "flite" is a held-out synthesizer
-SPLITS = ("train", "dev", "test", "flite")
-FLITE_VOICES = ("awb", "kal16", "rms", "slt")  # flite's full-domain English speakers (kal is kal16 at 8 kHz)
+    def speakers_of(self, index: int) -> int:
+        lo = self.min_speakers or self.n_speakers
+        return lo + index % (self.n_speakers - lo + 1)
 
 
 def variants(split: str) -> list[str]:
-    """Voices of a split: espeak-ng variants at even positions for train, 1 mod 4 for dev, 3 mod 4 for test;
-    flite's voices for ``flite``."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    if split == "flite":
-        _tool("flite")
-        return list(FLITE_VOICES)
-    out = subprocess.run([_tool("espeak-ng"), "--voices=variant"], capture_output=True, text=True, check=True).stdout
-    names = sorted(line.split()[3] for line in out.splitlines()[1:] if len(line.split()) >= 4)
-    return {"train": names[0::2], "dev": names[1::4], "test": names[3::4]}[split]
+    """Voice names of a split with espeak-ng only (``flite``: flite's voices); see ``voices.voices``."""
+    return [v.name for v in voices(split)]
 
 
-def _command(text: str, voice: str, pitch: int, speed: int, wav: pathlib.Path) -> list[str]:
-    """The synthesizer call: espeak-ng with a variant, or flite with a voice; pitch 0-99, speed in words/min."""
-    if voice in FLITE_VOICES:
-        f0, stretch = 80 + 1.6 * pitch, 160 / speed  # pitch 20-80 -> 112-208 Hz mean F0
-        return [_tool("flite"), "-voice", voice, "--setf", f"int_f0_target_mean={f0:.0f}",
-                "--setf", f"duration_stretch={stretch:.3f}", "-t", text, "-o", str(wav)]
-    return [_tool("espeak-ng"), "-v", f"en+{voice}", "-p", str(pitch), "-s", str(speed), "-w", str(wav), text]
+def _as_voice(v: Voice | str) -> Voice:
+    if isinstance(v, Voice):
+        return v
+    return Voice("flite", v, v, (112, 208)) if v in FLITE_VOICES else Voice("espeak-ng", v, f"espeak.{v}", (100, 200))
 
 
-def synthesize(text: str, voice: str, pitch: int, speed: int, sample_rate: int) -> np.ndarray:
-    """One utterance as float32 samples at ``sample_rate``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        wav = pathlib.Path(tmp) / "u.wav"
-        subprocess.run(_command(text, voice, pitch, speed, wav), check=True, capture_output=True)
-        speech = load_audio(wav, sample_rate).numpy()
-    voiced = np.flatnonzero(np.abs(speech) > 1e-3)  # trim leading/trailing silence: turns are speech
-    return speech[voiced[0] : voiced[-1] + 1] if voiced.size else speech
+def pick_voices(pool: list[Voice], k: int, rng: np.random.Generator) -> list[Voice]:
+    """``k`` voices of ``k`` different persons; recorded voices as a group are drawn as often as espeak-ng's."""
+    persons = sorted({v.person for v in pool})
+    if k > len(persons):
+        raise ValueError(f"{k} speakers asked, but the split has {len(persons)} distinct voices")
+    recorded = {v.person for v in pool if v.recorded}
+    n_rec, n_esp = len(recorded), len(persons) - len(recorded)
+    w = np.array([(0.5 / n_rec if n_esp else 1 / n_rec) if p in recorded else (0.5 / n_esp if n_rec else 1 / n_esp)
+                  for p in persons])
+    chosen = rng.choice(len(persons), size=k, replace=False, p=w / w.sum())
+    out = []
+    for i in chosen:
+        options = [v for v in pool if v.person == persons[i]]
+        out.append(options[int(rng.integers(len(options)))])
+    return out
 
 
-def room_impulse_response(rt60: float, sample_rate: int, rng: np.random.Generator) -> np.ndarray:
-    """A direct path then Gaussian noise decaying by 60 dB over ``rt60`` seconds; unit energy."""
-    if rt60 <= 0:
-        raise ValueError(f"rt60 must be > 0 seconds, got {rt60}")
-    t = np.arange(int(rt60 * sample_rate)) / sample_rate
-    h = rng.standard_normal(t.size) * 10 ** (-3 * t / rt60) * 0.3  # amplitude -60 dB at t = rt60
-    h[0] = 1.0
-    return (h / np.sqrt(np.sum(h**2))).astype(np.float32)
+def _words(rng: np.random.Generator, lo: int = 3, hi: int = 12) -> str:
+    return " ".join(rng.choice(WORDS, size=int(rng.integers(lo, hi + 1))))
 
 
-def reverberate(track: np.ndarray, rt60: float, sample_rate: int, rng: np.random.Generator) -> np.ndarray:
-    """``track`` in a room: convolved with a fresh impulse response, cut to its own length (turns stay put)."""
-    from scipy.signal import fftconvolve
-
-    return fftconvolve(track, room_impulse_response(rt60, sample_rate, rng))[: len(track)].astype(np.float32)
-
-
-def mixture(cfg: SimConfig, index: int, voices: list[str]) -> tuple[np.ndarray, list[Turn], str]:
+def mixture(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, list[Turn], str]:
     """Mixture ``index``: samples, reference turns and its uri."""
     rng = np.random.default_rng([cfg.seed, index, SPLITS.index(cfg.split)])
-    uri = mixture_uri(cfg, index)
-    picks = rng.choice(len(voices), size=cfg.n_speakers, replace=False)
+    uri, sr = mixture_uri(cfg, index), cfg.sample_rate
+    pool = [_as_voice(v) for v in pool]
+    pert = aug.Perturbation()
+    k = cfg.speakers_of(index)
+    beta = cfg.beta * (BETA_SCALE.get(k, k / 2) if cfg.beta_by_count else 1.0)
     tracks, turns = [], []
-    for k, v in enumerate(picks):
-        pitch, speed = int(rng.integers(20, 80)), int(rng.integers(130, 190))
+    for voice in pick_voices(pool, k, rng):  # the same draws with and without augment: the same turns
+        f0, rate = float(rng.uniform(*voice.f0)), float(rng.uniform(*pert.rate))
+        alpha, level_db = float(rng.uniform(*pert.warp)), float(rng.uniform(*pert.level_db))
+        label = f"{voice.key}.f{f0:.0f}.r{100 * rate:.0f}"
+        n = int(rng.integers(cfg.min_utterances, cfg.max_utterances + 1))
+        silences = [rng.exponential(beta) for _ in range(n)]
+        speech = synthesize(voice, [_words(rng) for _ in range(n)], f0, rate, sr)
         pieces, t = [], 0.0
-        for _ in range(int(rng.integers(cfg.min_utterances, cfg.max_utterances + 1))):
-            silence = rng.exponential(cfg.beta)
-            words = " ".join(rng.choice(WORDS, size=int(rng.integers(3, 9))))
-            speech = synthesize(words, voices[v], pitch, speed, cfg.sample_rate)
-            pieces += [np.zeros(int(silence * cfg.sample_rate), np.float32), speech]
-            start = t + int(silence * cfg.sample_rate) / cfg.sample_rate
-            turns.append(Turn(uri, round(start, 3), round(len(speech) / cfg.sample_rate, 3), f"{voices[v]}_{pitch}"))
-            t = start + len(speech) / cfg.sample_rate
-        tracks.append(np.concatenate(pieces))
+        for silence, s in zip(silences, speech):
+            gap = int(silence * sr)
+            pieces += [np.zeros(gap, np.float32), s]
+            start = t + gap / sr
+            turns.append(Turn(uri, round(start, 3), round(len(s) / sr, 3), label))
+            t = start + len(s) / sr
+        track = np.concatenate(pieces)
+        if cfg.augment:
+            track = aug.warp(track, alpha, sr) * 10 ** (level_db / 20)
+        tracks.append(track)
     if cfg.rt60 is not None:
-        tracks = [reverberate(x, rng.uniform(*cfg.rt60), cfg.sample_rate, rng) for x in tracks]
+        tracks = [reverberate(x, rng.uniform(*cfg.rt60), sr, rng) for x in tracks]
+    elif cfg.augment and rng.random() < pert.reverb_p:
+        rt60 = rng.uniform(*pert.rt60)
+        tracks = [reverberate(x, rt60, sr, rng) for x in tracks]  # one room, a response per talker position
     n = max(len(x) for x in tracks)
     mix = np.zeros(n, np.float32)
     for x in tracks:
         mix[: len(x)] += x
-    power = float(np.mean(mix**2)) or 1e-8
-    snr = rng.uniform(*cfg.snr_db)
-    mix += rng.standard_normal(n).astype(np.float32) * np.sqrt(power / 10 ** (snr / 10))
-    return mix / max(1.0, float(np.abs(mix).max())), turns, uri
+    if not cfg.augment:
+        noise = rng.standard_normal(n).astype(np.float32)
+        mix = aug.add_noise(mix, noise, rng.uniform(*cfg.snr_db))
+        return mix / max(1.0, float(np.abs(mix).max())), turns, uri
+    kind = aug.NOISES[int(rng.choice(len(aug.NOISES), p=pert.noise_p))]
+    if kind == "babble":
+        others = [v for v in pool if v.synth == "espeak-ng"]
+        talkers = [others[int(i)] for i in rng.choice(len(others), size=4, replace=False)]
+        noise = aug.babble([synthesize(v, [_words(rng, 6, 12)], float(rng.uniform(*v.f0)), 1.0, sr)[0]
+                            for v in talkers], n, rng)
+    else:
+        noise = aug.colored_noise(kind, n, rng)
+    mix = aug.add_noise(mix, noise, rng.uniform(*pert.snr_db))
+    if rng.random() < pert.telephone_p:
+        mix = aug.telephone(mix, sr)
+    return aug.gain(mix, rng.uniform(*pert.peak_db)), turns, uri
 
 
 def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=None, jobs: int = 1) -> pathlib.Path:
@@ -155,7 +171,7 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
 
     out = pathlib.Path(out)
     (out / "wav").mkdir(parents=True, exist_ok=True)
-    voices = variants(cfg.split)
+    pool = voices(cfg.split, cfg.sources)
     paths = [(out / "wav" / f"{mixture_uri(cfg, i)}.wav", out / "wav" / f"{mixture_uri(cfg, i)}.rttm")
              for i in range(cfg.n_mixtures)]
     todo = [i for i, (wav, rttm) in enumerate(paths) if not (wav.exists() and rttm.exists())]
@@ -163,13 +179,13 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     def finished():
         """(index, mixture) as each one is ready, from ``jobs`` processes or this one."""
         if jobs > 1 and len(todo) > 1:
-            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-                futures = {pool.submit(mixture, cfg, i, voices): i for i in todo}
+            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool_:
+                futures = {pool_.submit(mixture, cfg, i, pool): i for i in todo}
                 for fut in as_completed(futures):
                     yield futures[fut], fut.result()
         else:
             for i in todo:
-                yield i, mixture(cfg, i, voices)
+                yield i, mixture(cfg, i, pool)
 
     for done, (i, (audio, turns, uri)) in enumerate(finished(), start=cfg.n_mixtures - len(todo) + 1):
         write_rttm(turns, paths[i][1])
@@ -183,10 +199,13 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
         uem[uri] = [(0.0, sf.info(str(wav)).duration)]
     write_rttm(all_turns, out / "ref.rttm")
     write_uem(uem, out / "all.uem")
-    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    (out / "config.json").write_text(json.dumps({**asdict(cfg), "voices": [v.key for v in pool]}, indent=2) + "\n")
     return out
 
 
 def mixture_uri(cfg: SimConfig, index: int) -> str:
     room = f"_rt{cfg.rt60[0]:g}-{cfg.rt60[1]:g}" if cfg.rt60 is not None else ""
-    return f"{cfg.split}_b{cfg.beta:g}_s{cfg.n_speakers}{room}_{cfg.seed}_{index:05d}"
+    count = f"{cfg.min_speakers}-{cfg.n_speakers}" if cfg.min_speakers else f"{cfg.n_speakers}"
+    kind = ("_all" if cfg.sources == "all" else "") + ("_aug" if cfg.augment else "") + \
+        ("_bk" if cfg.beta_by_count else "")
+    return f"{cfg.split}_b{cfg.beta:g}_s{count}{kind}{room}_{cfg.seed}_{index:05d}"
