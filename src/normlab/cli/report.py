@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..devices import HELP as DEVICE_HELP
+from ..devices import check_spec
 from ._common import positive_int
 
 HELP = {
@@ -12,10 +14,13 @@ HELP = {
 
 
 def _report(args: argparse.Namespace) -> int:
+    from ..devices import resolve
     from ..studies.report import run_studies, study_tables, verdict_table
 
     scale = "quick" if args.quick else "full"
-    result = run_studies(args.out, scale=scale, jobs=args.jobs, only=args.only)
+    device = resolve(args.device)
+    result = run_studies(args.out, scale=scale, jobs=args.jobs, only=args.only, executor=args.executor,
+                         address=args.address, device=str(device))
     print(verdict_table(result))
     tables = study_tables(result)
     if tables:
@@ -34,6 +39,12 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "(default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="small sweep, <= 10 minutes on 2 cores (default: full)")
     p.add_argument("--jobs", type=positive_int, default=2, help="worker processes for the cells (default: %(default)s)")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="where the cells run: local worker processes, or Ray tasks (needs normlab[scale]); the "
+                   "store is the same, so either resumes the other (default: %(default)s)")
+    p.add_argument("--address", default=None, metavar="auto|HOST:PORT",
+                   help="with --executor ray: join this cluster (default: start a local Ray with --jobs CPUs)")
+    p.add_argument("--device", type=check_spec, default="cpu", help=f"{DEVICE_HELP} (default: %(default)s)")
 
 
 def add_parsers(sub, name: str) -> None:

@@ -1,4 +1,10 @@
-"""Training loop for :class:`EENDModel`: PIT loss, warmup, clipping, checkpoints, resume after a kill."""
+"""Training loop for :class:`EENDModel`: PIT loss, warmup, clipping, checkpoints, resume after a kill.
+
+Also data-parallel (``normlab.distributed``): under a process group every
+rank trains on its share of each global batch with DDP, only rank 0 writes
+the checkpoint and ``metrics.csv``, and a checkpoint resumes with any number
+of processes.
+"""
 from __future__ import annotations
 
 import math
@@ -10,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import provenance, tracking
+from ..distributed import mean_over_ranks, shard, world
 from .pit import pit_bce
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # feats (B,T,F), labels (B,T,S), pad mask (B,T)
@@ -44,46 +52,104 @@ def _save(path: pathlib.Path, state: dict) -> None:
     os.replace(tmp, path)  # atomic: a kill never leaves a half-written checkpoint
 
 
-def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], cfg: TrainConfig,
-          ckpt_dir: str | pathlib.Path, progress: Callable[[int, int, float], None] | None = None) -> list[float]:
-    """Train ``model`` in place; returns the loss of every step (including resumed ones).
+def _config_diff(saved: dict, now: dict, prefix: str = "") -> list[str]:
+    """``key: saved -> now`` for every setting that differs (nested dicts flattened)."""
+    out = []
+    for k in sorted(set(saved) | set(now)):
+        a, b = saved.get(k), now.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _config_diff(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}: {a!r} -> {b!r}")
+    return out
 
-    ``batches(gen)`` draws one batch using ``gen``. ``ckpt_dir/last.pt`` holds
-    the model, optimizer, step, losses and both random states; if it exists,
-    training resumes from it, so a run killed at any moment repeats at most
-    ``ckpt_every`` steps and ends bitwise where an uninterrupted run ends.
+
+def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], cfg: TrainConfig,
+          ckpt_dir: str | pathlib.Path, progress: Callable[[int, int, float], None] | None = None, *,
+          config: dict | None = None, tensorboard: str | pathlib.Path | None = None) -> list[float]:
+    """Train ``model`` in place (on the device of its parameters); returns the loss of every step.
+
+    ``batches(gen)`` draws one global batch using ``gen``. ``ckpt_dir/last.pt``
+    holds the model, optimizer, step, losses and both random states; if it
+    exists, training resumes from it, so a run killed at any moment repeats at
+    most ``ckpt_every`` steps and ends bitwise where an uninterrupted run ends.
+    ``config`` (the settings a resume must share: model, data, batch, seed) is
+    kept in the checkpoint with the world size and :func:`normlab.provenance.record`;
+    a resume whose ``config`` differs raises ValueError naming the settings.
+    ``ckpt_dir/metrics.csv`` gets one row per step (``normlab.tracking``),
+    and TensorBoard scalars go to ``tensorboard`` when given.
+
+    Under a torch.distributed process group, each rank computes the sequences
+    ``rank::world`` of every global batch (DDP averages the gradients); the
+    returned losses are the global batch's. Every rank returns them; rank 0
+    alone writes files.
     """
     ckpt_dir = pathlib.Path(ckpt_dir)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    rank, size = world()
+    if rank == 0:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
     last = ckpt_dir / "last.pt"
+    device = next(model.parameters()).device
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98))
-    gen = torch.Generator().manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)  # the global batch stream: the same on every rank
     torch.manual_seed(cfg.seed)
     step, losses, seconds = 0, [], 0.0
     if last.exists():
-        state = torch.load(last, map_location="cpu", weights_only=False)
+        state = torch.load(last, map_location=device, weights_only=False)
+        if config is not None and state.get("config") is not None and state["config"] != config:
+            diff = _config_diff(state["config"], config)
+            raise ValueError(f"{last} was trained with other settings ({'; '.join(diff[:3])}"
+                             f"{'; ...' if len(diff) > 3 else ''}): use the same options, or another --out")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         gen.set_state(state["gen"])
         torch.set_rng_state(state["torch_rng"])
         step, losses, seconds = state["step"], state["losses"], state.get("seconds", 0.0)
+    if rank:  # dropout masks differ per rank (each rank sees other sequences)
+        torch.manual_seed(cfg.seed + 1_000_003 * rank + step)
+    net = model
+    if size > 1:
+        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                                        else None)
+    metrics = tracking.MetricsLog(ckpt_dir / "metrics.csv", step, tensorboard) if rank == 0 else None
     model.train()
     t0 = time.perf_counter() - seconds  # wall time of all sessions of this run, kept in the checkpoint
-    while step < cfg.steps:
-        for g in opt.param_groups:
-            g["lr"] = cfg.lr_at(step)
-        feats, labels, mask = batches(gen)
-        loss, _ = pit_bce(model(feats, mask), labels, mask)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        opt.step()
-        step += 1
-        losses.append(loss.item())
-        if step % cfg.ckpt_every == 0 or step == cfg.steps:
-            _save(last, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                         "losses": losses, "gen": gen.get_state(), "torch_rng": torch.get_rng_state(),
-                         "seconds": time.perf_counter() - t0})
-        if progress:
-            progress(step, cfg.steps, losses[-1])
+    try:
+        while step < cfg.steps:
+            lr = cfg.lr_at(step)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            global_batch = batches(gen)
+            if size > 1 and global_batch[0].shape[0] % size:
+                raise ValueError(f"the batch ({global_batch[0].shape[0]} sequences) must be a multiple of the "
+                                 f"number of processes ({size})")
+            feats, labels, mask = (None if t is None else t.to(device) for t in shard(global_batch, rank, size))
+            loss, _ = pit_bce(net(feats, mask), labels, mask)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip))
+            opt.step()
+            step += 1
+            losses.append(mean_over_ranks(loss, size).item())
+            elapsed = time.perf_counter() - t0
+            if metrics is not None:
+                metrics.log(step, losses[-1], lr, grad_norm, elapsed)
+            tracking.log_step(step, losses[-1], lr, grad_norm, elapsed)
+            if rank == 0 and (step % cfg.ckpt_every == 0 or step == cfg.steps):
+                _save(last, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                             "losses": losses, "gen": gen.get_state(), "torch_rng": torch.get_rng_state(),
+                             "seconds": elapsed, "config": config, "world_size": size,
+                             "provenance": provenance.record()})
+            if progress and rank == 0:
+                progress(step, cfg.steps, losses[-1])
+    except RuntimeError as e:
+        if size == 1:
+            raise
+        done = (step // cfg.ckpt_every) * cfg.ckpt_every
+        raise RuntimeError(f"rank {rank} of {size} stopped at step {step + 1}: {str(e).splitlines()[0]} (a rank "
+                           f"that died is named by the launcher); run the same command again to resume from the "
+                           f"checkpoint at step {done}") from e
+    finally:
+        if metrics is not None:
+            metrics.close()
     return losses

@@ -8,25 +8,36 @@ import pathlib
 import time
 
 from . import STUDIES, load
+from .. import provenance
 from .base import Context
 from ..progress import Progress
 from .runner import Runner, Store
 
 
 def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, only: list[str] | None = None,
-                progress: bool = True) -> dict:
-    """Run the studies (all, or ``only``) into ``out``; returns the results.json content."""
+                progress: bool = True, executor: str = "local", address: str | None = None,
+                device: str = "cpu") -> dict:
+    """Run the studies (all, or ``only``) into ``out``; returns the results.json content.
+
+    ``executor``/``address``: where the cells run (:class:`Runner`); ``device``: the torch device of the cells.
+    """
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     store = Store(str(out / "runs.sqlite"))
-    runner = Runner(store, jobs=jobs, progress=Progress(enabled=None if progress else False))
+    runner = Runner(store, jobs=jobs, progress=Progress(enabled=None if progress else False), executor=executor,
+                    address=address, device=device)
+    prov = provenance.record()
+    store.add_session(dict(prov, executor=executor, jobs=jobs, device=str(device)))
     ctx = Context(runner, scale, out / "figures")
     studies, t0 = [], time.time()
-    for name in only or STUDIES:
-        t = time.time()
-        res = load(name).run(ctx)
-        res["seconds"] = round(time.time() - t, 1)
-        studies.append(res)
+    try:
+        for name in only or STUDIES:
+            t = time.time()
+            res = load(name).run(ctx)
+            res["seconds"] = round(time.time() - t, 1)
+            studies.append(res)
+    finally:
+        runner.close()
     claims = [dict(c, study=s["name"]) for s in studies for c in s["claims"]]
     summaries = [{k: s.get(k) for k in ("name", "title", "figure", "seconds", "table")} for s in studies]
     previous = out / "results.json"
@@ -39,6 +50,7 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
         summaries.sort(key=lambda s: order.get(s["name"], len(order)))
         claims.sort(key=lambda c: order.get(c["study"], len(order)))
     result = {"scale": scale, "seconds": round(time.time() - t0, 1), "cells_computed": runner.ran,
+              "executor": executor, "jobs": jobs, "device": str(device), "provenance": prov,
               "claims": claims, "studies": summaries}
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "index.html").write_text(render_html(result, out / "figures"))
@@ -96,6 +108,7 @@ def render_html(result: dict, figures: pathlib.Path) -> str:
              f"<p>{n_pass} of {len(result['claims'])} claims PASS &middot; scale <b>{e(result['scale'])}</b> &middot; "
              f"{result['seconds']} s &middot; {result['cells_computed']} cells computed in this run "
              "(the rest came from <code>runs.sqlite</code>)</p>",
+             f"<p><small>{e(provenance.describe(result['provenance']))}</small></p>" if result.get("provenance") else "",
              "<table><tr><th>id</th><th>verdict</th><th>claim</th><th>source</th><th>criterion</th><th>measured</th></tr>"]
     for c in result["claims"]:
         parts.append(

@@ -1,37 +1,75 @@
 """Study runner: cells of a grid, a durable SQLite store, resumable, parallel.
 
 A *cell* is a pure function ``fn(config) -> JSON-able dict`` with its seed in
-its config. :meth:`Runner.map` looks each (function, config) up in the store
-by a hash of both, runs only the missing cells (in ``jobs`` worker processes),
-and writes each result as soon as it finishes: a sweep killed at any moment
-loses at most the cells in flight, and re-running skips the finished ones.
+its config. :meth:`Runner.map` looks each cell up in the store by its key (a
+hash of the function's name and source, the normlab version and the config:
+an upgrade or an edited cell never reuses stale results), runs only the
+missing cells, and the driver writes each result as soon as it finishes: a
+sweep killed at any moment loses at most the cells in flight, and re-running
+skips the finished ones. Cells run in ``jobs`` local worker processes
+(``executor="local"``) or as Ray tasks (``executor="ray"``, see
+``ray_executor.py``); the store, resume and results are the same either way.
 A cell that raises is recorded with status ``error`` and its message; the
-sweep goes on. Training cells report divergence themselves (status
-``diverged``, with the step).
+sweep goes on, and a re-run retries it. Training cells report divergence
+themselves (status ``diverged``, with the step): that is a result, kept.
+The rows a training cell logs (``tracking.log_step``) are written to
+``metrics/<study>/<fn>-<key>.csv`` beside the store.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
+import inspect
 import json
 import multiprocessing as mp
+import pathlib
 import sqlite3
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+from .. import __version__, tracking
 from ..progress import Progress
 
+EXECUTORS = ("local", "ray")
 
-def cell_key(fn: Callable, config: dict) -> str:
-    """Stable hash of a cell: the function's qualified name and its config."""
-    blob = json.dumps({"fn": f"{fn.__module__}.{fn.__qualname__}", "config": config}, sort_keys=True)
+
+@functools.lru_cache(maxsize=None)
+def source_hash(fn: Callable) -> str:
+    """Hash of a cell function's source (through decorators); its bytecode where the source is not available."""
+    try:
+        text = inspect.getsource(inspect.unwrap(fn))
+    except (OSError, TypeError):
+        text = repr(inspect.unwrap(fn).__code__.co_code)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def cell_key(fn: Callable, config: dict, device: str = "cpu") -> str:
+    """Stable hash of a cell: the function's name and source, the normlab and torch versions, the config
+    and (other than the CPU) the device."""
+    what = {"fn": f"{fn.__module__}.{fn.__qualname__}", "source": source_hash(fn), "normlab": __version__,
+            "torch": _torch_version(), "config": config}
+    if str(device) != "cpu":
+        what["device"] = str(device)
+    blob = json.dumps(what, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
 class Store:
-    """SQLite table ``cells(key, study, fn, config, status, result, seconds, finished)``."""
+    """SQLite tables ``cells(key, study, fn, config, status, result, seconds, finished)`` and
+    ``sessions(started, provenance)`` (versions, commit and machine of each run that wrote to it)."""
 
     def __init__(self, path: str):
         self.path = path
@@ -40,6 +78,12 @@ class Store:
                 "CREATE TABLE IF NOT EXISTS cells (key TEXT PRIMARY KEY, study TEXT, fn TEXT, config TEXT,"
                 " status TEXT, result TEXT, seconds REAL, finished REAL)"
             )
+            db.execute("CREATE TABLE IF NOT EXISTS sessions (started REAL, provenance TEXT)")
+
+    def add_session(self, provenance: dict) -> None:
+        """Record who writes to the store from now on (``provenance.record()``)."""
+        with self._connect() as db:
+            db.execute("INSERT INTO sessions VALUES (?, ?)", (time.time(), json.dumps(provenance, sort_keys=True)))
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=60)
@@ -69,30 +113,47 @@ class Store:
             return db.execute("SELECT COUNT(*) FROM cells WHERE study = ?", (study,)).fetchone()[0]
 
 
-def _call(module: str, name: str, config: dict, threads: int) -> tuple[dict, float]:
-    """Run one cell (in a worker or in-process); exceptions become an ``error`` result."""
+def _call(module: str, name: str, config: dict, threads: int, device: str = "cpu") -> tuple[dict, float, list[dict]]:
+    """Run one cell (in a worker, a Ray task or in-process) on ``device``: ``(result, seconds, metrics rows)``.
+
+    Exceptions become an ``error`` result.
+    """
     import torch
+
+    from ..devices import default_device
 
     torch.set_num_threads(threads)
     fn = getattr(importlib.import_module(module), name)
     t0 = time.perf_counter()
-    try:
-        result = fn(config)
-    except Exception as e:  # noqa: BLE001 - a failing cell is recorded, never fatal to the sweep
-        result = {"status": "error", "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-2000:]}
-    return result, time.perf_counter() - t0
+    with tracking.collect() as rows, default_device(device):
+        try:
+            result = fn(config)
+        except Exception as e:  # noqa: BLE001 - a failing cell is recorded, never fatal to the sweep
+            result = {"status": "error", "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-2000:]}
+    return result, time.perf_counter() - t0, rows
 
 
 class Runner:
-    """Maps cell functions over configs with the store, ``jobs`` processes and a progress bar."""
+    """Maps cell functions over configs with the store, ``jobs`` workers and a progress bar.
 
-    def __init__(self, store: Store, jobs: int = 1, progress: Progress | None = None):
+    ``executor``: ``"local"`` (worker processes on this machine) or ``"ray"``
+    (Ray tasks; ``address`` None starts a local Ray instance with ``jobs`` CPUs,
+    ``"auto"`` or ``HOST:PORT`` joins a running cluster).
+    """
+
+    def __init__(self, store: Store, jobs: int = 1, progress: Progress | None = None, executor: str = "local",
+                 address: str | None = None, device: str = "cpu"):
+        from .._checks import check_choice
+
+        check_choice(executor, EXECUTORS, "executor")
         self.store, self.jobs = store, max(1, jobs)
         self.progress = progress or Progress(enabled=False)
+        self.executor, self.address, self.device = executor, address, str(device)
+        self._ray = None  # started on the first cell that must run
         self.ran = 0  # cells computed (not found in the store) by this runner
 
     def map(self, study: str, fn: Callable, configs: list[dict]) -> list[dict]:
-        keys = [cell_key(fn, c) for c in configs]
+        keys = [cell_key(fn, c, self.device) for c in configs]
         results: dict[str, dict] = {}
         todo: dict[str, dict] = {}  # key -> config, each distinct missing cell once
         for k, c in zip(keys, configs):
@@ -105,31 +166,48 @@ class Runner:
                 todo[k] = c
         total, done = len(set(keys)), len(results)
         self.progress.show(study, done, total, "(resumed)" if done else "")
+        for k, c, result, secs, rows in self._execute(fn, todo):
+            self._record(study, fn, k, c, result, secs, results, rows)
+            done += 1
+            self.progress.show(study, done, total, _label(c))
+        return [results[k] for k in keys]
+
+    def _execute(self, fn: Callable, todo: dict[str, dict]) -> Iterator[tuple]:
+        """Run the missing cells; yields ``(key, config, result, seconds, rows)`` as each finishes."""
+        if not todo:
+            return
+        if self.executor == "ray":
+            if self._ray is None:
+                from .ray_executor import RayExecutor
+
+                self._ray = RayExecutor(self.address, self.jobs)
+            yield from self._ray.run(_call, fn, todo, self.device)
+            return
         threads = 1 if self.jobs > 1 else 2
         if self.jobs == 1 or len(todo) <= 1:
             for k, c in todo.items():
-                self.progress.show(study, done, total, _label(c))
-                result, secs = _call(fn.__module__, fn.__qualname__, c, threads)
-                self._record(study, fn, k, c, result, secs, results)
-                done += 1
-                self.progress.show(study, done, total, _label(c))
-        else:
-            ctx = mp.get_context("spawn")
-            with ProcessPoolExecutor(self.jobs, mp_context=ctx) as pool:
-                pending = {pool.submit(_call, fn.__module__, fn.__qualname__, c, threads): (k, c)
-                           for k, c in todo.items()}
-                while pending:
-                    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for fut in finished:
-                        k, c = pending.pop(fut)
-                        result, secs = fut.result()
-                        self._record(study, fn, k, c, result, secs, results)
-                        done += 1
-                        self.progress.show(study, done, total, _label(c))
-        return [results[k] for k in keys]
+                yield (k, c, *_call(fn.__module__, fn.__qualname__, c, threads, self.device))
+            return
+        with ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn")) as pool:
+            pending = {pool.submit(_call, fn.__module__, fn.__qualname__, c, threads, self.device): (k, c)
+                       for k, c in todo.items()}
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    k, c = pending.pop(fut)
+                    yield (k, c, *fut.result())
 
-    def _record(self, study, fn, key, config, result, secs, results):
+    def close(self) -> None:
+        """Stop the Ray instance this runner started (if any)."""
+        if self._ray is not None:
+            self._ray.close()
+            self._ray = None
+
+    def _record(self, study, fn, key, config, result, secs, results, rows=()):
         self.store.put(key, study, fn.__qualname__, config, result, secs)
+        if rows:
+            tracking.write(pathlib.Path(self.store.path).parent / "metrics" / study / f"{fn.__qualname__}-{key[:12]}.csv",
+                           rows)
         results[key] = {"status": result.get("status", "ok"), **result}
         self.ran += 1
 

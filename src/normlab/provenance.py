@@ -1,0 +1,78 @@
+"""Where a result came from: software versions, git commit, machine, threads.
+
+One function, :func:`record`, gives the dict that every artifact stores
+(``results.json``, ``index.html``, ``bench.json``, model and checkpoint
+files). Its values are plain ``str``/``int``/``dict`` so that files loaded with
+``torch.load(weights_only=True)`` read it back (``torch.__version__`` is a
+``TorchVersion`` and is stored as ``str``). torch is imported only when
+:func:`record` runs.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    """The commit of the normlab source tree (with ``-dirty`` when it has changes), or None outside git."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        run = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,  # noqa: E731
+                                        timeout=10)
+        head = run("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return None
+        dirty = run("status", "--porcelain", "--untracked-files=no").stdout.strip()
+        return head.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else the architecture."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.machine())
+    except OSError:
+        return platform.processor() or platform.machine()
+
+
+def versions() -> dict:
+    """``{"normlab", "torch", "python"}`` as plain strings."""
+    import torch
+
+    from . import __version__
+
+    return {"normlab": __version__, "torch": str(torch.__version__), "python": platform.python_version()}
+
+
+def record() -> dict:
+    """Versions, git commit, machine and threads: what every artifact stores under ``"provenance"``."""
+    import torch
+
+    return {
+        **versions(),
+        "git_commit": git_commit(),
+        "machine": {"system": f"{platform.system()} {platform.release()}", "arch": platform.machine(),
+                    "cpu": cpu_name(), "cpus": os.cpu_count() or 0, "hostname": platform.node(),
+                    "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
+        "threads": int(torch.get_num_threads()),
+        "argv": " ".join(sys.argv[:1] and [os.path.basename(sys.argv[0]), *sys.argv[1:]]),
+    }
+
+
+def describe(prov: dict) -> str:
+    """One line for humans: ``normlab 0.2.0, torch 2.13.0+cpu, Python 3.11.7, commit 466b074, 2 threads on ...``."""
+    commit = prov.get("git_commit")
+    m = prov.get("machine") or {}
+    return (f"normlab {prov.get('normlab')}, torch {prov.get('torch')}, Python {prov.get('python')}"
+            + (f", commit {commit[:12]}{'-dirty' if commit.endswith('-dirty') else ''}" if commit else "")
+            + f", {prov.get('threads')} threads on {m.get('cpu', '?')} ({m.get('cpus', '?')} CPUs)"
+            + (f", {m['cuda']}" if m.get("cuda") else ""))

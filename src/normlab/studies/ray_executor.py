@@ -1,0 +1,84 @@
+"""Study cells as Ray tasks: ``normlab report --executor ray [--address auto|HOST:PORT]``.
+
+The runner hands the missing cells to :meth:`RayExecutor.run`; each cell is
+one task (one CPU) that imports the cell function by name on its worker, so
+every node needs normlab installed. Results come back to the driver, which
+alone writes the store, so resume, ``--quick``, verdicts and the HTML report
+are the same as with the local executor, and a report started on Ray can be
+resumed with ``--executor local`` (and the other way round).
+
+``address``: None starts a private local Ray instance with ``jobs`` CPUs (the
+same worker count as ``--jobs`` locally); ``"auto"`` joins the cluster that
+``ray start`` runs on this machine; ``HOST:PORT`` joins a cluster's head node.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterator
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """A one-line ConnectionError when nothing listens at ``HOST:PORT`` (before Ray retries for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"--address must be auto or HOST:PORT, got {address!r}")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except OSError as e:
+        raise ConnectionError(f"cannot reach a Ray cluster at {address}: {e.strerror or e}") from None
+
+
+class RayExecutor:
+    """Submits cells as Ray tasks and yields their results as they finish."""
+
+    def __init__(self, address: str | None = None, jobs: int = 1):
+        try:
+            import ray
+        except ImportError:
+            raise ImportError("--executor ray needs Ray: pip install 'normlab[scale]'") from None
+        self.ray = ray
+        if address not in (None, "auto"):
+            _check_reachable(address)
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        kwargs = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+        self._owns = not ray.is_initialized()
+        if self._owns:
+            try:
+                if address is None:
+                    ray.init(num_cpus=jobs, **kwargs)
+                else:
+                    ray.init(address=address, **kwargs)
+            except ConnectionError as e:
+                raise ConnectionError(f"cannot join the Ray cluster at {address}: {str(e).splitlines()[0]}") from None
+
+    def run(self, call: Callable, fn: Callable, todo: dict[str, dict], device: str = "cpu") -> Iterator[tuple]:
+        """Yield ``(key, config, result, seconds, rows)`` for every cell in ``todo``, in finishing order.
+
+        Each task asks for one CPU (and one GPU when ``device`` is CUDA).
+        """
+        ray = self.ray
+        gpus = 1 if str(device).startswith("cuda") else 0
+        task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=1)(call)
+        device = "cuda" if gpus else device  # Ray gives each task its own GPU, seen as cuda:0
+        pending = {task.remote(fn.__module__, fn.__qualname__, c, 1, device): (k, c) for k, c in todo.items()}
+        try:
+            while pending:
+                finished, _ = ray.wait(list(pending), num_returns=1)
+                for ref in finished:
+                    k, c = pending.pop(ref)
+                    try:
+                        result, secs, rows = ray.get(ref)
+                    except ray.exceptions.RayError as e:  # a worker that died, a node lost: recorded, retried later
+                        result, secs, rows = {"status": "error", "error": f"{type(e).__name__}: "
+                                              f"{str(e).splitlines()[0] if str(e) else ''}"}, 0.0, []
+                    yield k, c, result, secs, rows
+        finally:
+            for ref in pending:  # interrupted: in-flight tasks are cancelled, their cells run again on resume
+                ray.cancel(ref, force=True)
+
+    def close(self) -> None:
+        if self._owns and self.ray.is_initialized():
+            self.ray.shutdown()

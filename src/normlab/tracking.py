@@ -1,0 +1,117 @@
+"""Run tracking: every training run writes ``metrics.csv`` (and TensorBoard scalars when asked).
+
+Columns: ``step, loss, lr, grad_norm, seconds`` (``step`` counts optimizer
+steps from 1; ``grad_norm`` is the total gradient 2-norm before clipping;
+``seconds`` is the run's wall time so far). :class:`MetricsLog` writes one row
+per step next to a run's checkpoint; a resumed run first drops the rows after
+its checkpoint's step, so the file never holds a step twice.
+
+Study cells have no checkpoint: :func:`collect` gathers the rows that
+:func:`log_step` sends while a cell runs (in whichever process or Ray worker
+runs it), and the runner writes them beside its store.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import os
+import pathlib
+
+COLUMNS = ("step", "loss", "lr", "grad_norm", "seconds")
+
+_collector: list | None = None  # rows of the cell running in this process, when the runner collects them
+
+
+def _writer(tensorboard: str | os.PathLike | None):
+    if tensorboard is None:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ImportError("--tensorboard needs the tensorboard package (pip install 'normlab[scale]')") from None
+    return SummaryWriter(str(tensorboard))
+
+
+class MetricsLog:
+    """Append-only ``metrics.csv`` for one training run, resumable.
+
+    Args:
+        path: the CSV file (created with a header if absent).
+        resume_step: rows with ``step > resume_step`` are dropped first (they were
+            trained after the last checkpoint and will be trained again).
+        tensorboard: a folder for TensorBoard event files, or None.
+    """
+
+    def __init__(self, path: str | os.PathLike, resume_step: int = 0, tensorboard: str | os.PathLike | None = None):
+        self.path = pathlib.Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        rows = read(self.path) if self.path.exists() else []
+        kept = [r for r in rows if r["step"] <= resume_step]
+        if not self.path.exists() or len(kept) != len(rows):
+            tmp = self.path.with_suffix(".csv.tmp")
+            with open(tmp, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(COLUMNS)
+                w.writerows([[r[c] for c in COLUMNS] for r in kept])
+            os.replace(tmp, self.path)
+        self._file = open(self.path, "a", newline="")
+        self._csv = csv.writer(self._file)
+        self._tb = _writer(tensorboard)
+
+    def log(self, step: int, loss: float, lr: float, grad_norm: float, seconds: float) -> None:
+        self._csv.writerow([step, f"{loss:.6g}", f"{lr:.6g}", f"{grad_norm:.6g}", f"{seconds:.3f}"])
+        self._file.flush()
+        if self._tb is not None:
+            for name, v in (("loss", loss), ("lr", lr), ("grad_norm", grad_norm)):
+                self._tb.add_scalar(f"train/{name}", v, step)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read(path: str | os.PathLike) -> list[dict]:
+    """Rows of a metrics.csv as dicts (``step`` int, the rest float)."""
+    with open(path, newline="") as f:
+        return [{c: int(r[c]) if c == "step" else float(r[c]) for c in COLUMNS} for r in csv.DictReader(f)]
+
+
+def write(path: str | os.PathLike, rows: list[dict]) -> None:
+    """Write ``rows`` (dicts with :data:`COLUMNS`) as a metrics.csv, atomically."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(COLUMNS)
+        w.writerows([[r[c] for c in COLUMNS] for r in rows])
+    os.replace(tmp, path)
+
+
+def active() -> bool:
+    """True while :func:`collect` gathers rows in this process (a cell may skip computing metrics otherwise)."""
+    return _collector is not None
+
+
+def log_step(step: int, loss: float, lr: float, grad_norm: float, seconds: float) -> None:
+    """Record one step of the cell running now; nothing happens outside :func:`collect`."""
+    if _collector is not None:
+        _collector.append({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "seconds": seconds})
+
+
+@contextlib.contextmanager
+def collect():
+    """``with collect() as rows:`` gathers what :func:`log_step` sends inside the block."""
+    global _collector
+    previous, _collector = _collector, []
+    try:
+        yield _collector
+    finally:
+        _collector = previous

@@ -1,0 +1,135 @@
+"""Study runner: versioned cell keys, kept divergences, metrics beside the store, the Ray executor and resume."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pathlib
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from normlab import tracking
+from normlab.studies import runner as runner_mod
+from normlab.studies.runner import Runner, Store, cell_key
+
+HERE = pathlib.Path(__file__).parent
+
+
+def counted_cell(cfg: dict) -> dict:
+    """Appends its x to ``cfg["log"]`` (one line per execution), optionally sleeps; diverges when asked."""
+    with open(cfg["log"], "a") as f:
+        f.write(f"{cfg['x']}\n")
+    time.sleep(cfg.get("sleep", 0))
+    for step in range(1, 4):
+        tracking.log_step(step, 1.0 / step, 1e-3, 0.1, 0.0)
+    if cfg.get("diverge"):
+        return {"status": "diverged", "diverged_step": 3, "final_loss": None}
+    return {"y": cfg["x"] ** 2}
+
+
+def executions(log: pathlib.Path) -> dict[int, int]:
+    lines = log.read_text().split() if log.exists() else []
+    return {int(x): lines.count(x) for x in set(lines)}
+
+
+def test_a_diverged_cell_is_a_result_kept_across_resumes(tmp_path):
+    log = tmp_path / "runs.log"
+    cfgs = [{"x": 1, "log": str(log), "diverge": True}, {"x": 2, "log": str(log)}]
+    first = Runner(Store(str(tmp_path / "runs.sqlite"))).map("demo", counted_cell, cfgs)
+    assert first[0]["status"] == "diverged" and first[0]["diverged_step"] == 3
+    again = Runner(Store(str(tmp_path / "runs.sqlite")))
+    second = again.map("demo", counted_cell, cfgs)
+    assert again.ran == 0 and second == first
+    assert executions(log) == {1: 1, 2: 1}  # the diverged cell was not trained again
+
+
+def test_cell_key_follows_source_and_version(tmp_path, monkeypatch):
+    mod = tmp_path / "cellmod_v.py"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod.write_text("def cell(cfg):\n    return {'y': cfg['x']}\n")
+    old = cell_key(importlib.import_module("cellmod_v").cell, {"x": 1})
+    mod.write_text("def cell(cfg):\n    return {'y': cfg['x'] + 1}  # edited\n")
+    sys.modules.pop("cellmod_v")
+    assert cell_key(importlib.import_module("cellmod_v").cell, {"x": 1}) != old  # an edited cell: new results
+    before = cell_key(counted_cell, {"x": 1})
+    monkeypatch.setattr(runner_mod, "__version__", "999.0")
+    assert cell_key(counted_cell, {"x": 1}) != before  # nor does a new normlab version
+
+
+def test_training_rows_are_written_beside_the_store(tmp_path):
+    r = Runner(Store(str(tmp_path / "runs.sqlite")))
+    r.map("demo", counted_cell, [{"x": 3, "log": str(tmp_path / "log")}])
+    (csv,) = (tmp_path / "metrics" / "demo").glob("counted_cell-*.csv")
+    assert [row["step"] for row in tracking.read(csv)] == [1, 2, 3]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_ray_address_is_one_line_and_leaves_the_store(tmp_path, capsys):
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'normlab[scale]')")
+    db = tmp_path / "runs.sqlite"
+    cfgs = [{"x": i, "log": str(tmp_path / "log")} for i in range(3)]
+    Runner(Store(str(db))).map("demo", counted_cell, cfgs[:2])
+    address = f"127.0.0.1:{_free_port()}"
+    with pytest.raises(ConnectionError, match=f"cannot reach a Ray cluster at {address}") as e:
+        Runner(Store(str(db)), executor="ray", address=address).map("demo", counted_cell, cfgs)
+    assert "\n" not in str(e.value)
+    with sqlite3.connect(db) as con:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert Store(str(db)).count() == 2
+    from normlab.cli import main
+
+    code = main(["report", "--executor", "ray", "--address", address, "--only", "invariance",
+                 "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "cannot reach a Ray cluster" in err
+
+
+DRIVER = """
+import sys
+sys.path.insert(0, {tests!r})
+from normlab.studies.runner import Runner, Store
+from test_runner import counted_cell
+cfgs = [{{"x": i, "log": {log!r}, "sleep": 0.3}} for i in range({n})]
+Runner(Store({db!r}), jobs=2, executor="ray").map("demo", counted_cell, cfgs)
+"""
+
+
+def test_ray_run_killed_then_resumed_locally_loses_nothing_and_repeats_nothing(tmp_path):
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'normlab[scale]')")
+    n, db, log = 12, tmp_path / "runs.sqlite", tmp_path / "runs.log"
+    script = DRIVER.format(tests=str(HERE), log=str(log), n=n, db=str(db))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    driver = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and driver.poll() is None:  # wait until some cells are stored
+        if db.exists() and Store(str(db)).count() >= 3:
+            break
+        time.sleep(0.2)
+    assert driver.poll() is None, f"the Ray driver ended before it was killed: {driver.stderr.read()[-2000:]}"
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver and the Ray instance it started
+    driver.wait()
+    with sqlite3.connect(db) as con:
+        finished = {json.loads(c)["x"] for (c,) in con.execute("SELECT config FROM cells")}
+    assert 3 <= len(finished) < n
+    ran_by_ray = executions(log)
+    cfgs = [{"x": i, "log": str(log), "sleep": 0.3} for i in range(n)]
+    local = Runner(Store(str(db)), jobs=1)
+    results = local.map("demo", counted_cell, cfgs)
+    assert [r["y"] for r in results] == [i * i for i in range(n)]  # no finished cell lost
+    assert local.ran == n - len(finished)  # only the missing cells ran
+    total = executions(log)
+    for x in finished:  # a cell finished on Ray never ran again
+        assert total[x] == 1 == ran_by_ray[x]
