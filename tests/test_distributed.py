@@ -120,3 +120,75 @@ def test_default_device_keeps_seeded_cpu_draws():
         moved = torch.randn(3, generator=g)
         plain = torch.zeros(2)
     assert moved.device.type == "meta" and plain.device.type == "meta" and moved.shape == cpu.shape
+
+
+def _noise_mixtures(folder: pathlib.Path, n: int = 4, seconds: float = 6.0) -> None:
+    """``folder/wav/m<i>.wav`` (8 kHz noise) with ``.rttm`` turns of two speakers: a stand-in for simulated data."""
+    import numpy as np
+    import soundfile as sf
+
+    (folder / "wav").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        sf.write(folder / "wav" / f"m{i}.wav", rng.standard_normal(int(8000 * seconds)).astype("float32") * 0.1, 8000)
+        turns = [("a", 0.5, 2.0), ("b", 2.0, 3.0)]
+        (folder / "wav" / f"m{i}.rttm").write_text("".join(
+            f"SPEAKER m{i} 1 {start:.2f} {dur:.2f} <NA> <NA> {spk} <NA> <NA>\n" for spk, start, dur in turns))
+
+
+def _pid_with_env(tag: str, rank: str) -> int | None:
+    """The process whose environment holds ``NORMLAB_TEST_TAG=tag`` and ``RANK=rank`` (a torchrun worker)."""
+    for d in pathlib.Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"NORMLAB_TEST_TAG={tag}".encode() in env and f"RANK={rank}".encode() in env:
+            return int(d.name)
+    return None
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds the rank's process in /proc")
+def test_torchrun_rank_death_stops_the_run_naming_it_and_a_restart_resumes(tmp_path, capsys):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from normlab.cli import main
+
+    _noise_mixtures(tmp_path / "data")
+    out = tmp_path / "run"
+    args = ["diarize", "train", "--data", str(tmp_path / "data"), "--out", str(out), "--d-model", "16", "--layers",
+            "1", "--batch", "4", "--frames", "40", "--warmup", "2", "--ckpt-every", "2", "--threads", "1",
+            "--device", "cpu"]
+    tag = f"{os.getpid()}-{time.monotonic_ns()}"
+    env = dict(os.environ, NORMLAB_TEST_TAG=tag, OMP_NUM_THREADS="1")
+    run = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                            "--master_port", str(free_port()), "-m", "normlab", *args, "--steps", "100000"],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    last = out / "ckpt" / "last.pt"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and run.poll() is None and not last.exists():
+        time.sleep(0.2)  # wait for the first checkpoint
+    pid = _pid_with_env(tag, "1")
+    assert run.poll() is None and pid is not None, run.communicate()[0][-3000:]
+    os.kill(pid, signal.SIGKILL)  # rank 1 dies
+    log = run.communicate(timeout=120)[0]
+    assert run.returncode != 0
+    assert "rank" in log and ("rank      : 1" in log or "rank: 1" in log or "rank 1" in log), log[-3000:]
+    step = torch.load(last, weights_only=False)["step"]
+    assert step >= 2 and torch.load(last, weights_only=False)["world_size"] == 2
+    # restarted alone (one process), it resumes from the checkpoint and finishes
+    assert main([*args, "--steps", str(step + 2)]) == 0
+    assert f"trained {step + 2} steps" in capsys.readouterr().out
+    rows = tracking.read(out / "ckpt" / "metrics.csv")
+    assert [r["step"] for r in rows] == list(range(1, step + 3))
+    blob = torch.load(out / "model.pt", weights_only=True)  # plain types: loads without pickled classes
+    assert blob["provenance"]["torch"] == str(torch.__version__)
+    # a resume with another model is refused in one line
+    assert main([*args, "--steps", str(step + 4), "--d-model", "32"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "other settings (model.d_ff: 64 -> 128; model.d_model: 16 -> 32)" in err

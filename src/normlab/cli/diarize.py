@@ -5,6 +5,8 @@ import argparse
 import dataclasses
 import pathlib
 
+from ..devices import HELP as DEVICE_HELP
+from ..devices import check_spec
 from ._common import positive_int, progress
 
 HELP = {"diarize": "speaker diarization: AUDIO... to RTTM, and DER scoring"}
@@ -50,10 +52,18 @@ def _pipeline_options(args: argparse.Namespace) -> dict:
     return {k: v for k, v in (("threshold", args.threshold), ("median", args.median)) if v is not None}
 
 
+def _model_on_device(args: argparse.Namespace):
+    """The EEND model of ``--model`` on ``--device``: the pipeline runs it where it is."""
+    from ..devices import resolve
+    from ..diarization.api import load_model
+
+    return load_model(args.model).to(resolve(args.device))
+
+
 def _cmd_diarize_run(args: argparse.Namespace) -> int:
     from ..diarization.api import diarize_files
 
-    status = diarize_files(args.audio, args.out, model=args.model, encoder=args.embedding,
+    status = diarize_files(args.audio, args.out, model=_model_on_device(args), encoder=args.embedding,
                            progress=progress("diarize"), **_speaker_counts(args), **_pipeline_options(args))
     for path, st in status.items():
         print(f"{path}: wrote {args.out}/{pathlib.Path(path).stem}.rttm" if st == "ok" else f"{path}: error: {st}")
@@ -65,7 +75,7 @@ def _cmd_diarize_evaluate(args: argparse.Namespace) -> int:
 
     from ..diarization.evaluate import evaluate_folder, format_evaluation
 
-    result = evaluate_folder(args.wav_dir, args.ref, args.out, uem=args.uem, model=args.model,
+    result = evaluate_folder(args.wav_dir, args.ref, args.out, uem=args.uem, model=_model_on_device(args),
                              encoder=args.embedding, progress=progress("diarize"), **_speaker_counts(args),
                              **_pipeline_options(args))
     print(json.dumps(result, indent=2) if args.json else format_evaluation(result))
@@ -86,26 +96,23 @@ def _cmd_diarize_simulate(args: argparse.Namespace) -> int:
 def _cmd_diarize_train(args: argparse.Namespace) -> int:
     import torch
 
-    from ..diarization.dataset import MixtureSet
-    from ..diarization.model import EENDModel, ModelConfig
-    from ..diarization.train import TrainConfig, train
+    from ..diarization.model import ModelConfig
+    from ..diarization.train import TrainConfig, train_run
 
     torch.set_num_threads(args.threads)
-    data = MixtureSet(args.data, n_speakers=args.speakers)
-    torch.manual_seed(args.seed)
-    model = EENDModel(ModelConfig(d_model=args.d_model, n_layers=args.layers, d_ff=4 * args.d_model,
-                                  n_speakers=args.speakers, norm=args.norm, placement=args.placement,
-                                  encoder=args.encoder))
+    model_cfg = ModelConfig(d_model=args.d_model, n_layers=args.layers, d_ff=4 * args.d_model, n_speakers=args.speakers,
+                            norm=args.norm, placement=args.placement, encoder=args.encoder)
     cfg = TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup, ckpt_every=args.ckpt_every, seed=args.seed,
                       decay=args.decay)
     out = pathlib.Path(args.out)
-
     bar = progress("train")
-    losses = train(model, data.batches(args.batch, args.frames), cfg, out / "ckpt",
-                   lambda step, total, loss: bar(step - 1, total, f"loss {loss:.4f}"))
-    model.save(out / "model.pt")
-    print(f"trained {len(losses)} steps on {len(data.items)} mixtures; final loss "
-          f"{sum(losses[-20:]) / len(losses[-20:]):.4f}; wrote {out / 'model.pt'}")
+    r = train_run(args.data, out, model_cfg, cfg, batch=args.batch, frames=args.frames, device=args.device,
+                  tensorboard=args.tensorboard, progress=lambda step, total, loss: bar(step - 1, total, f"loss {loss:.4f}"))
+    if r["rank"] == 0:
+        losses = r["losses"]
+        print(f"trained {len(losses)} steps on {r['mixtures']} mixtures ({r['world_size']} process"
+              f"{'es' if r['world_size'] > 1 else ''}, {r['device']}; {r['samples_per_s']:.1f} sequences/s); final loss "
+              f"{sum(losses[-20:]) / len(losses[-20:]):.4f}; wrote {out / 'model.pt'} and {out / 'ckpt' / 'metrics.csv'}")
     return 0
 
 
@@ -169,7 +176,10 @@ def add_parsers(sub, name: str) -> None:
                     help="add reverberation, RT60 drawn from [MIN, MAX] seconds (default: dry)")
     si.set_defaults(func=_cmd_diarize_simulate)
 
-    tr = dsub.add_parser("train", help="train an EEND model on simulated mixtures (resumes from OUT/ckpt)")
+    tr = dsub.add_parser("train", help="train an EEND model on simulated mixtures (resumes from OUT/ckpt)",
+                         description="Train an EEND model on simulated mixtures; resumes from OUT/ckpt. Data-parallel "
+                         "with `torchrun --nproc_per_node N -m normlab diarize train ...` (gloo on CPU, nccl on CUDA; "
+                         "--batch is the global batch, split over the processes).")
     tr.add_argument("--data", required=True, help="a folder written by `normlab diarize simulate`")
     tr.add_argument("--out", required=True, help="writes OUT/model.pt and checkpoints in OUT/ckpt")
     tr.add_argument("--steps", type=positive_int, default=2000, help=f"optimizer steps {d}")
@@ -187,6 +197,9 @@ def add_parsers(sub, name: str) -> None:
     tr.add_argument("--ckpt-every", type=positive_int, default=100, help=f"steps between checkpoints {d}")
     tr.add_argument("--threads", type=positive_int, default=2, help=f"torch threads {d}")
     tr.add_argument("--seed", type=int, default=0, help=f"random seed {d}")
+    tr.add_argument("--device", type=check_spec, default="auto", help=f"{DEVICE_HELP} {d}")
+    tr.add_argument("--tensorboard", default=None, metavar="DIR",
+                    help="also log loss, lr and gradient norm for TensorBoard in DIR (needs tensorboard)")
     tr.set_defaults(func=_cmd_diarize_train)
 
     def pipeline_options(q):
@@ -201,6 +214,8 @@ def add_parsers(sub, name: str) -> None:
                        help="speaker activity threshold (default: the model's)")
         q.add_argument("--median", type=positive_int, default=None,
                        help="median filter width in frames, odd (default: the model's)")
+        q.add_argument("--device", type=check_spec, default="auto",
+                       help=f"where the segmentation model runs: {DEVICE_HELP} {d}")
 
     rn = dsub.add_parser("run", help="write OUT/<stem>.rttm for each audio file (also: normlab diarize AUDIO...)")
     rn.add_argument("audio", nargs="+", help="WAV/FLAC files, any sample rate and channel count")

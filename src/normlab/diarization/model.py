@@ -63,8 +63,14 @@ class EENDModel(nn.Module):
         return self.head(self.encoder(feats, key_padding_mask))  # B, T, S
 
     def save(self, path: str | pathlib.Path) -> None:
-        torch.save({"config": asdict(self.cfg), "postprocess": self.postprocess, "state_dict": self.state_dict()},
-                   path)
+        """Config, post-processing, weights and ``provenance`` (versions, commit, machine), written atomically."""
+        from ..provenance import record
+
+        path = pathlib.Path(path)
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save({"config": asdict(self.cfg), "postprocess": self.postprocess, "state_dict": self.state_dict(),
+                    "provenance": record()}, tmp)
+        tmp.replace(path)
 
     @classmethod
     def load(cls, path: str | pathlib.Path | None = None) -> "EENDModel":

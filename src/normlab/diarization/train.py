@@ -153,3 +153,44 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
         if metrics is not None:
             metrics.close()
     return losses
+
+
+def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, batch: int = 8, frames: int = 500,
+              device: str = "auto", tensorboard: str | pathlib.Path | None = None,
+              progress: Callable[[int, int, float], None] | None = None) -> dict:
+    """``normlab diarize train``: one process, or one rank of ``torchrun`` (``normlab.distributed``).
+
+    Trains an :class:`EENDModel` of ``model_cfg`` on the simulated folders ``data``
+    (``batch`` mixtures of ``frames`` frames per optimizer step, split over the
+    ranks), checkpointing to ``out/ckpt`` (with ``metrics.csv``) and resuming
+    from it; rank 0 writes ``out/model.pt``. Returns the losses, the world size
+    and the training throughput of this session (sequences per second).
+    """
+    from dataclasses import asdict
+
+    from ..devices import resolve
+    from ..distributed import process_group
+    from .dataset import MixtureSet
+    from .model import EENDModel
+
+    out = pathlib.Path(out)
+    dev = resolve(device)
+    with process_group(dev) as (rank, size):
+        mixtures = MixtureSet(data, n_speakers=model_cfg.n_speakers)
+        torch.manual_seed(cfg.seed)
+        model = EENDModel(model_cfg).to(dev)
+        settings = {"model": asdict(model_cfg), "data": [str(d) for d in (data if isinstance(data, (list, tuple))
+                                                                          else [data])],
+                    "batch": batch, "frames": frames, "seed": cfg.seed, "lr": cfg.lr, "warmup": cfg.warmup,
+                    "decay": cfg.decay, "clip": cfg.clip}
+        last = out / "ckpt" / "last.pt"
+        start = torch.load(last, map_location="cpu", weights_only=False)["step"] if last.exists() else 0
+        t0 = time.perf_counter()
+        losses = train(model, mixtures.batches(batch, frames), cfg, out / "ckpt", progress if rank == 0 else None,
+                       config=settings, tensorboard=tensorboard if rank == 0 else None)
+        seconds = time.perf_counter() - t0
+        if rank == 0:
+            model.save(out / "model.pt")
+    steps = len(losses) - start
+    return {"rank": rank, "world_size": size, "device": str(dev), "losses": losses, "mixtures": len(mixtures.items),
+            "steps": steps, "seconds": seconds, "samples_per_s": batch * steps / seconds if steps else 0.0}
