@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 
 import torch
 import torch.nn.functional as TF
 from torch import nn
 
-from .. import kernels
+from .. import kernels, tracking
 from ..lab.diagnostics import diagnose
 from ..models.transformer import TransformerEncoder
 
@@ -83,6 +84,7 @@ def train_cell(cfg: dict) -> dict:
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"], betas=(0.9, 0.98), foreach=True)
     warm = cfg.get("warmup", 0)
     losses: list[float] = []
+    t0 = time.perf_counter()
     for step in range(cfg["steps"]):
         for g in opt.param_groups:
             g["lr"] = cfg["lr"] * min(1.0, (step + 1) / warm) if warm else cfg["lr"]
@@ -94,6 +96,9 @@ def train_cell(cfg: dict) -> dict:
         losses.append(value)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if tracking.active():  # metrics.csv of this cell (the runner writes it beside its store)
+            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None]))
+            tracking.log_step(step + 1, value, opt.param_groups[0]["lr"], norm.item(), time.perf_counter() - t0)
         opt.step()
     tail = losses[-20:]
     return {"status": "ok", "final_loss": sum(tail) / len(tail), "curve": losses[::10]}
