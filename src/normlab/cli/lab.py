@@ -6,6 +6,7 @@ import json
 import pathlib
 import sys
 
+from ..devices import check_spec
 from ._common import positive_int, progress, shape
 
 HELP = {
@@ -35,12 +36,23 @@ def _count(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     import torch
 
-    from ..lab import bench
+    from .. import provenance
+    from ..devices import resolve
+    from ..lab import bench, bench_gpu
 
     torch.set_num_threads(args.threads)
-    result = bench.run(args.ops, args.shapes, args.dtypes, repeats=args.repeats, progress=progress("bench"))
-    result["cold_start_s"] = bench.cold_start_seconds() if args.cold_start else None
-    table = bench.markdown(result)
+    device = resolve(args.device)  # auto: the CPU table, and the GPU section when CUDA is present
+    if args.device in ("cpu", "auto"):
+        result = bench.run(args.ops, args.shapes, args.dtypes, repeats=args.repeats, progress=progress("bench"))
+        result["cold_start_s"] = bench.cold_start_seconds() if args.cold_start else None
+    else:
+        result = {"rows": []}
+    if device.type == "cuda":
+        result["gpu"] = bench_gpu.run(device, progress=progress("bench gpu"))
+    else:
+        result["gpu"] = {"skipped": bench_gpu.available() or "--device cpu: GPU section skipped"}
+    result["provenance"] = provenance.record()
+    table = "\n\n".join(([bench.markdown(result)] if result["rows"] else []) + [bench_gpu.markdown(result["gpu"])])
     print(table)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -80,5 +92,8 @@ def add_parsers(sub, name: str) -> None:
         p.add_argument("--threads", type=positive_int, default=2, help="torch threads (default: %(default)s)")
         p.add_argument("--cold-start", action="store_true",
                        help="also time a fresh process with an empty compile cache")
+        p.add_argument("--device", type=check_spec, default="auto",
+                       help="cpu: the CPU table; cuda[:N]: the GPU section; auto: the CPU table, then the GPU section "
+                       "when CUDA is present (default: %(default)s)")
         p.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md (default: %(default)s)")
         p.set_defaults(func=_bench)
