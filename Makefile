@@ -20,7 +20,7 @@ system-deps:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check torch==2.13.0
-	$(PIP) install -q --disable-pip-version-check -e '.[dev,plot,scale]'
+	$(PIP) install -q --disable-pip-version-check -e '.[dev,plot,scale,export]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,20 +1,17 @@
 """The public math: ``layer_norm``, ``rms_norm`` and their residual-add variants.
 
-Each function validates its arguments, flattens the normalized dims into one
-row of length ``D = prod(normalized_shape)``, and runs an autograd Function
-whose backward is the hand-derived one (``docs/layernorm.md``). Which kernel
-runs is decided in one place, :func:`normlab.kernels.resolve`; ``impl=`` forces
-one (``"reference"`` is the readable definition).
+Each function validates its arguments and hands them to
+:func:`normlab.kernels.dispatch`, the one place that decides which kernel runs
+(``impl=`` forces one; ``"reference"`` is the readable definition). Kernels
+work on rows of length ``D = prod(normalized_shape)`` inside an autograd
+Function whose backward is the hand-derived one (``docs/layernorm.md``).
 """
 from __future__ import annotations
-
-import math
 
 import torch
 
 from . import kernels
 from ._checks import ShapeLike, as_shape, check_eps, check_input, check_param, default_rms_eps
-from .kernels.autograd import AddNormFunction, NormFunction
 
 Tensor = torch.Tensor
 
@@ -29,14 +26,7 @@ def _prepare(x: Tensor, normalized_shape: ShapeLike, weight, bias, eps, *, rms: 
     if rms and eps is None:
         eps = default_rms_eps(x.dtype)
     check_eps(eps)
-    d = math.prod(shape)
-    w = None if weight is None else weight.reshape(d)
-    b = None if bias is None else bias.reshape(d)
-    return shape, d, w, b, float(eps)
-
-
-def _rows(t: Tensor, d: int) -> Tensor:
-    return t.reshape(-1, d).contiguous()  # N, D
+    return shape, float(eps)
 
 
 def layer_norm(
@@ -76,14 +66,8 @@ def layer_norm(
         >>> y.mean(-1).abs().max() < 1e-6
         tensor(True)
     """
-    shape, d, w, b, eps = _prepare(x, normalized_shape, weight, bias, eps, rms=False)
-    name = kernels.resolve(impl, "layer_norm", x, eps)
-    if name == "native":
-        # torch's own kernel pair, with torch's own autograd node: the same forward and
-        # backward kernels NormFunction would call, without a Python backward in between
-        return torch.nn.functional.layer_norm(x, shape, weight, bias, eps)
-    y = NormFunction.apply(_rows(x, d), w, b, eps, False, name)
-    return y.reshape(x.shape)
+    shape, eps = _prepare(x, normalized_shape, weight, bias, eps, rms=False)
+    return kernels.dispatch("layer_norm", x, None, shape, weight, bias, eps, impl=impl)
 
 
 def rms_norm(
@@ -106,25 +90,18 @@ def rms_norm(
 
     Args and shapes as :func:`layer_norm`, without ``bias``.
     """
-    shape, d, w, _, eps = _prepare(x, normalized_shape, weight, None, eps, rms=True)
-    name = kernels.resolve(impl, "rms_norm", x, eps)
-    y = NormFunction.apply(_rows(x, d), w, None, eps, True, name)
-    return y.reshape(x.shape)
+    shape, eps = _prepare(x, normalized_shape, weight, None, eps, rms=True)
+    return kernels.dispatch("rms_norm", x, None, shape, weight, None, eps, impl=impl)
 
 
 def _add_norm(x, residual, normalized_shape, weight, bias, eps, residual_in_fp32, impl, *, rms):
-    shape, d, w, b, eps = _prepare(x, normalized_shape, weight, bias, eps, rms=rms)
+    shape, eps = _prepare(x, normalized_shape, weight, bias, eps, rms=rms)
     check_input(residual, shape, "residual")
     if residual.shape != x.shape:
         raise ValueError(f"residual has shape {list(residual.shape)} but x has shape {list(x.shape)}")
     s_dtype = torch.float32 if residual_in_fp32 and x.dtype in (torch.float16, torch.bfloat16) else x.dtype
     op = "add_rms_norm" if rms else "add_layer_norm"
-    name = kernels.resolve(impl, op, x, eps)
-    if name == "native":  # eager add, then torch's LayerNorm kernel pair (see layer_norm)
-        s = x + residual if s_dtype == x.dtype else x.to(s_dtype) + residual.to(s_dtype)
-        return torch.nn.functional.layer_norm(s, shape, weight, bias, eps).to(x.dtype), s
-    y, s = AddNormFunction.apply(_rows(x, d), _rows(residual, d), w, b, eps, rms, s_dtype, name)
-    return y.reshape(x.shape), s.reshape(x.shape)
+    return kernels.dispatch(op, x, residual, shape, weight, bias, eps, impl=impl, s_dtype=s_dtype)
 
 
 def add_layer_norm(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import get_kernel
+from .base import Kernel
 
 
 def _param_grad(g: torch.Tensor | None, p: torch.Tensor | None, needed: bool):
@@ -21,15 +21,14 @@ class NormFunction(torch.autograd.Function):
     """y = norm(x) on ``N, D`` rows; LayerNorm or, with ``rms=True``, RMSNorm."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, eps: float, rms: bool, impl: str):
-        k = get_kernel(impl)
+    def forward(ctx, x, weight, bias, eps: float, rms: bool, k: Kernel):
         if rms:
             y, rstd = k.rms_fwd(x, weight, eps)
             mean = None
         else:
             y, mean, rstd = k.ln_fwd(x, weight, bias, eps)
         ctx.save_for_backward(x, weight, mean, rstd)
-        ctx.rms, ctx.impl = rms, impl
+        ctx.rms, ctx.kernel = rms, k
         ctx.b_dtype = None if bias is None else bias.dtype
         return y
 
@@ -37,7 +36,7 @@ class NormFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         x, weight, mean, rstd = ctx.saved_tensors
-        k = get_kernel(ctx.impl)
+        k = ctx.kernel
         dy = dy.contiguous()
         if ctx.rms:
             dx, dw = k.rms_bwd(dy, x, rstd, weight)
@@ -59,15 +58,14 @@ class AddNormFunction(torch.autograd.Function):
     """(y, s) with s = x + residual and y = norm(s), on ``N, D`` rows."""
 
     @staticmethod
-    def forward(ctx, x, residual, weight, bias, eps: float, rms: bool, s_dtype: torch.dtype, impl: str):
-        k = get_kernel(impl)
+    def forward(ctx, x, residual, weight, bias, eps: float, rms: bool, s_dtype: torch.dtype, k: Kernel):
         if rms:
             y, s, rstd = k.add_rms_fwd(x, residual, weight, eps, s_dtype)
             mean = None
         else:
             y, s, mean, rstd = k.add_ln_fwd(x, residual, weight, bias, eps, s_dtype)
         ctx.save_for_backward(s, weight, mean, rstd)
-        ctx.rms, ctx.impl = rms, impl
+        ctx.rms, ctx.kernel = rms, k
         ctx.x_dtype, ctx.r_dtype, ctx.b_dtype = x.dtype, residual.dtype, None if bias is None else bias.dtype
         return y, s
 
@@ -75,7 +73,7 @@ class AddNormFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy, ds):
         s, weight, mean, rstd = ctx.saved_tensors
-        k = get_kernel(ctx.impl)
+        k = ctx.kernel
         dy = dy.contiguous()
         ds = None if ds is None else ds.contiguous()  # s is also an output: its gradient flows through
         if ctx.rms:

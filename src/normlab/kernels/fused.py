@@ -15,8 +15,10 @@ repeatable.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
+import types
 import warnings
 
 import torch
@@ -123,63 +125,74 @@ def _ln_stats(s1, m2, d: int, eps: float):
 
 
 # ------------------------------------------------------------------ compilation
+#
+# dynamo keeps its compiled variants per code object, up to a recompile limit. Rather than
+# raising that limit for the whole process, each variant of a function (dtype, device, which
+# optional tensors are present, eps) gets its own code object, compiled once: the state is
+# this module's table of compiled functions, and nothing of torch's configuration changes.
 
 _lock = threading.Lock()
-_compiled: dict[str, object] = {}
-_broken: list[str] = []  # the reason compilation is unavailable, once known
+_compiled: dict[tuple, object] = {}
 
 
-def _compiled_fn(fn):
+def _variant(fn, key: tuple):
+    """``fn`` with a fresh code object of its own (named after ``key``): its own dynamo cache."""
+    tag = "_".join(str(k).removeprefix("torch.") for k in key)
+    code = fn.__code__.replace(co_name=f"{fn.__name__}__{tag}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+
+
+def _compiled_fn(fn, key: tuple):
     with _lock:
-        c = _compiled.get(fn.__name__)
+        c = _compiled.get(key)
         if c is None:
-            # one wrapper per function; it recompiles per dtype and weight/bias presence
-            import torch._dynamo
-
-            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
             # emulate_precision_casts: a half-precision s = x + r is rounded before it is normalized,
             # as in eager; otherwise fusion decisions (which vary with the shape) decide the bits.
-            c = _compiled[fn.__name__] = torch.compile(
-                fn, dynamic=True, fullgraph=True, options={"emulate_precision_casts": True}
+            c = _compiled[key] = torch.compile(
+                _variant(fn, key), dynamic=True, fullgraph=True, options={"emulate_precision_casts": True}
             )
         return c
 
 
 def _run(fn, *args):
-    """Run the compiled ``fn``; the first call per dtype/device compiles and is timed."""
-    x = args[0]
-    key = f"{fn.__name__}/{str(x.dtype).removeprefix('torch.')}/{x.device.type}"
+    """Run the compiled ``fn``; the first call per variant compiles (timed per function/dtype/device)."""
     if torch.compiler.is_compiling():  # inside a user's torch.compile: let it trace the math
         return fn(*args)
-    c = _compiled_fn(fn)
-    if key in COLD_START_S:
+    x = args[0]
+    key = (fn.__name__, x.dtype, x.device.type,
+           *(type(a).__name__ if isinstance(a, (torch.Tensor, type(None))) else a for a in args[1:]))
+    c = _compiled_fn(fn, key)
+    label = f"{fn.__name__}/{str(x.dtype).removeprefix('torch.')}/{x.device.type}"
+    if label in COLD_START_S:
         return c(*args)
     t0 = time.perf_counter()
     out = c(*args)
-    COLD_START_S[key] = time.perf_counter() - t0
+    COLD_START_S[label] = time.perf_counter() - t0
     return out
 
 
-def available() -> bool:
-    """Whether inductor can compile here (a C++ compiler on CPU, Triton on CUDA); checked once."""
-    if _broken:
-        return False
-    if "probe" in _compiled:
-        return True
+@functools.cache
+def _probe() -> str | None:
+    """None if inductor compiles here (a C++ compiler on CPU, Triton on CUDA), else the reason."""
     try:
-        probe = torch.compile(lambda t: (t * 2).sum(-1), dynamic=False, fullgraph=True)
-        probe(torch.ones(2, 3))
-        _compiled["probe"] = probe
-        return True
+        torch.compile(lambda t: (t * 2).sum(-1), dynamic=False, fullgraph=True)(torch.ones(2, 3))
+        return None
     except Exception as e:  # noqa: BLE001 - any compiler failure means "not available"
-        _broken.append(f"{type(e).__name__}: {e}")
-        warnings.warn(
-            f"normlab: torch.compile is unavailable ({_broken[0][:200]}); "
-            "the fused kernels fall back to the reference implementation",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        reason = f"{type(e).__name__}: {e}"
+        warnings.warn(f"normlab: torch.compile is unavailable ({reason[:200]}); "
+                      "the fused kernels fall back to other paths", RuntimeWarning, stacklevel=3)
+        return reason
+
+
+def available() -> bool:
+    """Whether inductor can compile here; probed once, in a clean context.
+
+    Never probed while a tracer or exporter runs (it would fail there for reasons
+    that say nothing about the machine): then the answer is False for that call only.
+    """
+    if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling():
         return False
+    return _probe() is None
 
 
 class CompiledKernel(Kernel):

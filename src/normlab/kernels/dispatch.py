@@ -1,0 +1,148 @@
+"""Dispatch: the one place that decides which implementation runs an op.
+
+``functional`` validates its arguments and calls :func:`dispatch`; nothing else
+picks a kernel. The decision uses only the call's own arguments and the
+calling context, never a process-wide switch:
+
+* **Export and tracing** (``torch.jit.is_tracing()``, ``torch.jit.is_scripting()``,
+  ``torch.onnx.is_in_onnx_export()``): every impl runs :func:`traceable`, the
+  math as plain differentiable torch ops, so the tracer records it. A kernel
+  that runs outside torch's op set (ctypes, a compiled graph) would be recorded
+  as a constant: the traced model would replay the example input's output.
+* **Inside a user's ``torch.compile``**: impls that dynamo cannot trace
+  (``cpu``) run the fused math, which dynamo inlines into the user's graph.
+* **Otherwise**: the forced ``impl``, or for ``auto`` the first kernel in
+  :data:`PREFERENCE` that satisfies the contract for the op, dtype and device.
+  :func:`use_compiled` narrows ``auto`` for a ``with`` block (a context
+  variable: local to the thread or task, restored on exit).
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+
+import torch
+
+from .. import reference
+from .autograd import AddNormFunction, NormFunction
+from .base import Kernel, add_residual
+from .cpu import CpuKernel
+from .fused import CompiledKernel
+from .native import NativeKernel
+
+Tensor = torch.Tensor
+
+_KERNELS: dict[str, Kernel] = {k.name: k for k in (Kernel(), NativeKernel(), CompiledKernel(), CpuKernel())}
+
+#: names accepted by ``impl=``
+IMPLS: tuple[str, ...] = ("auto", *_KERNELS)
+
+OPS = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
+
+#: the order ``auto`` tries, per op (measured in docs/performance.md): normlab's CPU kernels
+#: (float32/float64 on CPU), then torch's LayerNorm kernel (float32/float64), then the
+#: compiled fused math (every dtype and device), then the reference
+PREFERENCE = {
+    "layer_norm": ("cpu", "native", "compiled", "reference"),
+    "rms_norm": ("cpu", "compiled", "reference"),
+    "add_layer_norm": ("cpu", "native", "compiled", "reference"),
+    "add_rms_norm": ("cpu", "compiled", "reference"),
+}
+
+_allow_compiled: contextvars.ContextVar[bool] = contextvars.ContextVar("normlab_allow_compiled", default=True)
+
+
+@contextlib.contextmanager
+def use_compiled(enabled: bool):
+    """``with use_compiled(False): ...``: ``auto`` skips the compiled kernels inside the block.
+
+    Compiled calls cost ~70 µs each in guards and wrapper code and compile on
+    first use; for tiny tensors (the studies' d=64 models) other paths are
+    faster and worker processes skip the cold start. The setting is a context
+    variable: it applies to this thread (or asyncio task) and ends with the block.
+    """
+    token = _allow_compiled.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _allow_compiled.reset(token)
+
+
+def exporting() -> bool:
+    """True while ``torch.jit`` traces/scripts or the ONNX exporter runs."""
+    return torch.jit.is_tracing() or torch.jit.is_scripting() or torch.onnx.is_in_onnx_export()
+
+
+def get_kernel(name: str) -> Kernel:
+    """The kernel registered under ``name`` (not ``"auto"``; see :func:`resolve`)."""
+    try:
+        return _KERNELS[name]
+    except KeyError:
+        raise ValueError(f"unknown impl {name!r}; valid: {', '.join(IMPLS)}") from None
+
+
+def resolve(impl: str, op: str, x: Tensor, eps: float) -> str:
+    """Map ``impl`` (possibly ``"auto"``) to the kernel name that runs ``op`` on ``x`` eagerly.
+
+    A forced ``impl`` that cannot run ``op`` on ``x`` raises ValueError.
+    """
+    if impl != "auto":
+        if not get_kernel(impl).supports(op, x, eps):
+            raise ValueError(f"impl {impl!r} does not support {op} for {x.dtype} on {x.device.type} with eps={eps}")
+        return impl
+    for name in PREFERENCE[op]:
+        if name == "compiled" and not _allow_compiled.get():
+            continue
+        if _KERNELS[name].supports(op, x, eps):
+            return name
+    return "reference"
+
+
+def traceable(op: str, x: Tensor, r: Tensor | None, w, b, eps: float, s_dtype: torch.dtype | None = None):
+    """The op as plain torch ops on ``N, D`` rows (autograd differentiates them): what tracers record.
+
+    Same math as :mod:`normlab.reference`: statistics in the accumulation dtype,
+    two passes, ``rstd = 1/sqrt(var + eps)``.
+    """
+    s = x if r is None else add_residual(x, r, s_dtype or x.dtype)  # N, D
+    if op.endswith("layer_norm"):
+        y, _ = reference.layer_norm_forward(s, w, b, eps)
+    else:
+        y, _ = reference.rms_norm_forward(s, w, eps)
+    y = y.to(x.dtype)
+    return y if r is None else (y, s)
+
+
+def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...], weight, bias, eps: float,
+             *, impl: str = "auto", s_dtype: torch.dtype | None = None):
+    """Run ``op`` over the trailing ``shape`` dims of ``x`` (validated by the caller).
+
+    Returns ``y``, or ``(y, s)`` for the add ops, shaped like ``x``.
+    """
+    d = math.prod(shape)
+    rows = lambda t: None if t is None else t.reshape(-1, d).contiguous()  # noqa: E731  N, D
+    w = None if weight is None else weight.reshape(d)
+    b = None if bias is None else bias.reshape(d)
+    rms = op.endswith("rms_norm")
+    if exporting():
+        if impl != "auto":
+            get_kernel(impl)  # an unknown name is still an error
+        out = traceable(op, rows(x), rows(residual), w, b, eps, s_dtype)
+    else:
+        if torch.compiler.is_compiling():
+            # dynamo cannot trace a ctypes call; it inlines the fused math into the user's graph instead
+            kernel = get_kernel("compiled" if impl in ("auto", "cpu") else impl)
+        else:
+            kernel = get_kernel(resolve(impl, op, x, eps))
+        if residual is None:
+            out = NormFunction.apply(rows(x), w, b, eps, rms, kernel)
+        else:
+            out = AddNormFunction.apply(rows(x), rows(residual), w, b, eps, rms, s_dtype or x.dtype, kernel)
+    if residual is None:
+        return out.reshape(x.shape)
+    return out[0].reshape(x.shape), out[1].reshape(x.shape)
+
+
+__all__ = ["IMPLS", "OPS", "PREFERENCE", "dispatch", "exporting", "get_kernel", "resolve", "traceable",
+           "use_compiled"]

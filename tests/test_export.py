@@ -1,0 +1,141 @@
+"""Export safety: tracers and exporters record normlab's math, and leave the fast kernels on.
+
+A kernel that runs outside torch's op set (a ctypes call, a compiled graph) is
+invisible to ``torch.jit.trace`` and the legacy ONNX exporter: they would
+record its output as a constant, and the exported model would replay the
+example input's answer for every input. Each test therefore runs the exported
+model on a *different* input than the one it was traced with.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import normlab
+from normlab import functional as F
+from normlab import kernels
+
+D, HEADS, LAYERS = 32, 4, 2
+
+
+def _encoder() -> torch.nn.Module:
+    torch.manual_seed(0)
+    m = normlab.TransformerEncoder(D, HEADS, LAYERS, norm="rmsnorm", placement="post").eval()
+    with torch.no_grad():
+        m(torch.randn(2, 5, D))  # warm: the fast kernels are built/compiled before any tracing
+    return m
+
+
+def _inputs(seed: int, b: int = 2, t: int = 5) -> torch.Tensor:
+    return torch.randn(b, t, D, generator=torch.Generator().manual_seed(seed))
+
+
+class _AddNorm(torch.nn.Module):
+    """Bare ``add_rms_norm`` / ``add_layer_norm`` with weights, returning both outputs."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        g = torch.Generator().manual_seed(1)
+        self.op = op
+        self.w = torch.nn.Parameter(1 + 0.3 * torch.randn(D, generator=g))
+        self.b = torch.nn.Parameter(0.3 * torch.randn(D, generator=g))
+
+    def forward(self, x, r):
+        if self.op == "add_rms_norm":
+            return F.add_rms_norm(x, r, D, self.w)
+        return F.add_layer_norm(x, r, D, self.w, self.b)
+
+
+def _ort(path, feeds: dict):
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime missing: pip install 'normlab[export]'")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return sess.run(None, {k: v.numpy() for k, v in feeds.items()})
+
+
+def _round_trip(traced, tmp_path):
+    """Save and load: a trace that holds a Python call (an opaque kernel) cannot be serialized."""
+    path = tmp_path / "traced.pt"
+    torch.jit.save(traced, str(path))
+    return torch.jit.load(str(path))
+
+
+def test_jit_trace_records_the_math_not_a_constant(tmp_path):
+    m = _encoder()
+    with torch.no_grad():
+        traced = _round_trip(torch.jit.trace(m, (_inputs(0),)), tmp_path)
+        x = _inputs(1)
+        torch.testing.assert_close(traced(x), m(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["add_rms_norm", "add_layer_norm"])
+def test_jit_trace_bare_add_norm(op, tmp_path):
+    m = _AddNorm(op)
+    with torch.no_grad():
+        traced = _round_trip(torch.jit.trace(m, (_inputs(0), _inputs(2))), tmp_path)
+        x, r = _inputs(3), _inputs(4)
+        for a, b in zip(traced(x, r), m(x, r)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_legacy_onnx_export_of_encoder_matches_onnxruntime(tmp_path):
+    pytest.importorskip("onnx", reason="onnx missing: pip install 'normlab[export]'")
+    m = _encoder()
+    path = tmp_path / "encoder.onnx"
+    torch.onnx.export(m, (_inputs(0),), str(path), dynamo=False, input_names=["x"],
+                      dynamic_axes={"x": {0: "batch", 1: "time"}})
+    x = _inputs(5, b=3, t=7)  # another batch size and length than the export's example
+    (got,) = _ort(path, {"x": x})
+    with torch.no_grad():
+        torch.testing.assert_close(torch.from_numpy(got), m(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["add_rms_norm", "add_layer_norm"])
+def test_legacy_onnx_export_of_bare_add_norm(op, tmp_path):
+    pytest.importorskip("onnx", reason="onnx missing: pip install 'normlab[export]'")
+    m = _AddNorm(op)
+    path = tmp_path / f"{op}.onnx"
+    torch.onnx.export(m, (_inputs(0), _inputs(2)), str(path), dynamo=False, input_names=["x", "r"])
+    x, r = _inputs(6), _inputs(7)
+    got = _ort(path, {"x": x, "r": r})
+    with torch.no_grad():
+        for a, b in zip(got, m(x, r)):
+            torch.testing.assert_close(torch.from_numpy(a), b, rtol=1e-4, atol=1e-4)
+
+
+def test_tracing_leaves_the_fast_kernels_on():
+    """The old probe run during a trace marked the compiled kernels broken for the whole process."""
+    x = torch.randn(4, 8).bfloat16()
+    before = {op: kernels.resolve("auto", op, x, 1e-5) for op in kernels.OPS}
+    m = _encoder()
+    with torch.no_grad():
+        torch.jit.trace(m, (_inputs(0),))
+    assert {op: kernels.resolve("auto", op, x, 1e-5) for op in kernels.OPS} == before
+    assert kernels.resolve("auto", "rms_norm", torch.randn(4, 8), 1e-5) in ("cpu", "compiled")
+
+
+def test_exporting_flag_routes_every_impl_to_torch_ops():
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        traced = torch.jit.trace(lambda t: F.rms_norm(t, 8, impl="reference"), (x,))
+    assert "rsqrt" in str(traced.graph) or "sqrt" in str(traced.graph)
+    assert not kernels.exporting()
+
+
+def test_torch_export_of_encoder():
+    m = _encoder()
+    ep = torch.export.export(m, (_inputs(0),))
+    x = _inputs(8)
+    with torch.no_grad():
+        torch.testing.assert_close(ep.module()(x), m(x), rtol=1e-5, atol=1e-5)
+
+
+def test_dynamo_onnx_export_of_encoder(tmp_path):
+    pytest.importorskip("onnx", reason="onnx missing: pip install 'normlab[export]'")
+    pytest.importorskip("onnxscript", reason="onnxscript missing: pip install 'normlab[export]'")
+    m = _encoder()
+    path = tmp_path / "encoder_dynamo.onnx"
+    torch.onnx.export(m, (_inputs(0),), str(path), dynamo=True, input_names=["x"])
+    x = _inputs(9)
+    (got,) = _ort(path, {"x": x})
+    with torch.no_grad():
+        torch.testing.assert_close(torch.from_numpy(got), m(x), rtol=1e-4, atol=1e-4)
