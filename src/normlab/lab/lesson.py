@@ -135,9 +135,10 @@ def run_lesson(cfg: LessonConfig = LessonConfig()) -> dict:
         "norm_x_std": norm_x.std(unbiased=False).item(),
     }
     n_params = sum(p.numel() for p in ours.parameters())
+    finite = all(bool(torch.isfinite(t).all()) for t in (y_hand, y_mod, y_torch, y_block, y_rms))
     bn = comparisons["batchnorm"]
     criteria = [
-        ("runs", True, "the exercise ran end to end"),
+        ("outputs are finite", finite, "no NaN or Inf in any output (hand-written, module, torch, block, RMSNorm)"),
         ("shapes stay [B, T, D]", all(s == [B, T, D] for s in shapes.values()), f"every output is {[B, T, D]}"),
         ("hand-written == torch", max(errors.values()) < 1e-5, f"max abs error {max(errors.values()):.2e} < 1e-5"),
         ("per-token mean ~ 0", ln_stats["max_abs_mean"] < 1e-5, f"max |mean| {ln_stats['max_abs_mean']:.2e} < 1e-5"),

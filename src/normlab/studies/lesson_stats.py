@@ -7,9 +7,11 @@ from torch import nn
 from ..batchnorm import MaskedBatchNorm
 from ..norms import LayerNorm, RMSNorm
 from .base import Context, claim, finish, pyplot
+from .criteria import CRITERIA
 
 NAME, TITLE = "lesson_stats", "LayerNorm statistics (lessons 000 and 003)"
 LESSON = "lessons 000/003"
+EXACT = "none: deterministic, no seed dependence (one input, seed 0)"
 
 
 def stats_cell(cfg: dict) -> dict:
@@ -62,28 +64,28 @@ def stats_cell(cfg: dict) -> dict:
 
 def run(ctx: Context) -> dict:
     (r,) = ctx.runner.map(NAME, stats_cell, [{"seed": 0}])
+    c = CRITERIA
     claims = [
         claim("L1", "LayerNorm brings each token of [B, T, D] audio and [B, T, N, D] video to mean 0, variance 1",
               LESSON, {k: r[k] for k in r if k.startswith(("audio", "video"))},
-              "max |token mean| < 1e-5 and max |token var - 1| < 1e-3 on both shapes",
-              max(r["audio_max_abs_token_mean"], r["video_max_abs_token_mean"]) < 1e-5
-              and max(r["audio_max_abs_token_var_minus_1"], r["video_max_abs_token_var_minus_1"]) < 1e-3),
+              c["L1"], max(r["audio_max_abs_token_mean"], r["video_max_abs_token_mean"]) < c["L1"]["mean_max"]
+              and max(r["audio_max_abs_token_var_minus_1"], r["video_max_abs_token_var_minus_1"]) < c["L1"]["var_max"],
+              EXACT),
         claim("14", "LayerNorm's statistics do not depend on the batch; BatchNorm's do", "lessons; STUDIES #14",
               {k: r[k] for k in ("ln_bitwise_same_with_new_mates", "bn_train_change_with_new_mates",
                                  "bn_batch1_eval_uses_running_stats", "ln_batch1_bitwise_same")},
-              "LN bitwise identical with new batch mates and at batch 1; BN (train) changes by > 1e-3; "
-              "BN at batch 1 in eval equals the running-statistics formula",
-              r["ln_bitwise_same_with_new_mates"] and r["ln_batch1_bitwise_same"]
-              and r["bn_train_change_with_new_mates"] > 1e-3 and r["bn_batch1_eval_uses_running_stats"]),
+              c["14"], r["ln_bitwise_same_with_new_mates"] and r["ln_batch1_bitwise_same"]
+              and r["bn_train_change_with_new_mates"] > c["14"]["bn_min"] and r["bn_batch1_eval_uses_running_stats"],
+              EXACT),
         claim("L2", "LayerNorm handles variable-length sequences: padding never changes a valid frame", LESSON,
-              {"ln_padded_bitwise_same": r["ln_padded_bitwise_same"]}, "bitwise identical", r["ln_padded_bitwise_same"]),
+              {"ln_padded_bitwise_same": r["ln_padded_bitwise_same"]}, c["L2"], r["ln_padded_bitwise_same"], EXACT),
         claim("L3", "InstanceNorm normalizes each channel over time; LayerNorm each token over channels", LESSON,
               {k: r[k] for k in ("instancenorm_max_abs_token_mean", "instancenorm_max_abs_channel_time_mean")},
-              "InstanceNorm: per-channel time mean < 1e-5 but per-token mean > 0.05",
-              r["instancenorm_max_abs_channel_time_mean"] < 1e-5 and r["instancenorm_max_abs_token_mean"] > 0.05),
+              c["L3"], r["instancenorm_max_abs_channel_time_mean"] < c["L3"]["chan_max"]
+              and r["instancenorm_max_abs_token_mean"] > c["L3"]["token_min"], EXACT),
         claim("L4", "RMSNorm only rescales: it does not remove the mean", LESSON,
-              {"rms_mean_abs_token_mean": r["rms_mean_abs_token_mean"]}, "mean |token mean| after RMSNorm > 0.5 "
-              "(input mean 10, std 5)", r["rms_mean_abs_token_mean"] > 0.5),
+              {"rms_mean_abs_token_mean": r["rms_mean_abs_token_mean"]}, c["L4"],
+              r["rms_mean_abs_token_mean"] > c["L4"]["min"], EXACT),
     ]
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3))

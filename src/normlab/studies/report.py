@@ -16,10 +16,11 @@ from .runner import Runner, Store
 
 def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, only: list[str] | None = None,
                 progress: bool = True, executor: str = "local", address: str | None = None,
-                device: str = "cpu") -> dict:
+                device: str = "cpu", seed_offset: int = 0) -> dict:
     """Run the studies (all, or ``only``) into ``out``; returns the results.json content.
 
-    ``executor``/``address``: where the cells run (:class:`Runner`); ``device``: the torch device of the cells.
+    ``executor``/``address``: where the cells run (:class:`Runner`); ``device``: the torch device of the cells;
+    ``seed_offset``: shifts every seed (a rerun on a disjoint seed set).
     """
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -28,7 +29,7 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
                     address=address, device=device)
     prov = provenance.record()
     store.add_session(dict(prov, executor=executor, jobs=jobs, device=str(device)))
-    ctx = Context(runner, scale, out / "figures")
+    ctx = Context(runner, scale, out / "figures", seed_offset=seed_offset)
     studies, t0 = [], time.time()
     try:
         for name in only or STUDIES:
@@ -50,7 +51,7 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
         summaries.sort(key=lambda s: order.get(s["name"], len(order)))
         claims.sort(key=lambda c: order.get(c["study"], len(order)))
     result = {"scale": scale, "seconds": round(time.time() - t0, 1), "cells_computed": runner.ran,
-              "executor": executor, "jobs": jobs, "device": str(device), "provenance": prov,
+              "seed_offset": seed_offset, "executor": executor, "jobs": jobs, "device": str(device), "provenance": prov,
               "claims": claims, "studies": summaries}
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "index.html").write_text(render_html(result, out / "figures"))
@@ -58,9 +59,11 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
 
 
 def verdict_table(result: dict) -> str:
-    rows = [f"{'id':<4s} {'verdict':<7s} {'study':<13s} statement"]
+    rows = [f"{'id':<4s} {'verdict':<7s} {'study':<13s} statement / seed-level uncertainty"]
     for c in result["claims"]:
         rows.append(f"{c['id']:<4s} {c['verdict']:<7s} {c['study']:<13s} {c['statement'][:90]}")
+        if c.get("uncertainty"):
+            rows.append(f"{'':<26s} +- {c['uncertainty']}")
     n = {v: sum(c["verdict"] == v for c in result["claims"]) for v in ("PASS", "FAIL", "SKIP")}
     rows.append(f"{n['PASS']} passed, {n['FAIL']} failed" + (f", {n['SKIP']} skipped" if n["SKIP"] else ""))
     return "\n".join(rows)
@@ -109,11 +112,13 @@ def render_html(result: dict, figures: pathlib.Path) -> str:
              f"{result['seconds']} s &middot; {result['cells_computed']} cells computed in this run "
              "(the rest came from <code>runs.sqlite</code>)</p>",
              f"<p><small>{e(provenance.describe(result['provenance']))}</small></p>" if result.get("provenance") else "",
-             "<table><tr><th>id</th><th>verdict</th><th>claim</th><th>source</th><th>criterion</th><th>measured</th></tr>"]
+             "<table><tr><th>id</th><th>verdict</th><th>claim</th><th>source</th><th>criterion</th><th>measured</th>"
+             "<th>seed-level uncertainty</th></tr>"]
     for c in result["claims"]:
         parts.append(
             f"<tr><td>{e(c['id'])}</td><td class='{c['verdict']}'>{c['verdict']}</td><td>{e(c['statement'])}</td>"
-            f"<td>{e(c['source'])}</td><td>{e(c['criterion'])}</td><td><code>{e(json.dumps(c['measured']))}</code></td></tr>"
+            f"<td>{e(c['source'])}</td><td>{e(c['criterion'])}</td><td><code>{e(json.dumps(c['measured']))}</code></td>"
+            f"<td>{e(c.get('uncertainty', ''))}</td></tr>"
         )
     parts.append("</table>")
     for s in result["studies"]:

@@ -128,20 +128,17 @@ def init_cell(cfg: dict) -> dict:
         h = torch.randn(h.shape, generator=gen)
     rows = diagnose(model.encoder, h.detach(),
                     loss_fn=lambda out: TF.cross_entropy(model.head(out).reshape(-1, VOCAB), y.reshape(-1)))
+    if cfg.get("ln_input"):  # ||x^(post,5)_l||^2 / d: what enters each FFN unit's main norm (Xiong's Lemma 2)
+        sums: list[float] = []
+        units = [layer.ffn for layer in model.encoder.layers]
+        for u in units:
+            u.recorder = lambda _u, x, f, *_: sums.append(((x + f).pow(2).sum(-1) / x.shape[-1]).mean().item())
+        try:
+            with torch.no_grad():
+                model.encoder(h.detach())
+        finally:
+            for u in units:
+                u.recorder = None
+        for row, v in zip(rows, sums):
+            row["ffn_sum_norm2_per_d"] = v
     return {"rows": rows}
-
-
-@_eager
-def one_step_cell(cfg: dict) -> dict:
-    """Output change ``mean |f(x; W') - f(x; W)|^2`` after one Adam step at ``lr`` (Liu et al. 2020)."""
-    model = _model(cfg)
-    gen = torch.Generator().manual_seed(30_000 + cfg["seed"])
-    x, y = reversal_batch(gen)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"], betas=(0.9, 0.98))
-    with torch.no_grad():
-        before = model.encoder(model.emb(x))
-    loss_of(model, x, y).backward()
-    opt.step()
-    with torch.no_grad():
-        after = model.encoder(model.emb(x))
-    return {"delta": (after - before).pow(2).mean().item()}
