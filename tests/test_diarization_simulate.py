@@ -148,3 +148,14 @@ def test_augmentation_changes_audio_not_turns():
         assert uri_a != uri_b and "_aug" in uri_b and a.shape == b.shape
         assert np.corrcoef(a, b)[0, 1] < 0.9  # warped, levelled, other noise, maybe a room or a telephone
         assert np.abs(b).max() <= 10 ** (-1 / 20) + 1e-6  # the random level peaks at -24..-1 dBFS
+
+
+def test_cli_simulate_with_recorded_voices_and_perturbations(tmp_path, capsys):
+    out = tmp_path / "cli"
+    assert main(["diarize", "simulate", "--out", str(out), "--n", "2", "--speakers", "2", "--min-speakers", "1",
+                 "--sources", "all", "--augment", "--beta-by-count", "--min-utterances", "2", "--max-utterances", "2",
+                 "--jobs", "1"]) == 0
+    ref = read_rttm(out / "ref.rttm")
+    assert sorted(len({t.speaker for t in ts}) for ts in ref.values()) == [1, 2]
+    assert all("_all_aug_bk_" in uri for uri in ref)
+    assert "wrote 2 mixtures" in capsys.readouterr().out

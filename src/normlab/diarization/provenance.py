@@ -3,13 +3,14 @@
 ``write`` adds a ``meta`` entry to a saved model file (``EENDModel.load``
 ignores it) and ``read`` returns it: ``meta["max_local_speakers"]`` (also
 the model config's ``n_speakers``) and ``meta["window_seconds"]`` say how the
-model was trained to be used; the rest says how to make it again.
+model was trained to be used; the rest says how to make it again (the
+file's ``provenance`` entry, written by ``EENDModel.save``, adds the commit
+and the machine).
 """
 from __future__ import annotations
 
 import os
 import pathlib
-import platform
 import subprocess
 from importlib import metadata
 
@@ -17,13 +18,13 @@ import torch
 
 #: licences of the synthesizers and voices the simulation can use (Debian packages; see docs/diarization.md)
 LICENCES = {
-    "espeak-ng": "GPL-3.0-or-later (program and voice data; used as a tool, audio output not covered)",
-    "flite": "BSD-style (CMU Flite licence; voices kal, kal16, awb, rms, slt under the same terms)",
-    "festival": "BSD-style (Festival licence, University of Edinburgh)",
-    "festvox-kallpc16k": "free, redistributable with or without modification (CSTR/OGI licence)",
-    "festvox-kdlpc16k": "free, redistributable with or without modification (CSTR/OGI licence)",
-    "festvox-us-slt-hts": "BSD-style (CMU ARCTIC database and HTS voice licences)",
-    "sox": "GPL-2.0-or-later (used as a tool for warping)",
+    "espeak-ng": "GPL-3.0-or-later (the program; used as a tool, its audio output is not a derived work)",
+    "flite": "BSD-style CMU Flite licence (program and its voices kal, kal16, awb, rms, slt)",
+    "festival": "BSD-style Festival licence (University of Edinburgh, CMU)",
+    "festvox-kallpc16k": "MIT-style CSTR/CMU voice licence (use, modify, distribute; keep the notice)",
+    "festvox-kdlpc16k": "MIT-style CSTR voice licence (use, modify, distribute; keep the notice)",
+    "festvox-us-slt-hts": "BSD-3-clause and EST (CMU ARCTIC slt data, HTS voice)",
+    "sox": "GPL-2.0-or-later (used as a tool for spectral warping)",
 }
 
 
@@ -40,12 +41,10 @@ def debian_versions(packages: list[str]) -> dict[str, str]:
 
 
 def versions() -> dict[str, str]:
-    try:
-        normlab = metadata.version("normlab")
-    except metadata.PackageNotFoundError:
-        normlab = "unknown"
-    return {"normlab": normlab, "torch": str(torch.__version__), "python": platform.python_version(),
-            "numpy": metadata.version("numpy"), "machine": platform.machine(), "cpus": str(os.cpu_count())}
+    """normlab, torch, Python (``normlab.provenance``) and numpy versions."""
+    from ..provenance import versions as core
+
+    return {**core(), "numpy": metadata.version("numpy")}
 
 
 def sources(voice_keys: list[str]) -> dict:

@@ -50,9 +50,9 @@ class RecipeConfig:
     max_utterances: int = 10
     sources: str = "all"  # "all": espeak-ng, flite and festival voices; "espeak": espeak-ng only
     augment: int = 1  # 1: speaker warps and levels, rooms, noise types, telephone, gain (augment.Perturbation)
-    steps: int = 3500
+    steps: int = 1200
     lr: float = 1e-3
-    warmup: int = 300
+    warmup: int = 200
     decay: str = "cosine"
     batch: int = 32
     frames: int = 100  # 100 ms frames per training window: the window the model is made for (10 s)
