@@ -43,11 +43,9 @@ def from_torch(layer: nn.TransformerEncoderLayer) -> TransformerBlock:
         activation=_activation_name(layer), bias=bias, norm_kw={"eps": layer.norm1.eps, "bias": layer.norm1.bias is not None},
     ).to(device=p.device, dtype=p.dtype)
     a = block.attn.fn
-    for proj, w in zip((a.q_proj, a.k_proj, a.v_proj), attn.in_proj_weight.chunk(3)):
-        proj.weight.copy_(w)
+    a.qkv_proj.weight.copy_(attn.in_proj_weight)  # 3D, D: rows [q; k; v] in both layouts
     if bias:
-        for proj, b in zip((a.q_proj, a.k_proj, a.v_proj), attn.in_proj_bias.chunk(3)):
-            proj.bias.copy_(b)
+        a.qkv_proj.bias.copy_(attn.in_proj_bias)  # 3D
     a.out_proj.load_state_dict(attn.out_proj.state_dict())
     block.ffn.fn.fc1.load_state_dict(layer.linear1.state_dict())
     block.ffn.fn.fc2.load_state_dict(layer.linear2.state_dict())
@@ -69,15 +67,15 @@ def to_torch(block: TransformerBlock) -> nn.TransformerEncoderLayer:
     norm = getattr(block.attn, slot)
     if type(norm).__name__ != "LayerNorm":
         raise ValueError(f"torch's layer uses LayerNorm, block uses {type(norm).__name__}")
-    w = a.q_proj.weight
+    w = a.qkv_proj.weight
     layer = nn.TransformerEncoderLayer(
         a.d_model, a.n_heads, ffn.fc1.out_features, dropout=block.attn.drop.p, activation=ffn.activation,
         layer_norm_eps=norm.eps, batch_first=True, norm_first=block.placement == "pre",
-        bias=a.q_proj.bias is not None, device=w.device, dtype=w.dtype,
+        bias=a.qkv_proj.bias is not None, device=w.device, dtype=w.dtype,
     )
-    layer.self_attn.in_proj_weight.copy_(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
-    if a.q_proj.bias is not None:
-        layer.self_attn.in_proj_bias.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
+    layer.self_attn.in_proj_weight.copy_(w)  # 3D, D
+    if a.qkv_proj.bias is not None:
+        layer.self_attn.in_proj_bias.copy_(a.qkv_proj.bias)  # 3D
     layer.self_attn.out_proj.load_state_dict(a.out_proj.state_dict())
     layer.linear1.load_state_dict(ffn.fc1.state_dict())
     layer.linear2.load_state_dict(ffn.fc2.state_dict())

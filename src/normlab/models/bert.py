@@ -48,29 +48,31 @@ class BertEncoder(nn.Module):
         return self.encoder(h, pad)  # B, T, D
 
 
-def _bert_key_map(n_layers: int) -> dict[str, str]:
-    """normlab name -> BERT name."""
+def _bert_key_map(n_layers: int) -> dict[str, tuple[str, ...]]:
+    """normlab name -> the BERT names whose tensors, concatenated along dim 0, make it.
+
+    BERT keeps query, key and value as three Linear layers; normlab's fused
+    ``qkv_proj`` holds them stacked in that order (rows ``[q; k; v]``).
+    """
     m = {
-        "word_embeddings.weight": "embeddings.word_embeddings.weight",
-        "position_embeddings.weight": "embeddings.position_embeddings.weight",
-        "token_type_embeddings.weight": "embeddings.token_type_embeddings.weight",
-        "emb_norm.weight": "embeddings.LayerNorm.weight",
-        "emb_norm.bias": "embeddings.LayerNorm.bias",
+        "word_embeddings.weight": ("embeddings.word_embeddings.weight",),
+        "position_embeddings.weight": ("embeddings.position_embeddings.weight",),
+        "token_type_embeddings.weight": ("embeddings.token_type_embeddings.weight",),
+        "emb_norm.weight": ("embeddings.LayerNorm.weight",),
+        "emb_norm.bias": ("embeddings.LayerNorm.bias",),
     }
     parts = {
-        "attn.fn.q_proj": "attention.self.query",
-        "attn.fn.k_proj": "attention.self.key",
-        "attn.fn.v_proj": "attention.self.value",
-        "attn.fn.out_proj": "attention.output.dense",
-        "attn.post_norm": "attention.output.LayerNorm",
-        "ffn.fn.fc1": "intermediate.dense",
-        "ffn.fn.fc2": "output.dense",
-        "ffn.post_norm": "output.LayerNorm",
+        "attn.fn.qkv_proj": ("attention.self.query", "attention.self.key", "attention.self.value"),
+        "attn.fn.out_proj": ("attention.output.dense",),
+        "attn.post_norm": ("attention.output.LayerNorm",),
+        "ffn.fn.fc1": ("intermediate.dense",),
+        "ffn.fn.fc2": ("output.dense",),
+        "ffn.post_norm": ("output.LayerNorm",),
     }
     for i in range(n_layers):
         for ours, theirs in parts.items():
             for p in ("weight", "bias"):
-                m[f"encoder.layers.{i}.{ours}.{p}"] = f"encoder.layer.{i}.{theirs}.{p}"
+                m[f"encoder.layers.{i}.{ours}.{p}"] = tuple(f"encoder.layer.{i}.{t}.{p}" for t in theirs)
     return m
 
 
@@ -98,8 +100,8 @@ def load_bert(path: str | pathlib.Path) -> BertEncoder:
     prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
     model = BertEncoder(config)
     mapping = _bert_key_map(config["num_hidden_layers"])
-    missing = [theirs for theirs in mapping.values() if prefix + theirs not in state]
+    missing = [t for theirs in mapping.values() for t in theirs if prefix + t not in state]
     if missing:
         raise ValueError(f"{path} is not a BERT checkpoint: it lacks {len(missing)} BERT weights, e.g. {missing[:3]}")
-    model.load_state_dict({ours: state[prefix + theirs] for ours, theirs in mapping.items()})
+    model.load_state_dict({ours: torch.cat([state[prefix + t] for t in theirs]) for ours, theirs in mapping.items()})
     return model.eval()

@@ -10,6 +10,28 @@ from .._checks import check_choice
 ACTIVATIONS = ("gelu", "relu", "swish", "swiglu")
 
 
+def _fast_inference(x: torch.Tensor, lin: nn.Linear) -> bool:
+    """True when ``lin(x)`` may skip its module call: autograd records nothing (inference), no hook watches
+    ``lin``, and no tracer, exporter or compiler is recording (they get the plain ops)."""
+    if torch.is_grad_enabled() and (x.requires_grad or lin.weight.requires_grad):
+        return False
+    if lin._forward_hooks or lin._forward_pre_hooks:
+        return False
+    return not (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling())
+
+
+def _linear_activation(x: torch.Tensor, lin: nn.Linear, gelu: bool) -> torch.Tensor:
+    """``act(lin(x))`` as one GEMM with the bias and relu/gelu (exact, erf) in its epilogue, as torch's fast path does.
+
+    Autograd has no formula for this op: callers use it only where no gradient is recorded.
+    """
+    if lin.bias is None or not hasattr(torch, "_addmm_activation"):
+        h = lin(x)
+        return TF.gelu(h) if gelu else TF.relu_(h)
+    rows = torch._addmm_activation(lin.bias, x.reshape(-1, x.shape[-1]), lin.weight.t(), use_gelu=gelu)  # N, F
+    return rows.view(*x.shape[:-1], rows.shape[-1])  # ..., F
+
+
 class FeedForward(nn.Module):
     """Two linear maps around an activation; ``swiglu`` is ``fc2(silu(fc1 x) * gate x)``.
 
@@ -28,16 +50,21 @@ class FeedForward(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        h = self.fc1(x)  # B, T, F
-        if self.activation == "gelu":
-            h = TF.gelu(h)
-        elif self.activation == "relu":
-            h = TF.relu(h)
-        elif self.activation == "swish":
-            h = TF.silu(h)
+        if self.activation in ("relu", "gelu") and _fast_inference(x, self.fc1):
+            h = _linear_activation(x, self.fc1, self.activation == "gelu")  # B, T, F   bias+activation fused
         else:
-            h = TF.silu(h) * self.gate(x)
-        return self.fc2(self.drop(h))  # B, T, D
+            h = self.fc1(x)  # B, T, F
+            if self.activation == "gelu":
+                h = TF.gelu(h)
+            elif self.activation == "relu":
+                h = TF.relu(h)
+            elif self.activation == "swish":
+                h = TF.silu(h)
+            else:
+                h = TF.silu(h) * self.gate(x)
+        if self.drop.p and self.training:
+            h = self.drop(h)
+        return self.fc2(h)  # B, T, D
 
     def matrices(self) -> list[nn.Linear]:
         return [m for m in (self.fc1, self.gate, self.fc2) if m is not None]

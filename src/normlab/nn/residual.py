@@ -104,7 +104,9 @@ class ResidualUnit(nn.Module):
             h, x = add_norm(hidden, residual, self.pre_norm, mask)  # B, T, D (x2)
         else:
             x = h = materialize(hidden, residual)  # B, T, D
-        f = self.drop(apply_norm(self.branch_norm, self.fn(h, mask), mask))  # B, T, D
+        f = apply_norm(self.branch_norm, self.fn(h, mask), mask)  # B, T, D
+        if self.drop.p and self.training:
+            f = self.drop(f)
         if self.scale != 1.0:
             f = f * self.scale
         if self.slots.alpha != 1.0:
