@@ -33,7 +33,7 @@ from .postprocess import to_turns
 from .rttm import Turn
 
 #: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
-TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "min_cluster")
+TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "min_cluster", "piece")
 
 
 @dataclass(frozen=True)
@@ -42,9 +42,11 @@ class PipelineConfig:
     step: float = 5.0  # seconds between window starts: each frame is seen by ~window/step windows
     threshold: float = 0.5  # speaker activity threshold on the aggregated probabilities (the model file's)
     median: int = 11  # median filter width, frames (the model file's)
-    cluster_threshold: float = 0.35  # cosine distance where the clustering tree is cut (tuned on dev)
+    cluster_threshold: float = 0.2  # cosine distance where the clustering tree is cut (tuned on a synthetic dev set)
     min_embed: float = 0.5  # seconds of a local speaker's speech needed for its embedding
     min_cluster: float = 2.0  # seconds: clusters with less speech fold into the nearest larger one
+    piece: float = 10.0  # seconds: a local speaker gets one embedding per piece of its window
+    silence_db: float = -70.0  # frames quieter than this (dBFS) are never speech, whatever the model says
     batch: int = 16  # windows per model call
 
     @classmethod
@@ -78,6 +80,12 @@ def eend_features(wave8k: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), bl
     return f[idx].reshape(len(centres), -1)  # T_out, (2c+1) n_mels
 
 
+def frame_level_db(wave: torch.Tensor, hop: int, frames: int) -> torch.Tensor:
+    """RMS level in dBFS of each of ``frames`` consecutive ``hop``-sample frames ``(frames,)`` (-inf when silent)."""
+    x = torch.nn.functional.pad(wave, (0, max(0, frames * hop - wave.numel())))[: frames * hop]
+    return 10 * torch.log10(x.view(frames, hop).pow(2).mean(1))
+
+
 def window_starts(frames: int, size: int, step: int) -> list[int]:
     """Start frames of windows of ``size`` every ``step`` covering ``frames`` (the last one ends at the end)."""
     if frames <= size:
@@ -101,19 +109,33 @@ def local_activity(model, feats: torch.Tensor, starts: list[int], size: int, bat
     return torch.cat(out)
 
 
-def speaker_frames(probs: torch.Tensor, threshold: float, min_frames: int) -> list[tuple[int, torch.Tensor]]:
-    """For each local speaker of one window ``(size, S)``: ``(speaker, frame indices)`` to embed, when long enough.
+def speaker_pieces(probs: torch.Tensor, threshold: float, min_frames: int,
+                   piece: int) -> list[tuple[int, int, int, torch.Tensor | None]]:
+    """Where to embed each local speaker of one window ``(size, S)``.
 
-    Frames where that speaker is the only one active; all its active frames when those are fewer than ``min_frames``.
+    The window is cut into pieces of ``piece`` frames; for each local speaker
+    and each piece where it is active: ``(speaker, start, end, frames)`` with
+    the frames to embed (where it is the only active speaker; all its active
+    frames when those are fewer than ``min_frames``), or ``None`` when it has
+    fewer than ``min_frames`` there (the piece then follows the speaker's
+    nearest embedded piece).
     """
     active = probs > threshold  # size, S
     alone = active & (active.sum(1, keepdim=True) == 1)
     out = []
+    size = probs.shape[0]
+    n_pieces = max(1, round(size / piece))
+    edges = [round(i * size / n_pieces) for i in range(n_pieces + 1)]
     for s in range(probs.shape[1]):
-        for mask in (alone[:, s], active[:, s]):
-            if int(mask.sum()) >= min_frames:
-                out.append((s, mask.nonzero().squeeze(1)))
-                break
+        for a, b in zip(edges, edges[1:]):
+            if not bool(active[a:b, s].any()):
+                continue
+            chosen = None
+            for mask in (alone[a:b, s], active[a:b, s]):
+                if int(mask.sum()) >= min_frames:
+                    chosen = a + mask.nonzero().squeeze(1)
+                    break
+            out.append((s, a, b, chosen))
     return out
 
 
@@ -143,14 +165,14 @@ class Segmentation:
     frame_seconds: float
     starts: list[int]  # first frame of each window
     probs: torch.Tensor  # (windows, window frames, local speakers)
-    owners: list[tuple[int, int]]  # (window, local speaker) of each embedding
+    pieces: list[tuple[int, int, int, int, int]]  # (window, local speaker, start, end, embedding row)
     embeddings: torch.Tensor  # (n, dim), L2-normalized
     weights: np.ndarray  # (n,) seconds of speech behind each embedding
 
 
 def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig,
             feature_cfg: FeatureConfig = FeatureConfig()) -> Segmentation:
-    """Local segmentation of every window and one embedding per (window, local speaker) with enough speech."""
+    """Local segmentation of every window and one embedding per (window, local speaker, piece) with enough speech."""
     from .audio import resample
 
     fs = feature_cfg.frame_seconds
@@ -162,27 +184,49 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
     size = max(1, round(cfg.window / fs))
     starts = window_starts(T, size, max(1, round(cfg.step / fs)))
     probs = local_activity(model, feats, starts, size, cfg.batch)  # W, size', S
+    loud = frame_level_db(wave8k, round(fs * feature_cfg.sample_rate), T) > cfg.silence_db  # T
+    probs = probs * torch.stack([loud[s0 : s0 + probs.shape[1]] for s0 in starts])[..., None]  # digital silence
     del feats, wave8k
     mel = long_mel(encoder, wave16k)  # M, 40
     per = round(fs * 100)  # mel frames (10 ms) per model frame
-    owners, groups, weights = [], [], []
+    found, groups, weights = [], [], []
+    min_frames, piece = max(1, round(cfg.min_embed / fs)), max(1, round(cfg.piece / fs))
     for w, s0 in enumerate(starts):
-        for s, idx in speaker_frames(probs[w], cfg.threshold, max(1, round(cfg.min_embed / fs))):
-            m = ((s0 + idx)[:, None] * per + torch.arange(per)).reshape(-1)
-            groups.append(m[m < mel.shape[0]])
-            owners.append((w, s))
-            weights.append(idx.numel() * fs)
+        for s, a, b, idx in speaker_pieces(probs[w], cfg.threshold, min_frames, piece):
+            row = None
+            if idx is not None:
+                m = ((s0 + idx)[:, None] * per + torch.arange(per)).reshape(-1)
+                row = len(groups)
+                groups.append(m[m < mel.shape[0]])
+                weights.append(idx.numel() * fs)
+            found.append((w, s, a, b, row))
     emb = encoder.embed_frames(mel, groups) if groups else torch.zeros(0, 256)
-    keep = (~torch.isnan(emb).any(1)).tolist()
-    return Segmentation(uri, T, fs, starts, probs, [o for o, k in zip(owners, keep) if k], emb[torch.tensor(keep, dtype=torch.bool)] if groups else emb,
-                        np.array([x for x, k in zip(weights, keep) if k]))
+    del mel
+    ok = ~torch.isnan(emb).any(1)
+    new_row = (ok.long().cumsum(0) - 1).tolist()
+    # pieces without an embedding follow the nearest embedded piece of the same (window, speaker)
+    pieces = []
+    for w, s, a, b, row in found:
+        if row is not None and not bool(ok[row]):
+            row = None
+        pieces.append((w, s, a, b, None if row is None else new_row[row]))
+    out = []
+    for w, s, a, b, row in pieces:
+        if row is None:
+            same = [(abs(a2 - a), r2) for w2, s2, a2, _, r2 in pieces if w2 == w and s2 == s and r2 is not None]
+            if not same:
+                continue  # this local speaker never had enough speech in this window
+            row = min(same)[1]
+        out.append((w, s, a, b, row))
+    return Segmentation(uri, T, fs, starts, probs, out, emb[ok], np.array(weights)[ok.numpy()] if groups else
+                        np.zeros(0))
 
 
 def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None = None,
            min_speakers: int | None = None, max_speakers: int | None = None) -> list[Turn]:
     """Cluster the embeddings, map local speakers to global ones, average over windows, threshold: turns."""
     lo, _ = check_speaker_counts(num_speakers, min_speakers, max_speakers)
-    if not seg.owners:
+    if not seg.pieces:
         return []
     labels = cluster(seg.embeddings.numpy(), threshold=cfg.cluster_threshold, weights=seg.weights,
                      num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers,
@@ -191,13 +235,13 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
     size = seg.probs.shape[1]
     total = torch.zeros(seg.frames, k_total)
     count = torch.zeros(seg.frames, 1)
-    assigned: dict[int, list[tuple[int, int]]] = {}
-    for (w, s), k in zip(seg.owners, labels.tolist()):
-        assigned.setdefault(w, []).append((s, k))
+    by_window: dict[int, list] = {}
+    for w, s, a, b, row in seg.pieces:
+        by_window.setdefault(w, []).append((s, a, b, int(labels[row])))
     for w, s0 in enumerate(seg.starts):
         local = torch.zeros(size, k_total)
-        for s, k in assigned.get(w, []):  # local speakers sharing a cluster merge by maximum
-            local[:, k] = torch.maximum(local[:, k], seg.probs[w, :, s])
+        for s, a, b, k in by_window.get(w, []):  # local speakers sharing a cluster merge by maximum
+            local[a:b, k] = torch.maximum(local[a:b, k], seg.probs[w, a:b, s])
         total[s0 : s0 + size] += local
         count[s0 : s0 + size] += 1
     glob = total / count.clamp_min(1)  # average over the windows covering each frame
