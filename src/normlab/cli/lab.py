@@ -41,6 +41,8 @@ def _bench(args: argparse.Namespace) -> int:
     from ..lab import bench, bench_gpu
 
     torch.set_num_threads(args.threads)
+    if args.model:
+        return _bench_model(args)
     device = resolve(args.device)  # auto: the CPU table, and the GPU section when CUDA is present
     if args.device in ("cpu", "auto"):
         result = bench.run(args.ops, args.shapes, args.dtypes, repeats=args.repeats, progress=progress("bench"))
@@ -59,6 +61,22 @@ def _bench(args: argparse.Namespace) -> int:
     (out / "bench.json").write_text(json.dumps(result, indent=2))
     (out / "bench.md").write_text(table + "\n")
     print(f"wrote {out / 'bench.json'} and {out / 'bench.md'}", file=sys.stderr)
+    return 0
+
+
+def _bench_model(args: argparse.Namespace) -> int:
+    from .. import provenance
+    from ..lab import bench_model
+
+    result = bench_model.run(repeats=args.repeats, compiled=args.compile, progress=progress("bench --model"))
+    result["provenance"] = provenance.record()
+    table = bench_model.markdown(result)
+    print(table)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench-model.json").write_text(json.dumps(result, indent=2))
+    (out / "bench-model.md").write_text(table + "\n")
+    print(f"wrote {out / 'bench-model.json'} and {out / 'bench-model.md'}", file=sys.stderr)
     return 0
 
 
@@ -95,5 +113,10 @@ def add_parsers(sub, name: str) -> None:
         p.add_argument("--device", type=check_spec, default="auto",
                        help="cpu: the CPU table; cuda[:N]: the GPU section; auto: the CPU table, then the GPU section "
                        "when CUDA is present (default: %(default)s)")
+        p.add_argument("--model", action="store_true",
+                       help="instead: a 6-layer Pre-LN encoder's training step and inference against "
+                       "torch.nn.TransformerEncoder(norm_first=True) and against itself on torch's norm kernels, "
+                       "after checking that the outputs agree within 1e-5 (writes bench-model.json/.md)")
+        p.add_argument("--compile", action="store_true", help="with --model: also time compile_blocks(model)")
         p.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md (default: %(default)s)")
         p.set_defaults(func=_bench)

@@ -51,3 +51,22 @@ class Stack(nn.Module):
         if self.final_norm is None:
             return materialize(hidden, residual)
         return add_norm(hidden, residual, self.final_norm, mask if mask_final_norm else None)[0]
+
+
+def compile_blocks(model: nn.Module, **compile_kw) -> nn.Module:
+    """Opt-in: compile every block of every :class:`Stack` in ``model`` with ``torch.compile``; returns ``model``.
+
+    Each block's ``step`` (the whole block: its norms, fused add+norms,
+    attention and feed-forward) becomes one compiled graph, so inductor fuses
+    the element-wise work between the GEMMs; the norms inside run normlab's
+    fused math (see :mod:`normlab.kernels.dispatch`). Weights, ``state_dict``
+    and outputs are unchanged (within float rounding). The first call of each
+    shape compiles (seconds to minutes); a compiled model cannot be pickled
+    or deep-copied. ``compile_kw`` goes to ``torch.compile`` (e.g. ``dynamic=False``).
+    """
+    for stack in [m for m in model.modules() if isinstance(m, Stack)]:
+        for layer in stack.layers:
+            if not getattr(layer, "_normlab_compiled", False):
+                layer.step = torch.compile(layer.step, **compile_kw)  # an instance attribute shadows the method
+                layer._normlab_compiled = True
+    return model

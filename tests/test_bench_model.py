@@ -1,0 +1,68 @@
+"""The model bench's correctness check, its forced-impl switch, and opt-in block compilation (no timing)."""
+import pytest
+import torch
+
+import normlab
+from normlab import functional as F
+from normlab.lab import bench_model as bm
+from normlab.models import compile_blocks
+
+SMALL = bm.ModelBenchConfig(layers=2, d_model=32, heads=4, d_ff=64, batch=3, tokens=13, min_len=0.4)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_normlab_encoder_matches_torch_within_1e5(activation):
+    ours, ref, x, pad = bm.build(bm.ModelBenchConfig(**{**SMALL.__dict__, "activation": activation}))
+    assert pad.any(), "the check must cover padding"
+    result = bm.check(ours, ref, x, pad)
+    assert result["passed"], result
+    assert max(result["train_forward"], result["inference"]) <= bm.TOLERANCE
+
+
+def test_check_fails_when_the_weights_differ():
+    ours, ref, x, pad = bm.build(SMALL)
+    with torch.no_grad():  # swap the key and value rows of torch's in_proj: what a wrong loader would do
+        w = ref.layers[1].self_attn.in_proj_weight
+        w.copy_(torch.cat([w[:32], w[64:], w[32:64]]))
+    assert not bm.check(ours, ref, x, pad)["passed"]
+
+
+def test_forced_impl_reaches_every_norm_call_and_restores():
+    ours, _, x, pad = bm.build(SMALL)
+    before = {n: getattr(F, n) for n in ("layer_norm", "add_layer_norm", "rms_norm", "add_rms_norm")}
+    with bm.forced_impl("reference"):
+        assert all(getattr(F, n).keywords == {"impl": "reference"} for n in before)
+        with torch.no_grad():
+            y_ref = ours(x, pad)
+    assert all(getattr(F, n) is fn for n, fn in before.items())
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x, pad), y_ref, rtol=1e-5, atol=1e-5)
+
+
+def test_bench_model_run_reports_ratios():
+    result = bm.run(SMALL, repeats=1, warmup=0)
+    assert result["correctness"]["passed"]
+    for mode in ("train_step", "inference"):
+        assert set(result[mode]["ms"]) == {"normlab", "torch", "native"}
+        assert all(v > 0 for v in result[mode]["speedup_vs_torch"].values())
+    assert "| normlab |" in bm.markdown(result)
+
+
+def test_compile_blocks_wraps_every_block_once():
+    m = normlab.TransformerEncoder(16, 2, 3, 32)
+    compile_blocks(m)
+    compile_blocks(m)  # idempotent
+    assert all(layer._normlab_compiled for layer in m.layers)
+    assert set(m.state_dict()) == set(normlab.TransformerEncoder(16, 2, 3, 32).state_dict())
+
+
+def test_compiled_blocks_give_the_same_outputs():
+    torch.manual_seed(0)
+    m = normlab.TransformerEncoder(16, 2, 2, 32).eval()
+    x = torch.randn(2, 5, 16)
+    pad = torch.zeros(2, 5, dtype=torch.bool)
+    pad[1, 3:] = True
+    with torch.no_grad():
+        want = m(x, pad)
+        got = compile_blocks(m)(x, pad)
+    torch.testing.assert_close(got[~pad], want[~pad], rtol=1e-5, atol=1e-5)
