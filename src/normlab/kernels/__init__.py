@@ -9,8 +9,9 @@ Implementations (``impl=``):
   ``add_layer_norm`` the eager add followed by that kernel.
 * ``"compiled"``: normlab's fused math (:mod:`normlab.kernels.fused`) compiled
   by inductor; every op and dtype, CPU and CUDA, where a compiler is available.
-* ``"cpu"``: normlab's C++ kernels (:mod:`normlab.kernels.cpu`): float32 and
-  float64 on CPU, single-pass backward with in-kernel weight-gradient partials.
+* ``"cpu"``: normlab's C++ kernels (:mod:`normlab.kernels.cpu`): every op and
+  floating dtype on CPU, single-pass backward with in-kernel weight-gradient
+  partials; built at first use with the system's C++ compiler.
 * ``"auto"``: the first of :data:`PREFERENCE` that satisfies the numerics
   contract for the op, device and dtype (measured in ``docs/performance.md``).
 

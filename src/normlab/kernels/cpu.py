@@ -7,8 +7,9 @@ keyed on a hash of the source, the compiler and the CPU model. Where no
 compiler works, :meth:`CpuKernel.supports` is False and ``auto`` falls back to
 the compiled path.
 
-What the kernels do (float32 and float64 rows; statistics in the input's dtype,
-which is the accumulation dtype for both):
+What the kernels do (rows of float32, float64, bfloat16 or float16; statistics,
+weights and weight gradients in the accumulation dtype: float64 for float64,
+float32 otherwise; outputs rounded once to the input's dtype):
 
 * forward, one parallel loop over rows: ``s = x + r`` (add variants),
   ``mean = sum(s) / D``, ``var = sum((s - mean)^2) / D`` (two passes over a row
@@ -34,11 +35,12 @@ import warnings
 
 import torch
 
+from .._checks import acc_dtype
 from .base import Kernel
 
 SOURCE = pathlib.Path(__file__).with_name("cpu_kernels.cpp")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17")
-_DTYPES = {torch.float32: "f32", torch.float64: "f64"}
+_DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
 def cache_dir() -> pathlib.Path:
@@ -115,12 +117,12 @@ def _param(p: torch.Tensor | None, dtype: torch.dtype):
 
 def _fwd(x, r, w, b, eps, rms):
     n, d = x.shape
-    dt = x.dtype
+    dt, ad = x.dtype, acc_dtype(x.dtype)
     y = torch.empty_like(x)
     s = torch.empty_like(x) if r is not None else None
-    mean = None if rms else x.new_empty(n, 1)
-    rstd = x.new_empty(n, 1)
-    w, b = _param(w, dt), _param(b, dt)
+    mean = None if rms else x.new_empty(n, 1, dtype=ad)
+    rstd = x.new_empty(n, 1, dtype=ad)
+    w, b = _param(w, ad), _param(b, ad)
     fn = getattr(library(), f"normlab_fwd_{_DTYPES[dt]}")
     fn(_ptr(x), _ptr(r), _ptr(s), _ptr(w), _ptr(b), _ptr(y), _ptr(mean), _ptr(rstd), n, d, eps, int(rms),
        torch.get_num_threads())
@@ -129,22 +131,25 @@ def _fwd(x, r, w, b, eps, rms):
 
 def _bwd(dy, x, mean, rstd, w, ds, rms):
     n, d = x.shape
-    dt = x.dtype
+    dt, ad = x.dtype, acc_dtype(x.dtype)
+    dy = dy.to(dt)  # N, D   (a float32 s under a half-precision y: residual_in_fp32)
+    ds = None if ds is None else ds.to(dt)
     dx = torch.empty_like(x)
     rows = library().normlab_rows_per_partial()
-    partial = x.new_empty((n + rows - 1) // rows, 2, d)
-    dw = x.new_empty(d) if w is not None else None
-    db = None if rms else x.new_empty(d)
+    partial = x.new_empty((n + rows - 1) // rows, 2, d, dtype=ad)
+    dw = x.new_empty(d, dtype=ad) if w is not None else None
+    db = None if rms else x.new_empty(d, dtype=ad)
     if n == 0:
         return dx, None if dw is None else dw.zero_(), None if db is None else db.zero_()
     fn = getattr(library(), f"normlab_bwd_{_DTYPES[dt]}")
-    fn(_ptr(dy), _ptr(x), _ptr(mean), _ptr(rstd), _ptr(_param(w, dt)), _ptr(ds), _ptr(dx), _ptr(dw), _ptr(db),
+    w = _param(w, ad)  # held in a name: a temporary would be freed before the call reads it
+    fn(_ptr(dy), _ptr(x), _ptr(mean), _ptr(rstd), _ptr(w), _ptr(ds), _ptr(dx), _ptr(dw), _ptr(db),
        _ptr(partial), n, d, int(rms), torch.get_num_threads())
     return dx, dw, db
 
 
 class CpuKernel(Kernel):
-    """normlab's C++ kernels: float32/float64 on CPU, every op."""
+    """normlab's C++ kernels: every op, every floating dtype, on CPU."""
 
     name = "cpu"
 

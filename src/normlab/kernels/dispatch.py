@@ -40,9 +40,9 @@ IMPLS: tuple[str, ...] = ("auto", *_KERNELS)
 
 OPS = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
 
-#: the order ``auto`` tries, per op (measured in docs/performance.md): normlab's CPU kernels
-#: (float32/float64 on CPU), then torch's LayerNorm kernel (float32/float64), then the
-#: compiled fused math (every dtype and device), then the reference
+#: the order ``auto`` tries, per op (measured in docs/performance.md): normlab's C++ kernels
+#: (CPU, every dtype), then torch's LayerNorm kernel (float32/float64), then the compiled
+#: fused math (every dtype and device; Triton on CUDA), then the reference
 PREFERENCE = {
     "layer_norm": ("cpu", "native", "compiled", "reference"),
     "rms_norm": ("cpu", "compiled", "reference"),
