@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install bench bench-diarize model clean system-deps
+.PHONY: demo test install bench bench-diarize model clean system-deps sample
 
 # Debian packages for the diarization simulation (synthesizers, voices, sox); without them those tests skip.
 SYSTEM_DEPS := espeak-ng flite sox festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
@@ -20,8 +20,22 @@ system-deps:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check torch==2.13.0
-	$(PIP) install -q --disable-pip-version-check -e '.[dev,plot,scale,export]'
+	$(PIP) install -q --disable-pip-version-check -e '.[dev,plot,scale,export,annotation]'
+	# speaker-encoder weights for `normlab diarize` (Apache-2.0): only the archive's pretrained.pt is used
+	$(PIP) install -q --disable-pip-version-check --no-deps resemblyzer==0.1.4
 	touch $(STAMP)
+
+# Real speech for the diarization check (tests/test_diarization_quality.py, docs/diarization.md): the 30 s
+# two-speaker sample and its reference inside the pyannote.audio 4.0.7 archive (MIT), kept in the venv.
+SAMPLE := $(VENV)/share/normlab/pyannote-sample
+$(SAMPLE)/sample.rttm: | $(STAMP)
+	mkdir -p $(SAMPLE)/archive
+	$(PIP) download -q --disable-pip-version-check --no-deps pyannote.audio==4.0.7 -d $(SAMPLE)/archive
+	$(PY) -c "import sys, zipfile, glob, pathlib; z = zipfile.ZipFile(glob.glob('$(SAMPLE)/archive/*.whl')[0]); \
+	  [pathlib.Path('$(SAMPLE)', n).write_bytes(z.read('pyannote/audio/sample/' + n)) for n in ('sample.wav', 'sample.rttm')]"
+	rm -rf $(SAMPLE)/archive
+
+sample: $(SAMPLE)/sample.rttm
 
 install: $(STAMP)
 
@@ -36,6 +50,7 @@ demo: system-deps $(STAMP)
 	else echo "espeak-ng missing: diarization demo skipped"; fi
 
 test: system-deps $(STAMP)
+	-@$(MAKE) --no-print-directory sample || echo "warning: could not fetch the pyannote sample; its test will skip"
 	$(PY) -m pytest
 
 bench: $(STAMP)
