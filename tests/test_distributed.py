@@ -192,3 +192,16 @@ def test_torchrun_rank_death_stops_the_run_naming_it_and_a_restart_resumes(tmp_p
     assert main([*args, "--steps", str(step + 4), "--d-model", "32"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "other settings (model.d_ff: 64 -> 128; model.d_model: 16 -> 32)" in err
+
+
+def test_tensorboard_gets_the_rows_of_metrics_csv(tmp_path):
+    pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'normlab[scale]')")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with tracking.MetricsLog(tmp_path / "metrics.csv", tensorboard=tmp_path / "tb") as m:
+        m.log(1, 0.5, 1e-3, 0.25, 0.1)
+        m.log(2, 0.4, 2e-3, 0.125, 0.2)
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [(1, 0.5), (2, pytest.approx(0.4))]
+    assert [e.value for e in events.Scalars("train/grad_norm")] == [0.25, 0.125]
