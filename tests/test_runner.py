@@ -10,7 +10,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -133,3 +132,22 @@ def test_ray_run_killed_then_resumed_locally_loses_nothing_and_repeats_nothing(t
     total = executions(log)
     for x in finished:  # a cell finished on Ray never ran again
         assert total[x] == 1 == ran_by_ray[x]
+
+
+def test_device_is_part_of_the_key_and_provenance_is_recorded(tmp_path):
+    from normlab import provenance
+    from normlab.studies.report import render_html
+
+    cfg = {"x": 1}
+    assert cell_key(counted_cell, cfg, "cuda:0") != cell_key(counted_cell, cfg) == cell_key(counted_cell, cfg, "cpu")
+    record = provenance.record()
+    assert all(isinstance(record[k], str) for k in ("normlab", "torch", "python"))
+    assert isinstance(record["threads"], int) and record["machine"]["cpus"] >= 1
+    store = Store(str(tmp_path / "runs.sqlite"))
+    store.add_session(record)
+    with sqlite3.connect(tmp_path / "runs.sqlite") as con:
+        (saved,) = con.execute("SELECT provenance FROM sessions").fetchone()
+    assert json.loads(saved)["torch"] == record["torch"]
+    page = render_html({"claims": [], "studies": [], "scale": "test", "seconds": 0, "cells_computed": 0,
+                        "provenance": record}, tmp_path)
+    assert f"torch {record['torch']}" in page and f"normlab {record['normlab']}" in page

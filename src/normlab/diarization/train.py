@@ -95,7 +95,7 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
     torch.manual_seed(cfg.seed)
     step, losses, seconds = 0, [], 0.0
     if last.exists():
-        state = torch.load(last, map_location=device, weights_only=False)
+        state = torch.load(last, map_location="cpu", weights_only=False)  # RNG states must stay on the CPU
         if config is not None and state.get("config") is not None and state["config"] != config:
             diff = _config_diff(state["config"], config)
             raise ValueError(f"{last} was trained with other settings ({'; '.join(diff[:3])}"
