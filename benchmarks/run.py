@@ -1,9 +1,11 @@
-"""Run the full benchmark grid and write its table into docs/performance.md.
+"""Run the full benchmark grid and write its tables into docs/performance.md.
 
     .venv/bin/python benchmarks/run.py [--repeats 15]
 
-Results also go to benchmarks/results.json. The table replaces the block
-between the ``bench:start`` / ``bench:end`` markers in docs/performance.md.
+Results also go to benchmarks/results.json. The CPU table replaces the block
+between the ``bench:start`` / ``bench:end`` markers in docs/performance.md,
+the GPU section the block between ``bench-gpu:start`` / ``bench-gpu:end``
+(a one-line "skipped" message where no CUDA device is present).
 """
 from __future__ import annotations
 
@@ -15,9 +17,14 @@ import sys
 
 import torch
 
-from normlab.lab import bench
+from normlab.lab import bench, bench_gpu
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _replace(text: str, tag: str, table: str) -> str:
+    block = f"<!-- {tag}:start -->\n{table}\n<!-- {tag}:end -->"
+    return re.sub(rf"<!-- {tag}:start -->.*?<!-- {tag}:end -->", lambda _: block, text, flags=re.S)
 
 
 def main() -> int:
@@ -27,19 +34,18 @@ def main() -> int:
     torch.set_num_threads(2)
 
     def progress(i, n, label):
-        print(f"\r[{i + 1}/{n}] {label:<48s}", end="", file=sys.stderr, flush=True)
+        print(f"[{i + 1}/{n}] {label}", file=sys.stderr, flush=True)
 
     result = bench.run(repeats=args.repeats, progress=progress)
     result["cold_start_s"] = bench.cold_start_seconds()
-    print(file=sys.stderr)
+    result["gpu"] = bench_gpu.run(progress=progress)
     (ROOT / "benchmarks" / "results.json").write_text(json.dumps(result, indent=2) + "\n")
-    table = bench.markdown(result)
     doc = ROOT / "docs" / "performance.md"
-    text = doc.read_text()
-    block = f"<!-- bench:start -->\n{table}\n<!-- bench:end -->"
-    text = re.sub(r"<!-- bench:start -->.*?<!-- bench:end -->", lambda _: block, text, flags=re.S)
+    text = _replace(doc.read_text(), "bench", bench.markdown(result))
+    text = _replace(text, "bench-gpu", bench_gpu.markdown(result["gpu"]))
     doc.write_text(text)
-    print(table)
+    print(bench.markdown(result))
+    print(bench_gpu.markdown(result["gpu"]))
     return 0
 
 

@@ -14,7 +14,9 @@
 // dot products, then dx, with x and dy still in L1) and accumulates that block's dweight/dbias
 // partial row; a second, column-parallel loop sums the partial rows in block order. The block
 // partition depends only on N, so weight gradients are bitwise repeatable whatever the thread
-// count.
+// count. Threads take rows (forward) and blocks (backward) dynamically: which thread computes a
+// row or a block never changes its bits, and a thread slowed by other work on a shared machine
+// does not hold the others up.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -111,7 +113,7 @@ template <class T, bool RMS, bool HW, bool HB, bool HR, class A = typename Acc<T
 static void fwd(const T* x, const T* r, T* s, const A* w, const A* b, T* y, A* mean, A* rstd, i64 n, i64 d,
                 A eps, int nthreads) {
   const A inv_d = A(1) / A(d);
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (n * d > SERIAL_WORK && nthreads > 1)
+#pragma omp parallel for schedule(dynamic, 16) num_threads(nthreads) if (n * d > SERIAL_WORK && nthreads > 1)
   for (i64 i = 0; i < n; ++i)
     fwd_row<T, RMS, HW, HB, HR>(x + i * d, HR ? r + i * d : nullptr, HR ? s + i * d : nullptr, w, b, y + i * d,
                                 RMS ? nullptr : mean + i, rstd + i, d, inv_d, eps);
@@ -171,7 +173,7 @@ static void bwd(const T* dy, const T* x, const A* mean, const A* rstd, const A* 
   const i64 nb = (n + ROWS - 1) / ROWS;
 #pragma omp parallel num_threads(nthreads) if (n * d > SERIAL_WORK && nthreads > 1)
   {
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
     for (i64 blk = 0; blk < nb; ++blk) {
       A* pw = partial + blk * 2 * d;
       A* pb = pw + d;

@@ -1,11 +1,11 @@
 """Benchmark harness: normlab's norms against torch's, same run, same inputs.
 
 Method (docs/performance.md): inputs are leaf tensors created once; each
-repeat runs normlab and torch back to back (A/B interleaved, the order
-alternating), with ``.grad`` reset to None between repeats as in a training
+repeat runs normlab, torch and a memory copy back to back (interleaved, the
+order rotating), with ``.grad`` reset to None between repeats as in a training
 step; the median over repeats after warm-up is reported. Achieved bandwidth
-is bytes that must move / time, compared with a memory copy measured in the
-same run: ``floor %`` = (bytes / copy speed) / time.
+is bytes that must move / time, compared with the copy measured in the same
+repeats: ``floor %`` = (bytes / copy speed) / time.
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ class Row:
     floor_pct: float  # memory-bound floor time / normlab time, in percent
     saved_mb_normlab: float | None = None  # bytes kept for backward (fwd+bwd rows)
     saved_mb_torch: float | None = None
+    copy_gbps: float | None = None  # the memory copy timed in the same repeats (the floor's yardstick)
 
 
 def _calls(op: str, x, r, w, b) -> tuple[Callable, Callable]:
@@ -84,17 +85,39 @@ def _step(fn: Callable, seeds, leaves, backward: bool) -> None:
     torch.autograd.backward(outs, seeds[: len(outs)])
 
 
-def _ab_median(a: Callable, b: Callable, repeats: int, warmup: int) -> tuple[float, float]:
+def _interleaved_ms(fns: list[Callable], repeats: int, warmup: int) -> list[float]:
+    """Median ms of each callable, run in turn every repeat, the order rotating (A/B/C interleaved)."""
     for _ in range(warmup):
-        a()
-        b()
-    ta, tb = [], []
-    for i in range(repeats):
-        for fn, acc in ((a, ta), (b, tb)) if i % 2 == 0 else ((b, tb), (a, ta)):
-            t0 = time.perf_counter()
+        for fn in fns:
             fn()
-            acc.append(time.perf_counter() - t0)
-    return statistics.median(ta) * 1e3, statistics.median(tb) * 1e3
+    times: list[list[float]] = [[] for _ in fns]
+    for i in range(repeats):
+        for k in range(len(fns)):
+            j = (k + i) % len(fns)
+            t0 = time.perf_counter()
+            fns[j]()
+            times[j].append(time.perf_counter() - t0)
+    return [statistics.median(t) * 1e3 for t in times]
+
+
+def _ab_median(a: Callable, b: Callable, repeats: int, warmup: int) -> tuple[float, float]:
+    ta, tb = _interleaved_ms([a, b], repeats, warmup)
+    return ta, tb
+
+
+class _Copy:
+    """A copy into a reused buffer far larger than cache: the floor's yardstick, timed beside each case."""
+
+    def __init__(self, nbytes: int = 128 << 20):
+        self.src = torch.ones(nbytes // 4)
+        self.dst = torch.empty_like(self.src)
+        self.nbytes = nbytes
+
+    def __call__(self) -> None:
+        self.dst.copy_(self.src)
+
+    def gbps(self, ms: float) -> float:
+        return 2 * self.nbytes / (ms / 1e3) / 1e9
 
 
 def copy_gbps(nbytes: int = 256 << 20, repeats: int = 15) -> float:
@@ -129,7 +152,9 @@ def _sig(v: float, digits: int = 4) -> float:
     return float(f"{v:.{digits}g}")
 
 
-def bench_one(op, shape, dtype, *, copy_speed, repeats=15, warmup=3) -> list[Row]:
+def bench_one(op, shape, dtype, *, copy_speed=None, repeats=15, warmup=3) -> list[Row]:
+    """fwd and fwd+bwd rows of one case. ``copy_speed=None``: a memory copy is timed interleaved with
+    normlab and torch in the same repeats (on a shared machine the floor moves with the load)."""
     n, d = shape
     dt = getattr(torch, dtype)
     g = torch.Generator().manual_seed(0)
@@ -141,15 +166,15 @@ def bench_one(op, shape, dtype, *, copy_speed, repeats=15, warmup=3) -> list[Row
     leaves = [t for t in (x, r, w, b) if t is not None]
     ours, theirs = _calls(op, x, r, w, b)
     rows = []
+    copy = _Copy() if copy_speed is None else None
     for mode, backward, k in (("fwd", False, 0), ("fwd+bwd", True, 1)):
-        a_ms, b_ms = _ab_median(
-            lambda bw=backward: _step(ours, seeds, leaves, bw), lambda bw=backward: _step(theirs, seeds, leaves, bw),
-            repeats, warmup,
-        )
+        fns = [lambda bw=backward: _step(ours, seeds, leaves, bw), lambda bw=backward: _step(theirs, seeds, leaves, bw)]
+        a_ms, b_ms, *c_ms = _interleaved_ms(fns + ([copy] if copy else []), repeats, warmup)
+        speed = copy.gbps(c_ms[0]) if copy else copy_speed
         nbytes = TENSORS_MOVED[op][k] * n * d * x.element_size()
-        floor_ms = nbytes / (copy_speed * 1e9) * 1e3
+        floor_ms = nbytes / (speed * 1e9) * 1e3
         row = Row(op, f"{n}x{d}", dtype, mode, _sig(a_ms), _sig(b_ms), _sig(b_ms / a_ms),
-                  _sig(nbytes / a_ms / 1e6), _sig(100 * floor_ms / a_ms))
+                  _sig(nbytes / a_ms / 1e6), _sig(100 * floor_ms / a_ms), copy_gbps=_sig(speed, 3))
         if backward:
             row.saved_mb_normlab = round(saved_bytes(ours) / 2**20, 1)
             row.saved_mb_torch = round(saved_bytes(theirs) / 2**20, 1)
@@ -158,7 +183,7 @@ def bench_one(op, shape, dtype, *, copy_speed, repeats=15, warmup=3) -> list[Row
 
 
 def cold_start_seconds() -> float:
-    """Seconds for the first rms_norm forward+backward in a fresh process with an empty compile cache."""
+    """Seconds for the first rms_norm forward+backward in a fresh process with empty build caches."""
     import tempfile
 
     code = (
@@ -166,8 +191,8 @@ def cold_start_seconds() -> float:
         "x=torch.randn(64,64,requires_grad=True); normlab.functional.rms_norm(x,64).sum().backward();"
         "print(time.perf_counter()-t)"
     )
-    with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tmp)
+    with tempfile.TemporaryDirectory() as tmp:  # empty caches: inductor's and normlab's C++ build
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tmp, NORMLAB_CACHE_DIR=tmp)
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
 
@@ -183,34 +208,54 @@ def machine() -> dict:
             "python": platform.python_version()}
 
 
+def torch_vs_itself(shape=(8192, 768), repeats: int = 15, warmup: int = 3) -> float:
+    """torch's LayerNorm fwd+bwd timed A/B against itself: how far from 1.00x noise alone moves a ratio."""
+    n, d = shape
+    x = torch.randn(n, d, requires_grad=True)
+    w, b = torch.randn(d, requires_grad=True), torch.randn(d, requires_grad=True)
+    seeds = [torch.randn(n, d)]
+    fn = lambda: (TF.layer_norm(x, [d], w, b),)  # noqa: E731
+    a, c = _ab_median(lambda: _step(fn, seeds, [x, w, b], True), lambda: _step(fn, seeds, [x, w, b], True),
+                      repeats, warmup)
+    return _sig(c / a, 3)
+
+
 def run(ops=OPS, shapes=SHAPES, dtypes=DTYPES, repeats=15, warmup=3, progress: Callable | None = None) -> dict:
-    """Run the grid; returns ``{"machine", "copy_gbps", "cold_start_s", "rows"}``."""
-    speed = copy_gbps()
+    """Run the grid; returns ``{"machine", "copy_gbps", "torch_vs_itself", "rows", ...}``.
+
+    Each case times a memory copy in its own repeats; ``copy_gbps`` is the median over cases.
+    """
     rows: list[Row] = []
     grid = [(o, s, d) for o in ops for s in shapes for d in dtypes]
+    noise = torch_vs_itself(repeats=repeats, warmup=warmup)
     for i, (op, shape, dtype) in enumerate(grid):
         if progress:
             progress(i, len(grid), f"{op} {shape[0]}x{shape[1]} {dtype}")
-        rows += bench_one(op, shape, dtype, copy_speed=speed, repeats=repeats, warmup=warmup)
-    return {"machine": machine(), "copy_gbps": round(speed, 1), "compile_first_call_s": dict(fused.COLD_START_S),
-            "rows": [asdict(r) for r in rows]}
+        rows += bench_one(op, shape, dtype, repeats=repeats, warmup=warmup)
+    speed = statistics.median(r.copy_gbps for r in rows) if rows else copy_gbps()
+    return {"machine": machine(), "copy_gbps": round(speed, 1), "torch_vs_itself": noise,
+            "compile_first_call_s": dict(fused.COLD_START_S), "rows": [asdict(r) for r in rows]}
 
 
 def markdown(result: dict) -> str:
     m = result["machine"]
     lines = [
         f"Machine: {m['cpu']}, {m['threads']} threads, torch {m['torch']}, Python {m['python']}; "
-        f"memory copy {result['copy_gbps']} GB/s (read + write) in the same run.",
+        f"memory copy {result['copy_gbps']} GB/s (read + write; median over cases, each timed in its own "
+        "repeats)" + (f"; torch's LayerNorm timed against itself: {result['torch_vs_itself']:.2f}x"
+                      if result.get("torch_vs_itself") else "") + ".",
         "",
-        "| op | shape | dtype | mode | normlab ms | torch ms | ratio | GB/s | % of floor | saved MB (normlab / torch) |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---|",
+        "| op | shape | dtype | mode | normlab ms | torch ms | ratio | GB/s | copy GB/s | % of floor "
+        "| saved MB (normlab / torch) |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in result["rows"]:
         saved = "" if r["saved_mb_normlab"] is None else f"{r['saved_mb_normlab']} / {r['saved_mb_torch']}"
+        copy = r.get("copy_gbps") or result["copy_gbps"]
         lines.append(
             f"| {r['op']} | {r['shape']} | {r['dtype']} | {r['mode']} | {r['normlab_ms']:.3f} | {r['torch_ms']:.3f} "
-            f"| {r['ratio']:.2f}x | {r['gbps']:.1f} | {r['floor_pct']:.0f}% | {saved} |"
+            f"| {r['ratio']:.2f}x | {r['gbps']:.1f} | {copy:.1f} | {r['floor_pct']:.0f}% | {saved} |"
         )
     if result.get("cold_start_s") is not None:
-        lines += ["", f"Cold start (fresh process, empty compile cache, rms_norm fwd+bwd): {result['cold_start_s']:.1f} s"]
+        lines += ["", f"Cold start (fresh process, empty build caches, rms_norm fwd+bwd): {result['cold_start_s']:.1f} s"]
     return "\n".join(lines)
