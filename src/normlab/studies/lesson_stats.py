@@ -14,6 +14,35 @@ LESSON = "lessons 000/003"
 EXACT = "none: deterministic, no seed dependence (one input, seed 0)"
 
 
+def batch_dependence(frame: torch.Tensor, mates_a: torch.Tensor, mates_b: torch.Tensor) -> dict:
+    """One frame beside two sets of batch mates: LayerNorm against BatchNorm, the lessons' contrast.
+
+    ``frame``: ``(1, D)``; ``mates_a``, ``mates_b``: ``(M, D)``. BatchNorm is
+    :class:`~normlab.batchnorm.MaskedBatchNorm` (torch's BatchNorm1d statistics)
+    in training mode, then in eval mode on the frame alone. With no mates
+    (``M = 0``) the training-mode comparison is undefined and reads None.
+    """
+    d = frame.shape[-1]
+    ln, bn = LayerNorm(d), MaskedBatchNorm(d).train()
+    a, b = torch.cat([frame, mates_a]), torch.cat([frame, mates_b])  # M+1, D (x2)
+    with torch.no_grad():
+        bn_change = (bn(a)[0] - bn(b)[0]).abs().max().item() if len(mates_a) and len(mates_b) else None
+        try:
+            bn(frame)
+            bn_train_alone = "ran"
+        except ValueError as e:  # batch statistics of one frame are undefined
+            bn_train_alone = f"error: {e}"
+        bn.eval()
+        expected = (frame - bn.running_mean) / torch.sqrt(bn.running_var + bn.eps) * bn.weight + bn.bias
+        return {
+            "ln_bitwise_same_with_new_mates": torch.equal(ln(a)[0], ln(b)[0]),
+            "ln_batch1_bitwise_same": torch.equal(ln(frame)[0], ln(a)[0]),
+            "bn_train_change_with_new_mates": bn_change,
+            "bn_batch1_train": bn_train_alone,
+            "bn_batch1_eval_uses_running_stats": torch.allclose(bn(frame), expected, atol=1e-6),
+        }
+
+
 def stats_cell(cfg: dict) -> dict:
     g = torch.Generator().manual_seed(cfg["seed"])
     audio = torch.randn(4, 50, 64, generator=g) * 5 + 10  # B, T, D
@@ -22,18 +51,8 @@ def stats_cell(cfg: dict) -> dict:
     with torch.no_grad():
         ya, yv = ln(audio), ln(video)
         # companions: the same frame with different batch mates
-        frame = audio[:1, :1]  # 1, 1, D
-        mates = torch.randn(7, 1, 64, generator=g) * 5 + 10
-        ln_same = torch.equal(ln(torch.cat([frame, audio[1:4, :1]]))[0], ln(torch.cat([frame, mates]))[0])
-        bn = MaskedBatchNorm(64).train()
-        bn_a = bn(torch.cat([frame, audio[1:4, :1]]))[0]
-        bn_b = bn(torch.cat([frame, mates]))[0]
-        bn_change = (bn_a - bn_b).abs().max().item()
-        bn.eval()
-        bn1 = bn(frame)
-        bn1_expected = (frame - bn.running_mean) / torch.sqrt(bn.running_var + bn.eps) * bn.weight + bn.bias
-        bn_batch1_running = torch.allclose(bn1, bn1_expected, atol=1e-6)
-        ln_batch1 = torch.equal(ln(frame), ln(audio)[:1, :1])
+        mates = torch.randn(7, 64, generator=g) * 5 + 10  # M, D
+        batch = batch_dependence(audio[0, :1], audio[1:4, 0], mates)
         # variable length: a short sequence padded inside a batch
         pad = torch.zeros(2, 50, dtype=torch.bool)
         pad[0, 30:] = True
@@ -48,10 +67,7 @@ def stats_cell(cfg: dict) -> dict:
         "audio_max_abs_token_var_minus_1": (ya.var(-1, unbiased=False) - 1).abs().max().item(),
         "video_max_abs_token_mean": yv.mean(-1).abs().max().item(),
         "video_max_abs_token_var_minus_1": (yv.var(-1, unbiased=False) - 1).abs().max().item(),
-        "ln_bitwise_same_with_new_mates": ln_same,
-        "bn_train_change_with_new_mates": bn_change,
-        "bn_batch1_eval_uses_running_stats": bn_batch1_running,
-        "ln_batch1_bitwise_same": ln_batch1,
+        **batch,
         "ln_padded_bitwise_same": ln_padded_same,
         "instancenorm_max_abs_token_mean": inorm.mean(-1).abs().max().item(),
         "instancenorm_max_abs_channel_time_mean": inorm.mean(1).abs().max().item(),
