@@ -12,7 +12,8 @@ Three models carry the same weights (copied through :func:`normlab.interop.to_to
 Before any timing, :func:`check` compares the outputs (training-mode forward and inference) on the
 non-padded positions and the input gradient: everything must agree within 1e-5, or the bench stops.
 Timing (same run, same inputs): each repeat runs every model once, in an order that rotates
-between repeats; the median over repeats after warm-up is reported. A training step is forward,
+between repeats; the median over repeats after warm-up is reported, in wall time and in the
+process's CPU time (steadier than wall time when other processes share the cores). A training step is forward,
 ``mean(y * g)`` over valid positions (``g`` fixed), backward, ``AdamW.step()``, ``zero_grad(set_to_none=True)``.
 """
 from __future__ import annotations
@@ -119,22 +120,28 @@ def check(ours: nn.Module, ref: nn.Module, x: torch.Tensor, pad: torch.Tensor) -
     return out
 
 
-def _timer(fn: Callable[[], None]) -> float:
-    t = time.perf_counter()
+def _timer(fn: Callable[[], None]) -> tuple[float, float]:
+    """``(wall seconds, process CPU seconds)`` of one call."""
+    t, c = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - t
+    return time.perf_counter() - t, time.process_time() - c
 
 
-def _rotating_medians(fns: dict[str, Callable[[], None]], repeats: int, warmup: int) -> dict[str, float]:
+def _rotating_medians(fns: dict[str, Callable[[], None]], repeats: int, warmup: int
+                      ) -> tuple[dict[str, float], dict[str, float]]:
+    """Median wall and CPU milliseconds per model; each repeat runs every model, the order rotating."""
     names = list(fns)
-    times: dict[str, list[float]] = {n: [] for n in names}
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
     for i in range(warmup + repeats):
         order = names[i % len(names):] + names[:i % len(names)]
         for n in order:
-            t = _timer(fns[n])
+            w, c = _timer(fns[n])
             if i >= warmup:
-                times[n].append(t)
-    return {n: statistics.median(v) * 1e3 for n, v in times.items()}
+                wall[n].append(w)
+                cpu[n].append(c)
+    med = lambda d: {n: statistics.median(v) * 1e3 for n, v in d.items()}  # noqa: E731
+    return med(wall), med(cpu)
 
 
 def _train_step(model: nn.Module, opt: torch.optim.Optimizer, x, pad, ctx) -> Callable[[], None]:
@@ -182,9 +189,12 @@ def run(cfg: ModelBenchConfig = ModelBenchConfig(), repeats: int = 7, warmup: in
                 fns[name] = _train_step(model, torch.optim.AdamW(model.parameters(), lr=1e-4), x, pad, ctx)
             else:
                 fns[name] = _infer(model, x, pad, ctx)
-        ms = _rotating_medians(fns, repeats, warmup + (3 if compiled else 0))
+        ms, cpu = _rotating_medians(fns, repeats, warmup + (3 if compiled else 0))
         result[mode] = {"ms": {n: round(v, 2) for n, v in ms.items()},
-                        "speedup_vs_torch": {n: round(ms["torch"] / v, 3) for n, v in ms.items() if n != "torch"}}
+                        "speedup_vs_torch": {n: round(ms["torch"] / v, 3) for n, v in ms.items() if n != "torch"},
+                        "cpu_ms": {n: round(v, 2) for n, v in cpu.items()},
+                        "cpu_speedup_vs_torch": {n: round(cpu["torch"] / v, 3) for n, v in cpu.items()
+                                                 if n != "torch"}}
     if progress:
         progress(2, 2, "done")
     return result
@@ -198,14 +208,18 @@ def markdown(result: dict) -> str:
              f"{result['machine']['threads']} threads, torch {result['machine']['torch']}, "
              f"median of {result['repeats']}.",
              "",
-             "| model | training step ms | x torch | inference ms | x torch |",
-             "|---|---:|---:|---:|---:|"]
+             "| model | training step ms | x torch | (CPU time: x torch) | inference ms | x torch | "
+             "(CPU time: x torch) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     tr, inf = result["train_step"], result["inference"]
-    for name in tr["ms"]:
-        sp_t = tr["speedup_vs_torch"].get(name)
-        sp_i = inf["speedup_vs_torch"].get(name)
-        lines.append(f"| {name} | {tr['ms'][name]:.1f} | {'1' if sp_t is None else f'{sp_t:.2f}'} | "
-                     f"{inf['ms'][name]:.1f} | {'1' if sp_i is None else f'{sp_i:.2f}'} |")
+
+    def x(r: dict, key: str, name: str) -> str:
+        v = r[key].get(name)
+        return "1" if v is None else f"{v:.2f}"
+
+    for n in tr["ms"]:
+        lines.append(f"| {n} | {tr['ms'][n]:.1f} | {x(tr, 'speedup_vs_torch', n)} | {x(tr, 'cpu_speedup_vs_torch', n)} "
+                     f"| {inf['ms'][n]:.1f} | {x(inf, 'speedup_vs_torch', n)} | {x(inf, 'cpu_speedup_vs_torch', n)} |")
     k = result["correctness"]
     lines += ["", f"Correctness first (valid positions): training forward {k['train_forward']:.1e}, "
                   f"input gradient (relative) {k['input_grad']:.1e}, inference {k['inference']:.1e} "
