@@ -136,6 +136,14 @@ def test_update_size_directions(test_scale_results):
     assert b["post"] > b["pre"] and b["post"] > b["admin"] and c["7b"]["measured"]["post/deepnorm at L=50"] >= 10
 
 
+def test_update_size_verdicts_hold_on_a_disjoint_seed_set(test_scale_results, tmp_path):
+    """Seeds 100-101 give the verdicts of seeds 0-1 (docs/studies.md shows the same for every quick claim)."""
+    ctx = Context(Runner(Store(str(tmp_path / "runs.sqlite")), jobs=2), "test", tmp_path / "figures", seed_offset=100)
+    other = {c["id"]: c["verdict"] for c in load("update_size").run(ctx)["claims"]}
+    first = _claims(test_scale_results[0])
+    assert other == {cid: first[cid]["verdict"] for cid in other} and set(other) == {"7a", "7b"}
+
+
 def test_training_directions(test_scale_results):
     """Trained claims at 160 steps (L = 6): the direction of each effect, not its published size."""
     c = _claims(test_scale_results[0])

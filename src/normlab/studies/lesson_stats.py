@@ -56,9 +56,9 @@ def stats_cell(cfg: dict) -> dict:
         # variable length: a short sequence padded inside a batch
         pad = torch.zeros(2, 50, dtype=torch.bool)
         pad[0, 30:] = True
-        batch = audio[:2].clone()
-        batch[0, 30:] = 1e3
-        ln_padded_same = torch.equal(ln(batch)[0, :30], ln(audio[:1, :30])[0])
+        padded = audio[:2].clone()
+        padded[0, 30:] = 1e3
+        ln_padded_same = torch.equal(ln(padded)[0, :30], ln(audio[:1, :30])[0])
         # InstanceNorm normalizes each channel over time, not each frame over channels
         inorm = nn.InstanceNorm1d(64)(audio.transpose(1, 2)).transpose(1, 2)  # B, T, D
         rms = RMSNorm(64)(audio)

@@ -63,7 +63,7 @@ def verdict_table(result: dict) -> str:
     for c in result["claims"]:
         rows.append(f"{c['id']:<4s} {c['verdict']:<7s} {c['study']:<13s} {c['statement'][:90]}")
         if c.get("uncertainty"):
-            rows.append(f"{'':<26s} +- {c['uncertainty']}")
+            rows.append(f"{'':<26s} uncertainty: {c['uncertainty']}")
     n = {v: sum(c["verdict"] == v for c in result["claims"]) for v in ("PASS", "FAIL", "SKIP")}
     rows.append(f"{n['PASS']} passed, {n['FAIL']} failed" + (f", {n['SKIP']} skipped" if n["SKIP"] else ""))
     return "\n".join(rows)
