@@ -17,16 +17,22 @@ HAS_CPU = cpu.available()
 
 
 def test_auto_policy():
-    """On CPU: normlab's C++ kernels for every dtype; without a compiler, torch's LayerNorm kernel
-    (float32/float64), else the compiled path."""
-    x32, x64, xbf = torch.randn(4, 8), torch.randn(4, 8).double(), torch.randn(4, 8).bfloat16()
+    """On CPU: normlab's C++ kernels for every dtype, except plain LayerNorm rows narrower than
+    NATIVE_BELOW_D in float32/float64 (torch's kernel measured faster there); without a compiler,
+    torch's LayerNorm kernel (float32/float64), else the compiled path."""
     half = "compiled" if fused.available() else "reference"
-    for op in kernels.OPS:
-        full = "cpu" if HAS_CPU else ("native" if "layer" in op else half)
-        assert kernels.resolve("auto", op, x32, 1e-5) == full, op
-        assert kernels.resolve("auto", op, x64, 1e-5) == full, op
-        assert kernels.resolve("auto", op, xbf, 1e-5) == ("cpu" if HAS_CPU else half), op
-        assert kernels.resolve("auto", op, x32, 0.0) != "native"  # torch gives NaN on constant rows at eps = 0
+    for d in (8, 768):
+        x32, x64, xbf = torch.randn(4, d), torch.randn(4, d).double(), torch.randn(4, d).bfloat16()
+        for op in kernels.OPS:
+            full = "cpu" if HAS_CPU else ("native" if "layer" in op else half)
+            if op == "layer_norm" and d < kernels.NATIVE_BELOW_D:
+                full = "native"
+            assert kernels.resolve("auto", op, x32, 1e-5) == full, (op, d)
+            assert kernels.resolve("auto", op, x64, 1e-5) == full, (op, d)
+            assert kernels.resolve("auto", op, xbf, 1e-5) == ("cpu" if HAS_CPU else half), (op, d)
+            assert kernels.resolve("auto", op, x32, 0.0) != "native"  # torch gives NaN on constant rows at eps = 0
+    # the row length is prod(normalized_shape), not the last dim
+    assert kernels.resolve("auto", "layer_norm", torch.randn(4, 30, 30), 1e-5, d=900) == ("cpu" if HAS_CPU else "native")
 
 
 def test_forced_impl_that_cannot_run_raises():

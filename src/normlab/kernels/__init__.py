@@ -20,7 +20,8 @@ torch ops (:func:`traceable`), so exported models compute what eager ones do.
 """
 from __future__ import annotations
 
-from .dispatch import IMPLS, OPS, PREFERENCE, dispatch, exporting, get_kernel, resolve, traceable, use_compiled
+from .dispatch import (IMPLS, NATIVE_BELOW_D, OPS, PREFERENCE, dispatch, exporting, get_kernel, resolve, traceable,
+                       use_compiled)
 
-__all__ = ["IMPLS", "OPS", "PREFERENCE", "dispatch", "exporting", "get_kernel", "resolve", "traceable",
+__all__ = ["IMPLS", "NATIVE_BELOW_D", "OPS", "PREFERENCE", "dispatch", "exporting", "get_kernel", "resolve", "traceable",
            "use_compiled"]

@@ -82,16 +82,29 @@ def get_kernel(name: str) -> Kernel:
         raise ValueError(f"unknown impl {name!r}; valid: {', '.join(IMPLS)}") from None
 
 
-def resolve(impl: str, op: str, x: Tensor, eps: float) -> str:
+#: plain LayerNorm rows narrower than this (float32/float64) go to torch's kernel first: at
+#: 65536x80 and 16384x256 it measured 1.1-1.2x faster than normlab's forward+backward
+#: (docs/performance.md); from D = 768 up normlab's is the faster one
+NATIVE_BELOW_D = 512
+
+
+def _order(op: str, x: Tensor, d: int) -> tuple[str, ...]:
+    if op == "layer_norm" and d < NATIVE_BELOW_D and x.dtype in (torch.float32, torch.float64):
+        return ("native", *(n for n in PREFERENCE[op] if n != "native"))
+    return PREFERENCE[op]
+
+
+def resolve(impl: str, op: str, x: Tensor, eps: float, d: int | None = None) -> str:
     """Map ``impl`` (possibly ``"auto"``) to the kernel name that runs ``op`` on ``x`` eagerly.
 
+    ``d`` is the row length (``prod(normalized_shape)``; default ``x.shape[-1]``).
     A forced ``impl`` that cannot run ``op`` on ``x`` raises ValueError.
     """
     if impl != "auto":
         if not get_kernel(impl).supports(op, x, eps):
             raise ValueError(f"impl {impl!r} does not support {op} for {x.dtype} on {x.device.type} with eps={eps}")
         return impl
-    for name in PREFERENCE[op]:
+    for name in _order(op, x, x.shape[-1] if d is None else d):
         if name == "compiled" and not _allow_compiled.get():
             continue
         if _KERNELS[name].supports(op, x, eps):
@@ -134,7 +147,7 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
             # dynamo cannot trace a ctypes call; it inlines the fused math into the user's graph instead
             kernel = get_kernel("compiled" if impl in ("auto", "cpu") else impl)
         else:
-            kernel = get_kernel(resolve(impl, op, x, eps))
+            kernel = get_kernel(resolve(impl, op, x, eps, d))
         if residual is None:
             out = NormFunction.apply(rows(x), w, b, eps, rms, kernel)
         else:
