@@ -122,7 +122,8 @@ def test_shipped_diarization_model_loads_its_separate_qkv():
     model = EENDModel.load()
     for i, layer in enumerate(model.encoder.layers):
         p = f"encoder.layers.{i}.attn.fn."
-        want = torch.cat([raw[p + f"{n}_proj.weight"] for n in "qkv"])
+        want = raw.get(p + "qkv_proj.weight")  # files written since the fused projection; older ones: q, k, v
+        want = torch.cat([raw[p + f"{n}_proj.weight"] for n in "qkv"]) if want is None else want
         assert torch.equal(layer.attn.fn.qkv_proj.weight, want)
     # same outputs as torch's own layers carrying those weights (an attention written independently)
     enc = model.encoder
