@@ -1,7 +1,8 @@
 """One command from nothing to a scored model: simulate, train, tune on dev, score on test.
 
 ``normlab diarize recipe --out DIR`` runs it; with the defaults it produces
-the model shipped in the package (``EENDModel.load()``). Every stage is
+the 4-local-speaker model shipped in the package (``assets/eend_local4.pt``;
+``make model``). Every stage is
 cached or checkpointed under ``DIR``, so a killed run resumes where it
 stopped. The model is a local segmentation model: trained on 10 s windows
 of 1-4 speaker conversations with 4 outputs (PIT: outputs beyond the
@@ -38,8 +39,8 @@ REVERB_RT60 = (0.2, 0.6)  # seconds; the reverberant sets use seed + 1: other co
 class RecipeConfig:
     n_train: int = 300  # simulated training mixtures (train voices), 1-4 speakers, perturbed
     n_dev: int = 40  # for the threshold and median width (dev voices)
-    n_test: int = 60  # scored once (test voices), perturbed like train
-    n_test_dry: int = 40  # scored once (test voices), no perturbation: white noise at 10-20 dB only
+    n_test: int = 40  # scored once (test voices), perturbed like train
+    n_test_dry: int = 20  # scored once (test voices), no perturbation: white noise at 10-20 dB only
     n_flite: int = 0  # scored once, flite's voices (the older held-out set; flite voices are now in train)
     n_train_reverb: int = 0  # extra training mixtures, every one in a room (RT60 in REVERB_RT60)
     n_test_reverb: int = 0  # scored once, test voices, every one in a room
