@@ -14,6 +14,7 @@ import torch
 import normlab
 from normlab import functional as F
 from normlab import kernels
+from normlab.kernels import fused
 
 D, HEADS, LAYERS = 32, 4, 2
 
@@ -139,3 +140,20 @@ def test_dynamo_onnx_export_of_encoder(tmp_path):
     (got,) = _ort(path, {"x": x})
     with torch.no_grad():
         torch.testing.assert_close(torch.from_numpy(got), m(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not fused.available(), reason="no compiler")
+def test_a_trace_never_probes_or_disables_the_compiler():
+    """Asked during a trace, the compiled path says "not here" for that call only: nothing is probed,
+    nothing is remembered, and it is available again after the trace."""
+    fused._probe.cache_clear()
+    seen = []
+
+    def f(t):
+        seen.append(fused.available())
+        return F.rms_norm(t, 8)
+
+    with torch.no_grad():
+        torch.jit.trace(f, (torch.randn(3, 8),), check_trace=False)
+    assert seen == [False] and fused._probe.cache_info().currsize == 0
+    assert fused.available()
