@@ -33,7 +33,8 @@ from .postprocess import median_filter, to_turns
 from .rttm import Turn
 
 #: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
-TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "min_cluster", "piece", "speakers")
+TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster", "piece",
+           "speakers")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class PipelineConfig:
     median: int = 11  # median filter width, frames (the model file's)
     cluster_threshold: float = 0.25  # cosine distance where the tree is cut (tuned on the natural-voice dev set)
     min_embed: float = 0.5  # seconds of a local speaker's speech needed for its embedding
+    max_embed: float = 3.0  # seconds of it used at most (two 1.6 s partials)
     min_cluster: float = 2.0  # seconds: clusters with less speech fold into the nearest larger one
     piece: float = 10.0  # seconds: a local speaker gets one embedding per piece of its window
     speakers: str = "eend"  # "eend": the model's local speakers; "speech": one local speaker, cut into pieces
@@ -194,10 +196,12 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
     per = round(fs * 100)  # mel frames (10 ms) per model frame
     found, groups, weights = [], [], []
     min_frames, piece = max(1, round(cfg.min_embed / fs)), max(1, round(cfg.piece / fs))
+    max_frames = max(min_frames, round(cfg.max_embed / fs))
     for w, s0 in enumerate(starts):
         for s, a, b, idx in speaker_pieces(probs[w], cfg.threshold, min_frames, piece):
             row = None
             if idx is not None:
+                idx = idx[: max_frames]  # the first max_embed seconds are enough for one voice (and bound the cost)
                 m = ((s0 + idx)[:, None] * per + torch.arange(per)).reshape(-1)
                 row = len(groups)
                 groups.append(m[m < mel.shape[0]])
