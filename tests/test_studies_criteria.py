@@ -59,7 +59,7 @@ def test_bootstrap_interval_brackets_the_estimate_and_narrows_with_seeds():
     assert lo2 < 2.5 < hi2 and hi2 - lo2 < (hi - lo) / 2
     pairs = [(1.0, 2.0), (1.0, 2.2), (1.0, 1.8)]  # a ratio of means resampled jointly per seed
     assert interval("r", pairs, lambda p: sum(b for _, b in p) / sum(a for a, _ in p)).startswith("r 2 [")
-    assert spread("loss", [0.5, 0.1, 3.0]) == "loss 0.1-3 (3 seeds)"
+    assert spread("loss", [0.5, 0.1, 3.0]) == "loss 0.1 to 3 (3 seeds)"
 
 
 def test_every_counted_lesson_criterion_can_fail():

@@ -122,9 +122,9 @@ def interval(name: str, per_seed: Sequence, stat: Callable[[list], float]) -> st
 
 
 def spread(name: str, values: Sequence[float]) -> str:
-    """``"name 0.0012-3.2 (3 seeds)"``: the per-seed range."""
+    """``"name 0.0012 to 3.2 (3 seeds)"``: the per-seed range."""
     vals = list(values)
-    return f"{name} {min(vals):.3g}-{max(vals):.3g} ({len(vals)} seeds)"
+    return f"{name} {min(vals):.3g} to {max(vals):.3g} ({len(vals)} seeds)"
 
 
 def pyplot():

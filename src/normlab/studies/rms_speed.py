@@ -48,7 +48,7 @@ def run(ctx: Context) -> dict:
     claims = [
         claim("12a", "RMSNorm is cheaper than LayerNorm: 7%-64% less time", "Zhang & Sennrich 2019",
               {"ms": ms, "rms/ln": ratio}, crit, ratio <= crit["max"],
-              f"rms/ln per repeat {min(per_repeat):.3g}-{max(per_repeat):.3g} ({len(per_repeat)} repeats; "
+              f"rms/ln per repeat {min(per_repeat):.3g} to {max(per_repeat):.3g} ({len(per_repeat)} repeats; "
               "timing, not seeds)"),
     ]
     plt = pyplot()

@@ -54,7 +54,7 @@ def run(ctx: Context) -> dict:
                             crit, ok,
                             f"90% bootstrap over {len(seeds)} seeds: "
                             + "; ".join(interval(f"{p} growth", pairs[p], _growth) for p in PLACEMENTS)
-                            + f"; pre per seed {min(per_seed):.3g}-{max(per_seed):.3g}"))
+                            + f"; pre per seed {min(per_seed):.3g} to {max(per_seed):.3g}"))
         delta[cid] = d
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5), sharey=True)
