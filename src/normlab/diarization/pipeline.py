@@ -11,9 +11,11 @@
    threshold, or ``num_speakers``, or ``min_speakers``/``max_speakers``.
 4. **Stitching.** Each local speaker's probabilities go to its cluster; local
    speakers of one window in the same cluster are merged (maximum); the
-   windows covering a frame are averaged per global speaker; then the
-   model's threshold and median filter turn them into RTTM turns. Two global
-   speakers active on one frame is overlap, kept.
+   windows covering a frame are averaged per global speaker. As in
+   pyannote, the windows' mean count of distinct active speakers says how
+   many global speakers talk in each frame, and that many of the likeliest
+   are switched on; a median filter, then RTTM turns. Two global speakers
+   active on one frame is overlap, kept.
 
 Memory is bounded by the window, not the recording: features and mel frames
 are computed in blocks, the model sees ``batch`` windows at a time, and what
@@ -27,14 +29,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .._checks import check_choice
 from .cluster import check_speaker_counts, cluster
 from .features import FeatureConfig, logmel
 from .postprocess import median_filter, to_turns
 from .rttm import Turn
 
 #: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
-TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster", "piece",
-           "speakers")
+TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
+           "piece", "speakers")
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class PipelineConfig:
         cfg = cls(**kw)
         if cfg.window <= 0 or not 0 < cfg.step <= cfg.window:
             raise ValueError(f"need 0 < step <= window, got window={cfg.window}, step={cfg.step}")
+        check_choice(cfg.speakers, ("eend", "speech"), "speakers mode")
         return cfg
 
 
