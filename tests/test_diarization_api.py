@@ -167,3 +167,13 @@ def test_annotation_round_trip():
     back = from_annotation(ann)
     assert [(t.uri, t.speaker, round(t.start, 6), round(t.duration, 6)) for t in back] == \
         [(t.uri, t.speaker, t.start, t.duration) for t in turns]
+
+
+def test_speech_mode_has_one_speaker_at_a_time(files):
+    """speakers="speech": the model says where speech is, the embeddings of 1.5 s pieces say who; never overlap."""
+    d, audio = files
+    turns = sorted(_turns(d, audio, sample_rate=SR, speakers="speech", piece=1.5), key=lambda t: t.start)
+    assert turns
+    assert all(a.end <= b.start + 1e-6 for a, b in zip(turns, turns[1:]))
+    with pytest.raises(ValueError, match="unknown speakers mode"):
+        _turns(d, audio, sample_rate=SR, speakers="both")
