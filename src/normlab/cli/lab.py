@@ -55,13 +55,7 @@ def _bench(args: argparse.Namespace) -> int:
         result["gpu"] = {"skipped": bench_gpu.available() or "--device cpu: GPU section skipped"}
     result["provenance"] = provenance.record()
     table = "\n\n".join(([bench.markdown(result)] if result["rows"] else []) + [bench_gpu.markdown(result["gpu"])])
-    print(table)
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(result, indent=2))
-    (out / "bench.md").write_text(table + "\n")
-    print(f"wrote {out / 'bench.json'} and {out / 'bench.md'}", file=sys.stderr)
-    return 0
+    return _write(args.out, "bench", result, table)
 
 
 def _bench_model(args: argparse.Namespace) -> int:
@@ -71,12 +65,17 @@ def _bench_model(args: argparse.Namespace) -> int:
     result = bench_model.run(repeats=args.repeats, compiled=args.compile, progress=progress("bench --model"))
     result["provenance"] = provenance.record()
     table = bench_model.markdown(result)
+    return _write(args.out, "bench-model", result, table)
+
+
+def _write(out: str, stem: str, result: dict, table: str) -> int:
+    """Print ``table``; write ``OUT/<stem>.json`` (the result) and ``OUT/<stem>.md`` (the table)."""
     print(table)
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench-model.json").write_text(json.dumps(result, indent=2))
-    (out / "bench-model.md").write_text(table + "\n")
-    print(f"wrote {out / 'bench-model.json'} and {out / 'bench-model.md'}", file=sys.stderr)
+    folder = pathlib.Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{stem}.json").write_text(json.dumps(result, indent=2))
+    (folder / f"{stem}.md").write_text(table + "\n")
+    print(f"wrote {folder / (stem + '.json')} and {folder / (stem + '.md')}", file=sys.stderr)
     return 0
 
 
