@@ -13,7 +13,7 @@ from normlab.diarization.embed import MissingWeightsError, SpeakerEncoder, weigh
 from normlab.diarization.features import extract
 from normlab.diarization.model import EENDModel, ModelConfig
 from normlab.diarization.pipeline import PipelineConfig, eend_features, long_mel
-from normlab.diarization.rttm import Turn, read_rttm, write_rttm
+from normlab.diarization.rttm import Turn, write_rttm
 
 SR = 16000
 

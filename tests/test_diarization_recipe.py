@@ -1,5 +1,4 @@
 """Post-processing tuned on dev, the learning-rate schedule, model files, the recipe end to end, the shipped model."""
-import json
 import math
 import shutil
 
