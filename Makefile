@@ -23,6 +23,8 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --disable-pip-version-check -e '.[dev,plot,scale,export,annotation]'
 	# speaker-encoder weights for `normlab diarize` (Apache-2.0): only the archive's pretrained.pt is used
 	$(PIP) install -q --disable-pip-version-check --no-deps resemblyzer==0.1.4
+	# speech-activity weights (MIT): only the tensors of the archive's silero_vad.jit are read
+	$(PIP) install -q --disable-pip-version-check --no-deps silero-vad==6.2.3
 	touch $(STAMP)
 
 # Real speech for the diarization check (tests/test_diarization_quality.py, docs/diarization.md): the 30 s
@@ -43,9 +45,12 @@ DEMO := report/diarize-demo
 demo: system-deps $(STAMP)
 	$(VENV)/bin/normlab lesson
 	$(VENV)/bin/normlab report --quick --out report
+	-@$(MAKE) --no-print-directory sample || echo "warning: could not fetch the pyannote sample"
+	@if [ -f $(SAMPLE)/sample.wav ]; then \
+	  $(VENV)/bin/normlab diarize evaluate $(SAMPLE) $(SAMPLE)/sample.rttm; fi
 	@if command -v espeak-ng >/dev/null 2>&1; then \
 	  $(VENV)/bin/normlab diarize simulate --out $(DEMO) --n 3 --split test --seed 7 && \
-	  $(VENV)/bin/normlab diarize $(DEMO)/wav/*.wav --out $(DEMO)/rttm && \
+	  $(VENV)/bin/normlab diarize $(DEMO)/wav/*.wav --local-speakers eend --out $(DEMO)/rttm && \
 	  $(VENV)/bin/normlab diarize score $(DEMO)/ref.rttm $(DEMO)/rttm --collar 0.25; \
 	else echo "espeak-ng missing: diarization demo skipped"; fi
 

@@ -25,7 +25,9 @@ def files(tmp_path_factory):
     model = EENDModel(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, n_speakers=3, dropout=0.0))
     with torch.no_grad():
         model.head.bias.fill_(2.0)  # says "speech" often, so that there is something to cluster
-    model.postprocess.update({"threshold": 0.55, "median": 5, "window": 4.0, "step": 2.0, "cluster_threshold": 0.3})
+    # tones, not speech: the model's own local speakers, without the speech-activity gate
+    model.postprocess.update({"threshold": 0.55, "median": 5, "window": 4.0, "step": 2.0, "cluster_threshold": 0.3,
+                              "speakers": "eend", "vad": "off"})
     model.save(d / "m.pt")
     SpeakerEncoder().save(d / "enc.pt")  # random weights
     rng = np.random.default_rng(0)

@@ -49,7 +49,8 @@ def _speaker_counts(args: argparse.Namespace) -> dict:
 
 def _pipeline_options(args: argparse.Namespace) -> dict:
     """Options the user set; the rest come from the model file (the same defaults as the Python API)."""
-    return {k: v for k, v in (("threshold", args.threshold), ("median", args.median)) if v is not None}
+    return {k: v for k, v in (("threshold", args.threshold), ("median", args.median),
+                              ("speakers", args.local_speakers), ("vad", args.vad)) if v is not None}
 
 
 def _model_on_device(args: argparse.Namespace):
@@ -225,6 +226,13 @@ def add_parsers(sub, name: str) -> None:
                        help="speaker activity threshold (default: the model's)")
         q.add_argument("--median", type=positive_int, default=None,
                        help="median filter width in frames, odd (default: the model's)")
+        q.add_argument("--local-speakers", choices=["speech", "eend"], default=None,
+                       help="speech: the model's speech in 1.5 s pieces, each piece's speaker from its embedding "
+                       "(the default: best on real recordings); eend: the model's own local speakers, overlap kept "
+                       "(best on simulated conversations)")
+        q.add_argument("--vad", choices=["gate", "speech", "off"], default=None,
+                       help="Silero VAD: gate (the default) silences what it calls non-speech; speech: it alone "
+                       "decides speech; off")
         q.add_argument("--device", type=check_spec, default="auto",
                        help=f"where the segmentation model runs: {DEVICE_HELP} {d}")
 

@@ -1,15 +1,22 @@
-"""Segmentation + embedding + clustering: any number of speakers, overlap kept (pyannote.audio 3.x, EEND-VC).
+"""Segmentation + embedding + clustering: any number of speakers (pyannote.audio 3.x, EEND-VC).
 
 1. **Local segmentation.** The EEND model reads short overlapping windows
    (``window`` seconds every ``step``) and gives, per window, the activity of
-   its few local speakers (2-4, the model's ``n_speakers``).
-2. **Embeddings.** For each (window, local speaker) with enough speech, a
-   GE2E speaker embedding (``embed.py``) of the frames where that speaker is
-   the only one active (all its active frames when those are too few).
-3. **Clustering.** Average-linkage agglomerative clustering of all those
+   its few local speakers (2-4, the model's ``n_speakers``). Frames below
+   ``silence_db`` and, with ``vad="gate"`` (the default), frames Silero VAD
+   (``vad.py``) calls non-speech are silence whatever the model says.
+2. **Pieces.** ``speakers="speech"`` (the default): the model's speech, any
+   local speaker, cut into ``piece``-second pieces whose speaker the
+   embeddings alone decide (best on real speech, one speaker at a time).
+   ``speakers="eend"``: the model's own local speakers, overlap kept (best on
+   simulated conversations). Each mode has its defaults (``MODE_DEFAULTS``).
+3. **Embeddings.** For each piece with enough speech, a GE2E speaker
+   embedding (``embed.py``) of its frames (in ``eend`` mode, where that local
+   speaker is the only one active; all its active frames when those are too few).
+4. **Clustering.** Average-linkage agglomerative clustering of all those
    embeddings across the recording (``cluster.py``): a tuned cosine-distance
    threshold, or ``num_speakers``, or ``min_speakers``/``max_speakers``.
-4. **Stitching.** Each local speaker's probabilities go to its cluster; local
+5. **Stitching.** Each piece's probabilities go to its cluster; local
    speakers of one window in the same cluster are merged (maximum); the
    windows covering a frame are averaged per global speaker. As in
    pyannote, the windows' mean count of distinct active speakers says how
@@ -17,9 +24,10 @@
    are switched on; a median filter, then RTTM turns. Two global speakers
    active on one frame is overlap, kept.
 
-Memory is bounded by the window, not the recording: features and mel frames
-are computed in blocks, the model sees ``batch`` windows at a time, and what
-is kept per recording is small per frame (a 1-hour file stays well under 2 GB).
+Memory is bounded by the window, not the recording: features, mel frames and
+VAD probabilities are computed in blocks, the model sees ``batch`` windows at
+a time, and what is kept per recording is small per frame (a 1-hour file
+stays well under 2 GB).
 """
 from __future__ import annotations
 
@@ -37,7 +45,14 @@ from .rttm import Turn
 
 #: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
 TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
-           "piece", "speakers")
+           "piece", "speakers", "vad", "vad_threshold")
+
+
+#: each speakers mode's own defaults, tuned on its development data (docs/diarization.md): 1.5 s pieces
+#: judged by their embeddings on the real two-speaker dev file; the model's local speakers over a whole
+#: window on the simulated natural-voice dev conversations
+MODE_DEFAULTS = {"speech": {"piece": 1.5, "cluster_threshold": 0.3, "min_cluster": 3.0},
+                 "eend": {"piece": 10.0, "cluster_threshold": 0.25, "min_cluster": 2.0}}
 
 
 @dataclass(frozen=True)
@@ -46,20 +61,25 @@ class PipelineConfig:
     step: float = 5.0  # seconds between window starts: each frame is seen by ~window/step windows
     threshold: float = 0.5  # speaker activity threshold on the aggregated probabilities (the model file's)
     median: int = 11  # median filter width, frames (the model file's)
-    cluster_threshold: float = 0.25  # cosine distance where the tree is cut (tuned on the natural-voice dev set)
+    cluster_threshold: float = 0.3  # cosine distance where the tree is cut (per mode: MODE_DEFAULTS)
     min_embed: float = 0.5  # seconds of a local speaker's speech needed for its embedding
     max_embed: float = 3.0  # seconds of it used at most (two 1.6 s partials)
-    min_cluster: float = 2.0  # seconds: clusters with less speech fold into the nearest larger one
-    piece: float = 10.0  # seconds: a local speaker gets one embedding per piece of its window
-    speakers: str = "eend"  # "eend": the model's local speakers; "speech": one local speaker, cut into pieces
+    min_cluster: float = 3.0  # seconds: clusters with less speech fold into the nearest larger one (per mode)
+    piece: float = 1.5  # seconds: a local speaker gets one embedding per piece of its window (per mode)
+    speakers: str = "speech"  # "speech": the model's speech (any local speaker), cut into pieces, each piece's
+    #                           speaker from its embedding; "eend": the model's local speakers (overlap kept)
     silence_db: float = -70.0  # frames quieter than this (dBFS) are never speech, whatever the model says
+    vad: str = "gate"  # "gate": frames Silero VAD calls non-speech are silence whatever the model says;
+    #                    "speech": the VAD's probability is the speech activity (speakers="speech"); "off"
+    vad_threshold: float = 0.5  # speech probability above which a frame is speech for the VAD
     batch: int = 16  # windows per model call
 
     @classmethod
     def for_model(cls, model, **overrides) -> "PipelineConfig":
         """Defaults, then the model file's ``postprocess``, then ``overrides`` (None values ignored)."""
-        kw = {k: v for k, v in getattr(model, "postprocess", {}).items() if k in TUNABLE}
-        kw.update({k: v for k, v in overrides.items() if v is not None})
+        given = {k: v for k, v in getattr(model, "postprocess", {}).items() if k in TUNABLE}
+        given.update({k: v for k, v in overrides.items() if v is not None})
+        kw = dict(MODE_DEFAULTS.get(given.get("speakers", cls.speakers), {}), **given)
         unknown = set(kw) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"unknown pipeline option(s) {sorted(unknown)}")
@@ -67,6 +87,7 @@ class PipelineConfig:
         if cfg.window <= 0 or not 0 < cfg.step <= cfg.window:
             raise ValueError(f"need 0 < step <= window, got window={cfg.window}, step={cfg.step}")
         check_choice(cfg.speakers, ("eend", "speech"), "speakers mode")
+        check_choice(cfg.vad, ("off", "gate", "speech"), "vad mode")
         return cfg
 
 
@@ -178,7 +199,7 @@ class Segmentation:
 
 
 def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig,
-            feature_cfg: FeatureConfig = FeatureConfig()) -> Segmentation:
+            feature_cfg: FeatureConfig = FeatureConfig(), vad=None) -> Segmentation:
     """Local segmentation of every window and one embedding per (window, local speaker, piece) with enough speech."""
     from .audio import resample
 
@@ -194,6 +215,14 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
     if cfg.speakers == "speech":  # speech activity from the model, speaker identity from the embeddings alone
         probs = probs.max(dim=2, keepdim=True).values  # W, size', 1
     loud = frame_level_db(wave8k, round(fs * feature_cfg.sample_rate), T) > cfg.silence_db  # T
+    if cfg.vad != "off":
+        from .vad import default_vad, speech_probability
+
+        speech = speech_probability(vad if vad is not None else default_vad(), wave16k, T, fs)  # T
+        if cfg.vad == "speech" and cfg.speakers == "speech":
+            probs = torch.stack([speech[s0 : s0 + probs.shape[1]] for s0 in starts])[..., None]
+        else:
+            loud &= speech > cfg.vad_threshold
     probs = probs * torch.stack([loud[s0 : s0 + probs.shape[1]] for s0 in starts])[..., None]  # digital silence
     del feats, wave8k
     mel = long_mel(encoder, wave16k)  # M, 40
