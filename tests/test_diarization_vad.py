@@ -102,3 +102,27 @@ def test_missing_weights_name_the_package(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "distribution", no_dist)
     with pytest.raises(MissingVADWeightsError, match="silero-vad==6.2.3"):
         installed_weights()
+
+
+def test_cli_options_reach_the_pipeline(vad, tmp_path, capsys):
+    """`--vad off` and `--local-speakers` are passed through: noise gives turns only without the gate."""
+    import soundfile as sf
+
+    from normlab.cli import main
+    from normlab.diarization.embed import MissingWeightsError, weights_path
+    from normlab.diarization.rttm import read_rttm
+
+    try:
+        weights_path()
+    except MissingWeightsError as e:
+        pytest.skip(str(e))
+    noise = (0.03 * np.random.default_rng(1).standard_normal(SAMPLE_RATE * 12)).astype(np.float32)
+    sf.write(tmp_path / "noise.wav", noise, SAMPLE_RATE)
+    for extra, out in (([], "gated"), (["--vad", "off"], "open"), (["--vad", "off", "--local-speakers", "eend"], "eend")):
+        assert main(["diarize", str(tmp_path / "noise.wav"), "--out", str(tmp_path / out), *extra]) == 0
+    capsys.readouterr()
+    assert read_rttm(tmp_path / "gated" / "noise.rttm") == {}
+    assert read_rttm(tmp_path / "open" / "noise.rttm")["noise"]
+    assert read_rttm(tmp_path / "eend" / "noise.rttm")["noise"]
+    assert main(["diarize", str(tmp_path / "noise.wav"), "--vad", "loud"]) == 2  # argparse: one line, exit 2
+    assert "invalid choice" in capsys.readouterr().err
