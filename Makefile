@@ -20,11 +20,9 @@ system-deps:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check torch==2.13.0
-	$(PIP) install -q --disable-pip-version-check -e '.[dev,plot,scale,export,annotation]'
+	$(PIP) install -q --disable-pip-version-check -e '.[dev,plot,scale,export,annotation,vad]'
 	# speaker-encoder weights for `normlab diarize` (Apache-2.0): only the archive's pretrained.pt is used
 	$(PIP) install -q --disable-pip-version-check --no-deps resemblyzer==0.1.4
-	# speech-activity weights (MIT): only the tensors of the archive's silero_vad.jit are read
-	$(PIP) install -q --disable-pip-version-check --no-deps silero-vad==6.2.3
 	touch $(STAMP)
 
 # Real speech for the diarization check (tests/test_diarization_quality.py, docs/diarization.md): the 30 s

@@ -6,8 +6,8 @@ previous 64 samples as context and 64 reflected samples after it), magnitude,
 four 1-D convolutions with ReLU (the last three frames stride down to one),
 an LSTM cell carried across chunks, ReLU, a 1x1 convolution and a sigmoid:
 one speech probability per 32 ms. Only the weights come from the package
-(the tensors of its ``silero_vad.jit``, MIT licence; the archive's code is not run); it is installed without
-its dependencies and none of its code is imported.
+(the tensors of its ``silero_vad.jit``, MIT licence); ``pip install 'normlab[vad]'`` installs it
+(its own dependencies are torch and packaging) and none of its code is called.
 
 The chunks are independent up to the LSTM, so the front end runs batched over
 a whole recording (in blocks, bounded memory) and the recurrence is one
@@ -51,7 +51,7 @@ def installed_weights() -> pathlib.Path:
         path = None
     if path is None or not path.exists():
         raise MissingVADWeightsError(f"speech activity needs the Silero VAD weights: pip install --no-deps "
-                                     f"{WEIGHTS_PACKAGE} (MIT), or pass vad=False")
+                                     f"{WEIGHTS_PACKAGE} (MIT; or pip install 'normlab[vad]'), or switch the gate off (--vad off, vad=\"off\")")
     return path
 
 
