@@ -64,6 +64,23 @@ def test_model_file_sets_the_post_processing(files):
         PipelineConfig.for_model(EENDModel.load(d / "m.pt"), step=9.0)
 
 
+def test_each_mode_reads_its_own_settings(files):
+    """eend: the model file's post-processing beats the mode's defaults; speech: the mode's beat the file's
+    (they were chosen for another reading of the model); an explicit option beats both."""
+    from normlab.diarization.pipeline import MODE_DEFAULTS
+
+    d, _ = files
+    m = EENDModel.load(d / "m.pt")  # its file: speakers eend, threshold 0.55, median 5, cluster_threshold 0.3
+    eend = PipelineConfig.for_model(m)
+    assert (eend.threshold, eend.cluster_threshold, eend.piece) == (0.55, 0.3, MODE_DEFAULTS["eend"]["piece"])
+    speech = PipelineConfig.for_model(m, speakers="speech")
+    mode = MODE_DEFAULTS["speech"]
+    assert (speech.threshold, speech.cluster_threshold, speech.piece) == (mode["threshold"], mode["cluster_threshold"],
+                                                                          mode["piece"])
+    assert speech.median == 5  # what the mode does not set still comes from the file
+    assert PipelineConfig.for_model(m, speakers="speech", threshold=0.7).threshold == 0.7
+
+
 def test_api_equals_cli(files, tmp_path, capsys):
     d, _ = files
     api = diarize(d / "talk.wav", model=d / "m.pt", encoder=d / "enc.pt", max_speakers=3)
