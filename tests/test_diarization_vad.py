@@ -95,11 +95,13 @@ def test_the_gate_silences_noise_the_model_calls_speech(vad):
 
 def test_missing_weights_name_the_package(monkeypatch):
     import importlib.metadata
+    import importlib.util
 
     def no_dist(name):
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(importlib.metadata, "distribution", no_dist)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # not on the import path either
     with pytest.raises(MissingVADWeightsError, match="silero-vad==6.2.3"):
         installed_weights()
 

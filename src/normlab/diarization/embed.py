@@ -15,14 +15,14 @@ L2-normalized mean of the embeddings of 1.6 s partials, as Resemblyzer's
 """
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import math
 import pathlib
 
 import numpy as np
 import torch
 from torch import nn
+
+from .weights import installed_file
 
 SAMPLE_RATE = 16000
 N_FFT, HOP, N_MELS = 400, 160, 40  # 25 ms window, 10 ms step
@@ -78,20 +78,11 @@ class MelFrontend(nn.Module):
 
 def weights_path() -> pathlib.Path:
     """Where ``resemblyzer/pretrained.pt`` is installed, found without importing the package's code."""
-    try:
-        path = pathlib.Path(importlib.metadata.distribution("resemblyzer").locate_file(WEIGHTS_FILE))
-        if path.is_file():
-            return path
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    spec = importlib.util.find_spec("resemblyzer")  # a plain folder on the path also works; nothing is executed
-    if spec is not None and spec.submodule_search_locations:
-        for folder in spec.submodule_search_locations:
-            path = pathlib.Path(folder) / "pretrained.pt"
-            if path.is_file():
-                return path
-    raise MissingWeightsError(f"speaker encoder weights {WEIGHTS_FILE} not found: install them with "
-                              f"`pip install --no-deps {WEIGHTS_PACKAGE}` (normlab's `embed` extra)")
+    path = installed_file("resemblyzer", WEIGHTS_FILE)
+    if path is None:
+        raise MissingWeightsError(f"speaker encoder weights {WEIGHTS_FILE} not found: install them with "
+                                  f"`pip install --no-deps {WEIGHTS_PACKAGE}` (normlab's `embed` extra)")
+    return path
 
 
 class SpeakerEncoder(nn.Module):

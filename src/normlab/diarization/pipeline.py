@@ -223,16 +223,17 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
     probs = local_activity(model, feats, starts, size, cfg.batch)  # W, size', S
     if cfg.speakers == "speech":  # speech activity from the model, speaker identity from the embeddings alone
         probs = probs.max(dim=2, keepdim=True).values  # W, size', 1
+    windowed = lambda x: torch.stack([x[s0 : s0 + probs.shape[1]] for s0 in starts])[..., None]  # noqa: E731
     loud = frame_level_db(wave8k, round(fs * feature_cfg.sample_rate), T) > cfg.silence_db  # T
     if cfg.vad != "off":
         from .vad import default_vad, speech_probability
 
         speech = speech_probability(vad if vad is not None else default_vad(), wave16k, T, fs)  # T
         if cfg.vad == "speech" and cfg.speakers == "speech":
-            probs = torch.stack([speech[s0 : s0 + probs.shape[1]] for s0 in starts])[..., None]
+            probs = windowed(speech)  # W, size', 1
         else:
             loud &= speech > cfg.vad_threshold
-    probs = probs * torch.stack([loud[s0 : s0 + probs.shape[1]] for s0 in starts])[..., None]  # digital silence
+    probs = probs * windowed(loud)  # digital silence (and the VAD's non-speech)
     del feats, wave8k
     mel = long_mel(encoder, wave16k)  # M, 40
     per = round(fs * 100)  # mel frames (10 ms) per model frame

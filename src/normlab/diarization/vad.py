@@ -18,12 +18,13 @@ installed), much faster.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import pathlib
 import warnings
 
 import torch
 from torch import nn
+
+from .weights import installed_file
 
 SAMPLE_RATE = 16000
 CHUNK, CONTEXT = 512, 64  # 32 ms per probability; samples of the previous chunk seen by the next
@@ -43,15 +44,12 @@ class MissingVADWeightsError(FileNotFoundError):
 
 
 def installed_weights() -> pathlib.Path:
-    """Path of the installed ``silero_vad_16k.safetensors``; a one-line error when the package is missing."""
-    try:
-        dist = importlib.metadata.distribution("silero-vad")
-        path = pathlib.Path(dist.locate_file(WEIGHTS_FILE))
-    except importlib.metadata.PackageNotFoundError:
-        path = None
-    if path is None or not path.exists():
+    """Path of the installed ``silero_vad/data/silero_vad.jit``; a one-line error when the package is missing."""
+    path = installed_file("silero-vad", WEIGHTS_FILE)
+    if path is None:
         raise MissingVADWeightsError(f"speech activity needs the Silero VAD weights: pip install --no-deps "
-                                     f"{WEIGHTS_PACKAGE} (MIT; or pip install 'normlab[vad]'), or switch the gate off (--vad off, vad=\"off\")")
+                                     f"{WEIGHTS_PACKAGE} (MIT; or pip install 'normlab[vad]'), or switch the gate "
+                                     "off (--vad off, vad=\"off\")")
     return path
 
 
@@ -112,24 +110,21 @@ def default_vad() -> SileroVAD:
 
 
 def speech_probability(vad: SileroVAD, wave16k: torch.Tensor, frames: int, frame_seconds: float) -> torch.Tensor:
-    """The VAD's speech probability averaged onto ``frames`` frames of ``frame_seconds`` ``(frames,)``."""
-    p = vad(wave16k)  # 32 ms each
-    t = (torch.arange(frames) + 0.5) * frame_seconds  # frame centres
-    edges = torch.arange(p.numel() + 1) * (CHUNK / SAMPLE_RATE)
-    half = frame_seconds / 2
-    # mean of the 32 ms probabilities overlapping each frame (by overlap length)
-    lo = (t - half)[:, None].clamp_min(0)
-    hi = (t + half)[:, None]
+    """The VAD's speech probability averaged onto ``frames`` frames of ``frame_seconds`` ``(frames,)``.
+
+    Each frame gets the mean of the 32 ms probabilities it overlaps, weighted by the overlap's length.
+    """
+    p = vad(wave16k)  # one per 32 ms chunk
     if p.numel() == 0:
         return torch.zeros(frames)
-    out = torch.empty(frames)
-    cum = torch.cat([torch.zeros(1), torch.cumsum(p * (CHUNK / SAMPLE_RATE), 0)])
+    dt = CHUNK / SAMPLE_RATE
+    cum = torch.cat([torch.zeros(1), torch.cumsum(p * dt, 0)])  # integral of p up to each chunk edge
 
     def integral(x):  # integral of the step function p from 0 to x
-        x = x.clamp(0, float(edges[-1]))
-        i = (x / (CHUNK / SAMPLE_RATE)).floor().long().clamp(max=p.numel() - 1)
-        return cum[i] + p[i] * (x - edges[i])
+        x = x.clamp(0, p.numel() * dt)
+        i = (x / dt).floor().long().clamp(max=p.numel() - 1)
+        return cum[i] + p[i] * (x - i * dt)
 
-    span = (hi - lo).clamp_min(1e-9)
-    out = ((integral(hi) - integral(lo)) / span).squeeze(1)
-    return out.clamp(0, 1)
+    centres = (torch.arange(frames) + 0.5) * frame_seconds
+    lo, hi = (centres - frame_seconds / 2).clamp_min(0), centres + frame_seconds / 2
+    return ((integral(hi) - integral(lo)) / (hi - lo).clamp_min(1e-9)).clamp(0, 1)
