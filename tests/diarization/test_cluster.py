@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from normlab.diarization.cluster import check_speaker_counts, cluster
-from normlab.diarization.pipeline import PipelineConfig, Segmentation, stitch, window_starts
+from normlab.diarization.pipeline.cluster import check_speaker_counts, cluster
+from normlab.diarization.pipeline.config import PipelineConfig
+from normlab.diarization.pipeline.segment import Segmentation, window_starts
+from normlab.diarization.pipeline.stitch import stitch
 
 
 def _speakers(k: int, per: int, noise: float, seed: int = 0):

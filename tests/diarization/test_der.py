@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from normlab.diarization import Turn, diarization_error_rate, pit_bce, read_rttm, read_uem, write_rttm, write_uem
-from normlab.diarization.der import score
+from normlab.diarization.metrics.der import score
 
 
 def T(s, e, spk, uri="a"):

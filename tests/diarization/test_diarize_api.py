@@ -9,11 +9,12 @@ import torch
 
 from normlab.cli import main
 from normlab.diarization import diarize, from_annotation, to_annotation
-from normlab.diarization.embed import MissingWeightsError, SpeakerEncoder, weights_path
-from normlab.diarization.features import extract
-from normlab.diarization.model import EENDModel, ModelConfig
-from normlab.diarization.pipeline import PipelineConfig, eend_features, long_mel
-from normlab.diarization.rttm import Turn, write_rttm
+from normlab.diarization.models.embed import MissingWeightsError, SpeakerEncoder, weights_path
+from normlab.diarization.io.features import extract
+from normlab.diarization.models.eend import EENDModel, ModelConfig
+from normlab.diarization.pipeline.config import PipelineConfig
+from normlab.diarization.pipeline.segment import eend_features, long_mel
+from normlab.diarization.io.rttm import Turn, write_rttm
 
 SR = 16000
 
@@ -67,7 +68,7 @@ def test_model_file_sets_the_post_processing(files):
 def test_each_mode_reads_its_own_settings(files):
     """eend: the model file's post-processing beats the mode's defaults; speech: the mode's beat the file's
     (they were chosen for another reading of the model); an explicit option beats both."""
-    from normlab.diarization.pipeline import MODE_DEFAULTS
+    from normlab.diarization.pipeline.config import MODE_DEFAULTS
 
     d, _ = files
     m = EENDModel.load(d / "m.pt")  # its file: speakers eend, threshold 0.55, median 5, cluster_threshold 0.3

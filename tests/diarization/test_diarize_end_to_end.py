@@ -4,12 +4,12 @@ import pytest
 import soundfile as sf
 import torch
 
-from normlab.diarization.der import diarization_error_rate
-from normlab.diarization.features import FeatureConfig, extract
-from normlab.diarization.infer import diarize_files, frame_probs
-from normlab.diarization.model import EENDModel, ModelConfig
-from normlab.diarization.rttm import Turn, read_rttm
-from normlab.diarization.train import TrainConfig, train
+from normlab.diarization.metrics.der import diarization_error_rate
+from normlab.diarization.io.features import FeatureConfig, extract
+from normlab.diarization.pipeline.infer import diarize_files, frame_probs
+from normlab.diarization.models.eend import EENDModel, ModelConfig
+from normlab.diarization.io.rttm import Turn, read_rttm
+from normlab.diarization.training.train import TrainConfig, train
 
 SR, CFG = 8000, FeatureConfig()
 PITCH = (220.0, 1500.0)  # two "voices" far apart in frequency

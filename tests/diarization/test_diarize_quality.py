@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from normlab.diarization import diarize
-from normlab.diarization.der import score
-from normlab.diarization.embed import MissingWeightsError, weights_path
-from normlab.diarization.rttm import read_rttm
+from normlab.diarization.metrics.der import score
+from normlab.diarization.models.embed import MissingWeightsError, weights_path
+from normlab.diarization.io.rttm import read_rttm
 
 #: DER bounds at collar 0.25 s, regression guards set from measurements with the shipped 2-speaker model
 #: (docs/diarization.md has the numbers); a model that marks everything or nothing as speech, or a broken
@@ -36,7 +36,7 @@ def held_out(tmp_path_factory):
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed (Debian package espeak-ng; `make test` installs it)")
     _encoder_or_skip()
-    from normlab.diarization.simulate import SimConfig, simulate
+    from normlab.diarization.data.simulate import SimConfig, simulate
 
     out = tmp_path_factory.mktemp("held_out")
     folders = []

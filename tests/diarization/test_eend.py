@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-from normlab.diarization.model import EENDModel, ModelConfig
-from normlab.diarization.postprocess import median_filter, to_turns
-from normlab.diarization.rttm import Turn
-from normlab.diarization.train import TrainConfig, train
+from normlab.diarization.models.eend import EENDModel, ModelConfig
+from normlab.diarization.pipeline.postprocess import median_filter, to_turns
+from normlab.diarization.io.rttm import Turn
+from normlab.diarization.training.train import TrainConfig, train
 
 DEBUG = ModelConfig(input_dim=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.1)
 

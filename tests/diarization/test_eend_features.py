@@ -6,7 +6,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from normlab.diarization.features import AudioError, FeatureConfig, extract, load_audio, logmel, mel_filterbank, splice
+from normlab.diarization.io.features import AudioError, FeatureConfig, extract, load_audio, logmel, mel_filterbank, splice
 
 
 def _tone(freq, seconds, sr):

@@ -4,10 +4,10 @@ import pytest
 import torch
 from torch import nn
 
-from normlab.diarization.infer import frame_probs
-from normlab.diarization.model import ModelConfig
-from normlab.diarization.permutation import align, best_per_sequence, match, permutations
-from normlab.diarization.pit import pit_bce
+from normlab.diarization.pipeline.infer import frame_probs
+from normlab.diarization.models.eend import ModelConfig
+from normlab.diarization.training.permutation import align, best_per_sequence, match, permutations
+from normlab.diarization.training.pit import pit_bce
 
 
 def test_permutations_table():

@@ -8,10 +8,10 @@ import soundfile as sf
 import torch
 
 from normlab.models.transformer import TransformerBlock
-from normlab.diarization.evaluate import evaluate, tune
-from normlab.diarization.model import SHIPPED, EENDModel, ModelConfig
-from normlab.diarization.rttm import Turn
-from normlab.diarization.train import TrainConfig
+from normlab.diarization.metrics.evaluate import evaluate, tune
+from normlab.diarization.models.eend import SHIPPED, EENDModel, ModelConfig
+from normlab.diarization.io.rttm import Turn
+from normlab.diarization.training.train import TrainConfig
 
 LOCAL4 = SHIPPED.parent / "eend_local4.pt"  # the 4-local-speaker segmentation model (`make model`)
 LOCAL4_DER_BOUND = 0.45  # its local DER on the conversations below: measured 29.5% (random weights: 190%)
@@ -83,7 +83,7 @@ def test_shipped_model_loads_and_is_small():
 
 
 def test_local4_model_records_its_recipe_voices_and_versions():
-    from normlab.diarization import provenance
+    from normlab.diarization.training import provenance
 
     meta = provenance.read(LOCAL4)
     model = EENDModel.load(LOCAL4)
@@ -99,8 +99,8 @@ def test_local4_model_records_its_recipe_voices_and_versions():
 @needs_espeak
 def test_local4_model_segments_held_out_voices(tmp_path):
     """Local DER (per 10 s window) of the 4-local-speaker model on 4 fresh test-voice conversations with 1-4 speakers."""
-    from normlab.diarization.simulate import SimConfig, simulate
-    from normlab.diarization.windows import window_probs
+    from normlab.diarization.data.simulate import SimConfig, simulate
+    from normlab.diarization.metrics.windows import window_probs
 
     torch.set_num_threads(1)
     cfg = SimConfig(n_mixtures=4, n_speakers=4, min_speakers=1, min_utterances=3, max_utterances=5, split="test",
@@ -124,7 +124,7 @@ def test_cli_uses_the_shipped_model_without_model_flag(tmp_path, capsys):
 
 @needs_espeak
 def test_simulation_is_the_same_with_two_processes(tmp_path):
-    from normlab.diarization.simulate import SimConfig, simulate
+    from normlab.diarization.data.simulate import SimConfig, simulate
 
     cfg = SimConfig(n_mixtures=2, min_utterances=2, max_utterances=3, seed=3)
     a, b = simulate(tmp_path / "a", cfg, jobs=1), simulate(tmp_path / "b", cfg, jobs=2)
@@ -135,8 +135,8 @@ def test_simulation_is_the_same_with_two_processes(tmp_path):
 
 @needs_espeak
 def test_recipe_end_to_end_at_debug_size_resumes_and_records_provenance(tmp_path):
-    from normlab.diarization import provenance
-    from normlab.diarization.recipe import RecipeConfig, run_recipe
+    from normlab.diarization.training import provenance
+    from normlab.diarization.training.recipe import RecipeConfig, run_recipe
 
     torch.set_num_threads(1)
     cfg = RecipeConfig(n_train=3, n_dev=2, n_test=2, n_test_dry=1, steps=6, warmup=2, batch=4, d_model=16,
@@ -169,7 +169,7 @@ def test_recipe_end_to_end_at_debug_size_resumes_and_records_provenance(tmp_path
 
 
 def test_recipe_builds_either_encoder():
-    from normlab.diarization.recipe import RecipeConfig
+    from normlab.diarization.training.recipe import RecipeConfig
 
     for encoder in ("transformer", "conformer"):
         cfg = RecipeConfig(encoder=encoder, d_model=16, n_heads=2, n_layers=1)

@@ -7,9 +7,10 @@ import soundfile as sf
 import torch
 
 from normlab.cli import main
-from normlab.diarization.dataset import MixtureSet, frame_labels
-from normlab.diarization.rttm import Turn, read_rttm, read_uem
-from normlab.diarization.simulate import SimConfig, simulate, variants
+from normlab.diarization.data.dataset import MixtureSet, frame_labels
+from normlab.diarization.io.rttm import Turn, read_rttm
+from normlab.diarization.io.uem import read_uem
+from normlab.diarization.data.simulate import SimConfig, simulate, variants
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed (make install does)")
 SMALL = dict(n_mixtures=2, min_utterances=3, max_utterances=4)
@@ -67,7 +68,7 @@ def test_dataset_batches_and_cli_train(tmp_path, capsys):
 
 
 def test_room_impulse_response_decays_60_db_over_rt60():
-    from normlab.diarization.simulate import reverberate, room_impulse_response
+    from normlab.diarization.data.simulate import reverberate, room_impulse_response
 
     rng = np.random.default_rng(0)
     h = room_impulse_response(0.4, 8000, rng)
@@ -81,7 +82,7 @@ def test_room_impulse_response_decays_60_db_over_rt60():
 
 
 def test_reverberation_changes_audio_not_turns():
-    from normlab.diarization.simulate import mixture
+    from normlab.diarization.data.simulate import mixture
 
     dry = SimConfig(**SMALL)
     wet = SimConfig(**SMALL, rt60=(0.3, 0.6))
@@ -102,7 +103,7 @@ def test_flite_split_is_another_synthesizer(tmp_path):
 
 
 def _windows_by_speakers(folder):
-    from normlab.diarization.windows import crop, spans, speaker_counts
+    from normlab.diarization.metrics.windows import crop, spans, speaker_counts
 
     refs = {}
     for uri, turns in read_rttm(folder / "ref.rttm").items():
@@ -124,7 +125,7 @@ def test_mixtures_and_windows_hold_1_to_4_speakers(tmp_path):
 
 
 def test_more_speakers_more_silence_with_beta_by_count():
-    from normlab.diarization.simulate import BETA_SCALE
+    from normlab.diarization.data.simulate import BETA_SCALE
 
     a = SimConfig(n_speakers=4, min_speakers=1, beta_by_count=True)
     assert [a.speakers_of(i) for i in range(5)] == [1, 2, 3, 4, 1]
@@ -135,8 +136,8 @@ def test_more_speakers_more_silence_with_beta_by_count():
 def test_augmentation_changes_audio_not_turns():
     from dataclasses import replace
 
-    from normlab.diarization.simulate import mixture
-    from normlab.diarization.voices import voices
+    from normlab.diarization.data.simulate import mixture
+    from normlab.diarization.data.voices import voices
 
     plain = SimConfig(n_mixtures=4, n_speakers=4, min_speakers=1, min_utterances=2, max_utterances=3,
                       split="test", sources="all", beta_by_count=True)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from normlab.diarization.vad import CHUNK, SAMPLE_RATE, MissingVADWeightsError, SileroVAD, installed_weights, \
+from normlab.diarization.models.vad import CHUNK, SAMPLE_RATE, MissingVADWeightsError, SileroVAD, installed_weights, \
     speech_probability
 
 
@@ -27,7 +27,7 @@ def _sample_wave():
     folder = pathlib.Path(sys.prefix) / "share" / "normlab" / "pyannote-sample"
     if not (folder / "sample.wav").is_file():
         pytest.skip("the pyannote sample is not installed (`make sample`)")
-    from normlab.diarization.audio import read_mono
+    from normlab.diarization.io.audio import read_mono
 
     return torch.as_tensor(read_mono(folder / "sample.wav", SAMPLE_RATE)), folder / "sample.rttm"
 
@@ -56,7 +56,7 @@ def test_matches_the_packages_chunk_by_chunk_model(vad):
 
 def test_speech_and_silence_on_real_speech(vad):
     wave, rttm = _sample_wave()
-    from normlab.diarization.rttm import read_rttm
+    from normlab.diarization.io.rttm import read_rttm
 
     p = speech_probability(vad, wave, frames=300, frame_seconds=0.1)
     ref = torch.zeros(300, dtype=torch.bool)
@@ -82,7 +82,7 @@ def test_frame_averaging_weights_the_overlap():
 
 def test_the_gate_silences_noise_the_model_calls_speech(vad):
     from normlab.diarization import diarize
-    from normlab.diarization.embed import MissingWeightsError, weights_path
+    from normlab.diarization.models.embed import MissingWeightsError, weights_path
 
     try:
         weights_path()
@@ -111,8 +111,8 @@ def test_cli_options_reach_the_pipeline(vad, tmp_path, capsys):
     import soundfile as sf
 
     from normlab.cli import main
-    from normlab.diarization.embed import MissingWeightsError, weights_path
-    from normlab.diarization.rttm import read_rttm
+    from normlab.diarization.models.embed import MissingWeightsError, weights_path
+    from normlab.diarization.io.rttm import read_rttm
 
     try:
         weights_path()

@@ -6,8 +6,8 @@ import pathlib
 
 import torch
 
-from .features import FeatureConfig, extract, load_audio
-from .rttm import read_rttm
+from ..io.features import FeatureConfig, extract, load_audio
+from ..io.rttm import read_rttm
 
 
 def frame_labels(turns, speakers: list[str], frames: int, frame_seconds: float) -> torch.Tensor:

@@ -32,9 +32,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..io.rttm import Turn, read_rttm, write_rttm
+from ..io.uem import write_uem
 from . import augment as aug
 from .augment import reverberate, room_impulse_response  # noqa: F401  (re-exported: older imports)
-from .rttm import Turn, read_rttm, write_rttm, write_uem
 from .voices import FLITE_VOICES, SPLITS, Voice, synthesize, voices
 
 WORDS = (

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .features import load_audio
+from ..io.features import load_audio
 
 SPLITS = ("train", "dev", "test", "flite")  # "flite": flite's voices only (the older held-out set)
 SOURCES = ("espeak", "all")  # "espeak": espeak-ng variants only; "all": also flite and festival voices

@@ -1,8 +1,7 @@
-"""RTTM and UEM files (formats in DIARIZATION.md).
+"""RTTM files: speaker turns (the format is in docs/diarization.md).
 
-RTTM: ``SPEAKER <uri> 1 <start> <duration> <NA> <NA> <speaker> <NA> <NA>``,
-times in seconds with 3 decimals; other line types are skipped on reading.
-UEM: ``<uri> <channel> <onset> <offset>`` per scored region; ``;`` starts a comment.
+``SPEAKER <uri> 1 <start> <duration> <NA> <NA> <speaker> <NA> <NA>``, times
+in seconds with 3 decimals; other line types are skipped on reading.
 """
 from __future__ import annotations
 
@@ -55,27 +54,4 @@ def write_rttm(turns: list[Turn], path: str | pathlib.Path) -> None:
         _check_token(t.uri, "uri")
         _check_token(t.speaker, "speaker")
         lines.append(f"SPEAKER {t.uri} 1 {t.start:.3f} {t.duration:.3f} <NA> <NA> {t.speaker} <NA> <NA>")
-    pathlib.Path(path).write_text("".join(line + "\n" for line in lines))
-
-
-def read_uem(path: str | pathlib.Path) -> dict[str, list[tuple[float, float]]]:
-    """Scored regions per uri."""
-    regions: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for n, line in enumerate(pathlib.Path(path).read_text().splitlines(), start=1):
-        line = line.split(";", 1)[0].strip()
-        if not line:
-            continue
-        fields = line.split()
-        try:
-            on, off = float(fields[2]), float(fields[3])
-            if off < on:
-                raise ValueError(f"offset {off} before onset {on}")
-        except (IndexError, ValueError) as e:
-            raise ValueError(f"{path}:{n}: bad UEM line ({e}): {line!r}") from None
-        regions[fields[0]].append((on, off))
-    return {uri: sorted(r) for uri, r in regions.items()}
-
-
-def write_uem(regions: dict[str, list[tuple[float, float]]], path: str | pathlib.Path) -> None:
-    lines = [f"{uri} 1 {on:.3f} {off:.3f}" for uri in sorted(regions) for on, off in sorted(regions[uri])]
     pathlib.Path(path).write_text("".join(line + "\n" for line in lines))

@@ -16,7 +16,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .rttm import Turn
+from ..io.rttm import Turn
 
 Intervals = list[tuple[float, float]]
 

@@ -10,12 +10,12 @@ from collections.abc import Iterable
 
 import torch
 
-from .dataset import MixtureSet
+from ..data.dataset import MixtureSet
+from ..io.rttm import Turn, read_rttm
+from ..models.eend import EENDModel
+from ..pipeline.infer import frame_probs
+from ..pipeline.postprocess import to_turns
 from .der import DERResult, score
-from .infer import frame_probs
-from .model import EENDModel
-from .postprocess import to_turns
-from .rttm import Turn, read_rttm
 
 THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7)
 MEDIANS = (1, 5, 11, 21)
@@ -71,8 +71,8 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     with DER components in seconds and ``der`` as a fraction. The RTTMs are read back before scoring,
     so the numbers are those of ``normlab diarize score REF OUT_DIR --collar C`` on the same files.
     """
-    from .api import diarize_files
-    from .rttm import read_uem
+    from ..pipeline.api import diarize_files
+    from ..io.uem import read_uem
 
     wav_dir, out_dir = pathlib.Path(wav_dir), pathlib.Path(out_dir)
     if not wav_dir.is_dir():

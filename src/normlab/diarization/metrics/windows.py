@@ -16,9 +16,9 @@ import pathlib
 
 import torch
 
-from .dataset import MixtureSet
-from .model import EENDModel
-from .rttm import Turn, read_rttm
+from ..data.dataset import MixtureSet
+from ..io.rttm import Turn, read_rttm
+from ..models.eend import EENDModel
 
 
 def spans(n: int, frames: int) -> list[tuple[int, int]]:

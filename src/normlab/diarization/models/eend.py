@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from .._checks import check_choice
-from ..models.conformer import ConformerEncoder
-from ..models.transformer import TransformerEncoder
+from ..._checks import check_choice
+from ...models.conformer import ConformerEncoder
+from ...models.transformer import TransformerEncoder
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class ModelConfig:
 ENCODERS = ("transformer", "conformer")
 
 #: the model shipped in the package (``normlab diarize recipe`` writes it; docs/diarization.md has its numbers)
-SHIPPED = pathlib.Path(__file__).parent / "assets" / "eend_pre_ln.pt"
+SHIPPED = pathlib.Path(__file__).parent.parent / "assets" / "eend_pre_ln.pt"
 
 #: post-processing used when a model file does not carry its own (EEND's defaults)
 DEFAULT_POSTPROCESS = {"threshold": 0.5, "median": 11}
@@ -64,7 +64,7 @@ class EENDModel(nn.Module):
 
     def save(self, path: str | pathlib.Path) -> None:
         """Config, post-processing, weights and ``provenance`` (versions, commit, machine), written atomically."""
-        from ..provenance import record
+        from ...provenance import record
 
         path = pathlib.Path(path)
         tmp = path.with_name(f".{path.name}.tmp")

@@ -15,16 +15,16 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Callable
 
+from ..io.features import FeatureConfig
+from ..io.rttm import Turn, write_rttm
 from .cluster import check_speaker_counts
-from .features import FeatureConfig
-from .rttm import Turn, write_rttm
 
 SAMPLE_RATE = 16000  # the pipeline's input rate (the speaker encoder's); EEND features are made at 8 kHz
 
 
 def load_model(model=None):
     """An ``EENDModel`` from ``None`` (the shipped one), a path, or a model; checks it fits the features."""
-    from .model import SHIPPED, EENDModel
+    from ..models.eend import SHIPPED, EENDModel
 
     if isinstance(model, EENDModel):
         m, where = model, "the given model"
@@ -40,7 +40,7 @@ def load_model(model=None):
 
 def load_encoder(encoder=None):
     """The speaker encoder from ``None`` (Resemblyzer's installed weights), a weight file, or a module."""
-    from .embed import SpeakerEncoder
+    from ..models.embed import SpeakerEncoder
 
     return encoder if isinstance(encoder, SpeakerEncoder) else SpeakerEncoder.load(encoder)
 
@@ -63,8 +63,9 @@ def diarize(audio, *, sample_rate: int | None = None, num_speakers: int | None =
 
     All silence gives ``[]``; audio shorter than a window is one shorter window.
     """
-    from .audio import as_mono
-    from .pipeline import PipelineConfig, diarize_waveform
+    from ..io.audio import as_mono
+    from .config import PipelineConfig
+    from .stitch import diarize_waveform
 
     check_speaker_counts(num_speakers, min_speakers, max_speakers)
     m = load_model(model)

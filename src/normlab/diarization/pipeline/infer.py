@@ -11,11 +11,11 @@ import pathlib
 
 import torch
 
-from .features import FeatureConfig, extract, load_audio
-from .model import EENDModel
-from .permutation import align
+from ..io.features import FeatureConfig, extract, load_audio
+from ..io.rttm import Turn, write_rttm
+from ..models.eend import EENDModel
+from ..training.permutation import align
 from .postprocess import to_turns
-from .rttm import Turn, write_rttm
 
 
 @torch.no_grad()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .rttm import Turn
+from ..io.rttm import Turn
 
 
 def median_filter(active: torch.Tensor, width: int) -> torch.Tensor:

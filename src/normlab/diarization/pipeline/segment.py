@@ -1,103 +1,13 @@
-"""Segmentation + embedding + clustering: any number of speakers (pyannote.audio 3.x, EEND-VC).
-
-1. **Local segmentation.** The EEND model reads short overlapping windows
-   (``window`` seconds every ``step``) and gives, per window, the activity of
-   its few local speakers (2-4, the model's ``n_speakers``). Frames below
-   ``silence_db`` and, with ``vad="gate"`` (the default), frames Silero VAD
-   (``vad.py``) calls non-speech are silence whatever the model says.
-2. **Pieces.** ``speakers="speech"`` (the default): the model's speech, any
-   local speaker, cut into ``piece``-second pieces whose speaker the
-   embeddings alone decide (best on real speech, one speaker at a time).
-   ``speakers="eend"``: the model's own local speakers, overlap kept (best on
-   simulated conversations). Each mode has its defaults (``MODE_DEFAULTS``).
-3. **Embeddings.** For each piece with enough speech, a GE2E speaker
-   embedding (``embed.py``) of its frames (in ``eend`` mode, where that local
-   speaker is the only one active; all its active frames when those are too few).
-4. **Clustering.** Average-linkage agglomerative clustering of all those
-   embeddings across the recording (``cluster.py``): a tuned cosine-distance
-   threshold, or ``num_speakers``, or ``min_speakers``/``max_speakers``.
-5. **Stitching.** Each piece's probabilities go to its cluster; local
-   speakers of one window in the same cluster are merged (maximum); the
-   windows covering a frame are averaged per global speaker. As in
-   pyannote, the windows' mean count of distinct active speakers says how
-   many global speakers talk in each frame, and that many of the likeliest
-   are switched on; a median filter, then RTTM turns. Two global speakers
-   active on one frame is overlap, kept.
-
-Memory is bounded by the window, not the recording: features, mel frames and
-VAD probabilities are computed in blocks, the model sees ``batch`` windows at
-a time, and what is kept per recording is small per frame (a 1-hour file
-stays well under 2 GB).
-"""
+"""Local segmentation: EEND windows, speech gating, and one speaker embedding per piece of speech."""
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .._checks import check_choice
-from .cluster import check_speaker_counts, cluster
-from .features import FeatureConfig, logmel
-from .postprocess import median_filter, to_turns
-from .rttm import Turn
-
-#: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
-TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
-           "piece", "speakers", "vad", "vad_threshold")
-
-
-#: each speakers mode's own defaults, tuned on its development data (docs/diarization.md): speech at 0.5 in
-#: 1.5 s pieces judged by their embeddings, on real speech and the natural-voice dev conversations; the
-#: model's local speakers over a whole window (and the model file's threshold), on the dev conversations
-MODE_DEFAULTS = {"speech": {"threshold": 0.5, "piece": 1.5, "cluster_threshold": 0.3, "min_cluster": 3.0},
-                 "eend": {"piece": 10.0, "cluster_threshold": 0.25, "min_cluster": 2.0}}
-
-
-@dataclass(frozen=True)
-class PipelineConfig:
-    window: float = 10.0  # seconds per local segmentation window (a few turns, few local speakers)
-    step: float = 5.0  # seconds between window starts: each frame is seen by ~window/step windows
-    threshold: float = 0.5  # speaker activity threshold on the aggregated probabilities (the model file's)
-    median: int = 11  # median filter width, frames (the model file's)
-    cluster_threshold: float = 0.3  # cosine distance where the tree is cut (per mode: MODE_DEFAULTS)
-    min_embed: float = 0.5  # seconds of a local speaker's speech needed for its embedding
-    max_embed: float = 3.0  # seconds of it used at most (two 1.6 s partials)
-    min_cluster: float = 3.0  # seconds: clusters with less speech fold into the nearest larger one (per mode)
-    piece: float = 1.5  # seconds: a local speaker gets one embedding per piece of its window (per mode)
-    speakers: str = "speech"  # "speech": the model's speech (any local speaker), cut into pieces, each piece's
-    #                           speaker from its embedding; "eend": the model's local speakers (overlap kept)
-    silence_db: float = -70.0  # frames quieter than this (dBFS) are never speech, whatever the model says
-    vad: str = "gate"  # "gate": frames Silero VAD calls non-speech are silence whatever the model says;
-    #                    "speech": the VAD's probability is the speech activity (speakers="speech"); "off"
-    vad_threshold: float = 0.5  # speech probability above which a frame is speech for the VAD
-    batch: int = 16  # windows per model call
-
-    @classmethod
-    def for_model(cls, model, **overrides) -> "PipelineConfig":
-        """The pipeline's defaults, the model file's ``postprocess``, the mode's, then ``overrides`` (None ignored).
-
-        The model file's post-processing was chosen for the model's own local
-        speakers, so in ``eend`` mode it wins over ``MODE_DEFAULTS["eend"]``;
-        ``speech`` mode reads the model differently (any speaker, gated) and its
-        own settings (``MODE_DEFAULTS["speech"]``) win over the file's.
-        ``overrides`` win over everything.
-        """
-        stored = {k: v for k, v in getattr(model, "postprocess", {}).items() if k in TUNABLE}
-        given = {k: v for k, v in overrides.items() if v is not None}
-        mode = given.get("speakers", stored.get("speakers", cls.speakers))
-        mode_kw = MODE_DEFAULTS.get(mode, {})
-        kw = {**stored, **mode_kw, **given} if mode == "speech" else {**mode_kw, **stored, **given}
-        unknown = set(kw) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown pipeline option(s) {sorted(unknown)}")
-        cfg = cls(**kw)
-        if cfg.window <= 0 or not 0 < cfg.step <= cfg.window:
-            raise ValueError(f"need 0 < step <= window, got window={cfg.window}, step={cfg.step}")
-        check_choice(cfg.speakers, ("eend", "speech"), "speakers mode")
-        check_choice(cfg.vad, ("off", "gate", "speech"), "vad mode")
-        return cfg
+from ..io.features import FeatureConfig, logmel
+from .config import PipelineConfig
 
 
 def eend_features(wave8k: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), block: int = 60_000) -> torch.Tensor:
@@ -178,7 +88,7 @@ def speaker_pieces(probs: torch.Tensor, threshold: float, min_frames: int,
 
 def long_mel(encoder, wave16k: torch.Tensor, block: int = 6000) -> torch.Tensor:
     """The encoder's mel frames ``(frames, 40)`` for a whole recording, in blocks of ``block`` frames."""
-    from .embed import HOP, N_FFT
+    from ..models.embed import HOP, N_FFT
 
     wave = encoder.normalize_volume(wave16k)
     padded = torch.nn.functional.pad(wave, (N_FFT // 2, N_FFT // 2))  # centred frames, zero padding
@@ -210,7 +120,7 @@ class Segmentation:
 def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig,
             feature_cfg: FeatureConfig = FeatureConfig(), vad=None) -> Segmentation:
     """Local segmentation of every window and one embedding per (window, local speaker, piece) with enough speech."""
-    from .audio import resample
+    from ..io.audio import resample
 
     fs = feature_cfg.frame_seconds
     wave8k = torch.from_numpy(resample(wave16k.numpy(), 16000, feature_cfg.sample_rate))
@@ -226,7 +136,7 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
     windowed = lambda x: torch.stack([x[s0 : s0 + probs.shape[1]] for s0 in starts])[..., None]  # noqa: E731
     loud = frame_level_db(wave8k, round(fs * feature_cfg.sample_rate), T) > cfg.silence_db  # T
     if cfg.vad != "off":
-        from .vad import default_vad, speech_probability
+        from ..models.vad import default_vad, speech_probability
 
         speech = speech_probability(vad if vad is not None else default_vad(), wave16k, T, fs)  # T
         if cfg.vad == "speech" and cfg.speakers == "speech":
@@ -270,46 +180,3 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
         out.append((w, s, a, b, row))
     return Segmentation(uri, T, fs, starts, probs, out, emb[ok], np.array(weights)[ok.numpy()] if groups else
                         np.zeros(0))
-
-
-def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None = None,
-           min_speakers: int | None = None, max_speakers: int | None = None) -> list[Turn]:
-    """Cluster the embeddings, map local speakers to global ones, average over windows, threshold: turns."""
-    lo, _ = check_speaker_counts(num_speakers, min_speakers, max_speakers)
-    if not seg.pieces:
-        return []
-    labels = cluster(seg.embeddings.numpy(), threshold=cfg.cluster_threshold, weights=seg.weights,
-                     num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers,
-                     min_weight=cfg.min_cluster)
-    k_total = max(int(labels.max()) + 1, lo)
-    size = seg.probs.shape[1]
-    total = torch.zeros(seg.frames, k_total)
-    count = torch.zeros(seg.frames, 1)
-    speakers = torch.zeros(seg.frames, 1)  # sum over windows of the local speaker count
-    by_window: dict[int, list] = {}
-    for w, s, a, b, row in seg.pieces:
-        by_window.setdefault(w, []).append((s, a, b, int(labels[row])))
-    for w, s0 in enumerate(seg.starts):
-        local = torch.zeros(size, k_total)
-        for s, a, b, k in by_window.get(w, []):  # local speakers sharing a cluster merge by maximum
-            local[a:b, k] = torch.maximum(local[a:b, k], seg.probs[w, a:b, s])
-        total[s0 : s0 + size] += local
-        count[s0 : s0 + size] += 1
-        speakers[s0 : s0 + size] += (local > cfg.threshold).sum(1, keepdim=True)  # one per distinct cluster
-    glob = total / count.clamp_min(1)  # average over the windows covering each frame
-    # how many speakers talk in each frame: the windows' mean count; then that many global speakers, the likeliest
-    n_active = (speakers / count.clamp_min(1) + 0.5).floor().clamp(max=k_total).long().squeeze(1)  # T
-    rank = glob.argsort(dim=1, descending=True).argsort(dim=1)  # T, K: 0 for the likeliest
-    active = ((rank < n_active[:, None]) & (glob > 0)).to(torch.uint8)
-    active = median_filter(active, cfg.median)
-    return to_turns(active.float(), seg.frame_seconds, seg.uri, threshold=0.5, median=1,
-                    labels=[f"spk{k}" for k in range(k_total)])
-
-
-def diarize_waveform(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig, *,
-                     num_speakers: int | None = None, min_speakers: int | None = None,
-                     max_speakers: int | None = None, feature_cfg: FeatureConfig = FeatureConfig()) -> list[Turn]:
-    """Speaker turns of one mono 16 kHz recording (labels ``spk0``, ``spk1``... by decreasing speech)."""
-    check_speaker_counts(num_speakers, min_speakers, max_speakers)
-    seg = segment(model, encoder, wave16k, uri, cfg, feature_cfg)
-    return stitch(seg, cfg, num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers)

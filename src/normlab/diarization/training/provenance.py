@@ -42,14 +42,14 @@ def debian_versions(packages: list[str]) -> dict[str, str]:
 
 def versions() -> dict[str, str]:
     """normlab, torch, Python (``normlab.provenance``) and numpy versions."""
-    from ..provenance import versions as core
+    from ...provenance import versions as core
 
     return {**core(), "numpy": metadata.version("numpy")}
 
 
 def sources(voice_keys: list[str]) -> dict:
     """The synthesizers and voices used, their Debian packages' versions and licences."""
-    from .voices import PACKAGES
+    from ..data.voices import PACKAGES
 
     synths = {k.split(".", 1)[0] for k in voice_keys}
     packages = sorted({p for s in synths for p in PACKAGES.get(s, ())} | {"sox"})

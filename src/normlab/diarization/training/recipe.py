@@ -23,13 +23,13 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from ..data.dataset import MixtureSet
+from ..data.simulate import SimConfig, simulate
+from ..metrics.evaluate import evaluate, tune
+from ..metrics.windows import speaker_counts, window_probs
+from ..models.eend import EENDModel, ModelConfig
 from . import provenance
-from .dataset import MixtureSet
-from .evaluate import evaluate, tune
-from .model import EENDModel, ModelConfig
-from .simulate import SimConfig, simulate
 from .train import TrainConfig, train
-from .windows import speaker_counts, window_probs
 
 Progress = Callable[[int, int, str], None]
 REVERB_RT60 = (0.2, 0.6)  # seconds; the reverberant sets use seed + 1: other conversations than the dry ones

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import provenance, tracking
-from ..distributed import mean_over_ranks, shard, world
+from ... import provenance, tracking
+from ...distributed import mean_over_ranks, shard, world
 from .pit import pit_bce
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # feats (B,T,F), labels (B,T,S), pad mask (B,T)
@@ -168,10 +168,10 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
     """
     from dataclasses import asdict
 
-    from ..devices import resolve
-    from ..distributed import process_group
-    from .dataset import MixtureSet
-    from .model import EENDModel
+    from ...devices import resolve
+    from ...distributed import process_group
+    from ..data.dataset import MixtureSet
+    from ..models.eend import EENDModel
 
     out = pathlib.Path(out)
     dev = resolve(device)
