@@ -20,7 +20,7 @@ import torch
 
 import normlab
 from normlab import functional as F
-from normlab.diarization.model import EENDModel, ModelConfig
+from normlab.diarization import EENDModel, ModelConfig
 from normlab.models.conformer import ConvModule
 from normlab.nn.attention import MultiHeadSelfAttention
 from normlab.nn.feedforward import FeedForward

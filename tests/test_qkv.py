@@ -7,7 +7,7 @@ from torch import nn
 
 import normlab
 from normlab import interop
-from normlab.diarization.model import SHIPPED, EENDModel
+from normlab.diarization import SHIPPED, EENDModel
 from normlab.models.bert import BertEncoder
 from normlab.nn.attention import MultiHeadSelfAttention
 
