@@ -22,8 +22,9 @@ import time
 import soundfile as sf
 import torch
 
-from normlab.diarization.io.features import FeatureConfig, extract, load_audio
-from normlab.diarization.pipeline.infer import frame_probs
+from normlab.diarization.io.audio import read_mono as load_audio
+from normlab.diarization.io.features import FeatureConfig, extract
+from normlab.diarization.metrics.evaluate import frame_probs
 from normlab.diarization.models.eend import EENDModel
 from normlab.diarization.pipeline.postprocess import to_turns
 

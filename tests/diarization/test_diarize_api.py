@@ -1,20 +1,19 @@
-"""normlab.diarization.diarize: inputs of every accepted kind, API == CLI, bad input, bounded-memory pieces.
+"""normlab.diarization.diarize: inputs of every accepted kind, API and CLI settings, bad input, bounded memory.
 
 A debug-sized EEND model and a speaker encoder with random weights keep this fast and independent of the
-installed speaker-encoder weights; quality is tested in test_diarization_quality.py."""
+installed speaker-encoder weights; quality is tested in test_diarize_quality.py."""
 import numpy as np
 import pytest
 import soundfile as sf
 import torch
 
 from normlab.cli import main
-from normlab.diarization import diarize, from_annotation, to_annotation
+from normlab.diarization import EENDModel, ModelConfig, Turn, diarize, diarize_files, from_annotation, to_annotation, \
+    write_rttm
+from normlab.diarization.io.features import FeatureConfig
 from normlab.diarization.models.embed import MissingWeightsError, SpeakerEncoder, weights_path
-from normlab.diarization.io.features import extract
-from normlab.diarization.models.eend import EENDModel, ModelConfig
 from normlab.diarization.pipeline.config import PipelineConfig
-from normlab.diarization.pipeline.segment import eend_features, long_mel
-from normlab.diarization.io.rttm import Turn, write_rttm
+from normlab.diarization.pipeline.segment import long_mel
 
 SR = 16000
 
@@ -82,14 +81,45 @@ def test_each_mode_reads_its_own_settings(files):
     assert PipelineConfig.for_model(m, speakers="speech", threshold=0.7).threshold == 0.7
 
 
-def test_api_equals_cli(files, tmp_path, capsys):
+class _Built(Exception):
+    """Stops a run as soon as its pipeline settings are made."""
+
+
+def test_cli_and_api_build_the_same_pipeline_config(files, tmp_path, monkeypatch):
+    """``PipelineConfig.for_model`` is the one builder of the settings: the API, ``diarize_files``, the CLI's run and
+    evaluate all call it, and with the same options (and with none: each CLI default must mean "the model file's",
+    which this model file sets to something else than every pipeline default) they get the same settings."""
     d, _ = files
-    api = diarize(d / "talk.wav", model=d / "m.pt", encoder=d / "enc.pt", max_speakers=3)
-    write_rttm(api, tmp_path / "api.rttm")
-    rc = main(["diarize", str(d / "talk.wav"), "--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt"),
-               "--max-speakers", "3", "--out", str(tmp_path / "cli")])
-    assert rc == 0
-    assert (tmp_path / "cli" / "talk.rttm").read_text() == (tmp_path / "api.rttm").read_text()
+    stored = EENDModel.load(d / "m.pt").postprocess
+    assert all(stored[k] != getattr(PipelineConfig, k) for k in ("threshold", "median", "speakers", "vad"))
+    real = PipelineConfig.for_model.__func__
+    built = []
+
+    def spy(cls, model, **options):
+        built.append(real(cls, model, **options))
+        raise _Built
+
+    monkeypatch.setattr(PipelineConfig, "for_model", classmethod(spy))
+    wav, m, enc, ref = d / "talk.wav", d / "m.pt", d / "enc.pt", tmp_path / "ref.rttm"
+    ref.write_text("")
+    cli_options = {(): {}, ("--threshold", "0.7", "--median", "3", "--local-speakers", "speech", "--vad", "gate"):
+                   {"threshold": 0.7, "median": 3, "speakers": "speech", "vad": "gate"}}
+    for argv, options in cli_options.items():
+        built.clear()
+        for run in (lambda: main(["diarize", str(wav), "--model", str(m), "--embedding", str(enc), "--out",
+                                  str(tmp_path / "cli"), *argv]),
+                    lambda: main(["diarize", "evaluate", str(d), str(ref), "--model", str(m),
+                                  "--embedding", str(enc), "--out", str(tmp_path / "ev"), *argv]),
+                    lambda: diarize(wav, model=m, encoder=enc, **options),
+                    lambda: diarize_files([wav], tmp_path / "api", model=m, encoder=enc, **options)):
+            with pytest.raises(_Built):
+                run()
+        assert len(built) == 4 and built[1:] == built[:-1], (argv, built)
+    assert built[0].speakers == "speech" and built[0].threshold == 0.7
+
+
+def test_evaluate_prints_what_score_prints(files, tmp_path, capsys):
+    d, _ = files
     # evaluate prints the same numbers as score on the written RTTMs
     ref = tmp_path / "ref.rttm"
     write_rttm([Turn("talk", s, 2.0, f"v{int(s) // 2 % 2}") for s in range(0, 12, 2)], ref)
@@ -145,11 +175,21 @@ def test_bad_input_is_one_clear_error(files, tmp_path, capsys):
     EENDModel(ModelConfig(input_dim=40, d_model=16, n_heads=2, n_layers=1, d_ff=32)).save(tmp_path / "other.pt")
     with pytest.raises(ValueError, match="other.pt expects 40-dim features"):
         diarize(audio, sample_rate=SR, model=tmp_path / "other.pt", encoder=d / "enc.pt")
+    # a model trained on another feature setup of the same size (23 bands, 15 frames, but 16 kHz and every 5th
+    # frame kept): refused at load, naming both setups
+    odd = EENDModel(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32))
+    odd.features = FeatureConfig(sample_rate=16000, win=400, hop=160, n_fft=512, subsample=5)
+    odd.save(tmp_path / "odd.pt")
+    assert EENDModel.load(tmp_path / "odd.pt").features == odd.features  # the file keeps its setup
+    with pytest.raises(ValueError, match=r"^\S*odd.pt was trained on features with sample_rate=16000, win=400, hop=160, "
+                       r"n_fft=512, subsample=5; this pipeline makes sample_rate=8000, win=200, hop=80, n_fft=256, "
+                       r"subsample=10$"):
+        diarize(audio, sample_rate=SR, model=tmp_path / "odd.pt", encoder=d / "enc.pt")
     with pytest.raises(ValueError, match="junk.pt is not a GE2E speaker encoder"):
         diarize(audio, sample_rate=SR, model=d / "m.pt", encoder=tmp_path / "junk.pt")
     # the CLI: one line on stderr, non-zero exit
     for argv in (["--num-speakers", "0"], ["--min-speakers", "3", "--max-speakers", "2"],
-                 ["--model", str(tmp_path / "nope.pt")]):
+                 ["--model", str(tmp_path / "nope.pt")], ["--model", str(tmp_path / "odd.pt")]):
         capsys.readouterr()
         rc = main(["diarize", str(d / "talk.wav"), "--embedding", str(d / "enc.pt"), "--out", str(tmp_path), *argv])
         err = capsys.readouterr().err.strip()
@@ -170,10 +210,9 @@ def test_missing_encoder_weights_name_the_file_and_the_package(monkeypatch):
 
 
 def test_long_recordings_are_processed_in_blocks():
-    """Block-wise features and mel frames equal the one-shot ones: memory is bounded by the block, not the file."""
+    """Block-wise mel frames equal the one-shot ones: memory is bounded by the block, not the file (features: in
+    test_eend_features.py)."""
     torch.manual_seed(0)
-    w8 = torch.randn(8000 * 31 + 77)
-    assert torch.equal(eend_features(w8, block=500), extract(w8))
     enc = SpeakerEncoder()
     w16 = torch.randn(SR * 7 + 5) * 0.1
     assert torch.allclose(long_mel(enc, w16, block=150), enc.mel(w16), rtol=1e-4, atol=1e-6)

@@ -1,4 +1,4 @@
-"""Audio loading and EEND features."""
+"""Audio files (the one reader, ``io.audio.read_mono``) and EEND features (the one extractor, ``io.features.extract``)."""
 import math
 
 import numpy as np
@@ -6,7 +6,8 @@ import pytest
 import soundfile as sf
 import torch
 
-from normlab.diarization.io.features import AudioError, FeatureConfig, extract, load_audio, logmel, mel_filterbank, splice
+from normlab.diarization.io.audio import AudioError, read_mono
+from normlab.diarization.io.features import FeatureConfig, extract, logmel, mel_filterbank
 
 
 def _tone(freq, seconds, sr):
@@ -17,7 +18,7 @@ def _tone(freq, seconds, sr):
 def test_load_resamples_and_downmixes(tmp_path):
     stereo = np.stack([_tone(440, 1.0, 16000), np.zeros(16000, np.float32)], axis=1)
     sf.write(tmp_path / "a.flac", stereo, 16000)
-    x = load_audio(tmp_path / "a.flac", 8000)
+    x = read_mono(tmp_path / "a.flac", 8000)
     assert x.dtype == torch.float32 and abs(x.numel() - 8000) <= 1
     assert x.abs().max() == pytest.approx(0.25, rel=0.05)  # mean of the two channels
 
@@ -25,12 +26,12 @@ def test_load_resamples_and_downmixes(tmp_path):
 def test_bad_files_name_themselves(tmp_path):
     (tmp_path / "corrupt.wav").write_bytes(b"RIFF not really")
     with pytest.raises(AudioError, match="corrupt.wav"):
-        load_audio(tmp_path / "corrupt.wav")
+        read_mono(tmp_path / "corrupt.wav", 8000)
     sf.write(tmp_path / "empty.wav", np.zeros((0, 1), np.float32), 8000)
     with pytest.raises(AudioError, match="empty.wav"):
-        load_audio(tmp_path / "empty.wav")
+        read_mono(tmp_path / "empty.wav", 8000)
     with pytest.raises(AudioError, match="missing.wav"):
-        load_audio(tmp_path / "missing.wav")
+        read_mono(tmp_path / "missing.wav", 8000)
 
 
 def test_mel_filterbank_shape_and_coverage():
@@ -58,6 +59,19 @@ def test_extract_shapes_mean_and_splice():
     centre = x[:, 7 * 23 : 8 * 23]  # the unspliced frame sits in the middle block
     full = logmel(wave, cfg)
     torch.testing.assert_close(centre, (full - full.mean(0))[::10])
-    s = splice(torch.arange(12.0).reshape(4, 3), 1)
-    assert s[0].tolist() == [0, 1, 2, 0, 1, 2, 3, 4, 5] and s[3].tolist() == [6, 7, 8, 9, 10, 11, 9, 10, 11]
+    ctx = full - full.mean(0)  # kept frames come with 7 neighbours a side, edges repeated
+    rows = lambda i: x[i].reshape(15, 23)  # noqa: E731
+    torch.testing.assert_close(rows(0)[:8], ctx[:1].expand(8, -1))  # the first frame: its left context is itself
+    torch.testing.assert_close(rows(0)[8:], ctx[1:8])
+    torch.testing.assert_close(rows(5), ctx[50 - 7 : 50 + 8])
+    last = (frames - 1) // 10 * 10
+    torch.testing.assert_close(rows(-1), ctx[torch.arange(last - 7, last + 8).clamp(max=frames - 1)])
     assert extract(torch.zeros(50), cfg).shape == (0, 345)
+    assert extract(torch.zeros(230), cfg).shape == (0, 345)  # more than one window (200), less than one FFT (256)
+
+
+def test_features_in_blocks_equal_one_block():
+    """The blocked extractor (bounded memory on long recordings) gives the numbers of one block, bit for bit."""
+    torch.manual_seed(0)
+    w8 = torch.randn(8000 * 31 + 77)
+    assert torch.equal(extract(w8, block=500), extract(w8, block=10**9))

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from normlab.diarization.pipeline.infer import frame_probs
+from normlab.diarization.metrics.evaluate import frame_probs
 from normlab.diarization.models.eend import ModelConfig
 from normlab.diarization.training.permutation import align, best_per_sequence, match, permutations
 from normlab.diarization.training.pit import pit_bce

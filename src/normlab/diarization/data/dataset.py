@@ -6,7 +6,8 @@ import pathlib
 
 import torch
 
-from ..io.features import FeatureConfig, extract, load_audio
+from ..io.audio import read_mono
+from ..io.features import FeatureConfig, extract
 from ..io.rttm import read_rttm
 
 
@@ -23,6 +24,7 @@ class MixtureSet:
     """Features ``(T, dim)`` and labels ``(T, n_speakers)`` of every ``wav/<uri>.wav`` in simulated folders."""
 
     def __init__(self, folders: str | pathlib.Path | list, n_speakers: int = 2, cfg: FeatureConfig = FeatureConfig()):
+        self.cfg = cfg  # the feature setup (a model trained on this set carries it)
         folders = [pathlib.Path(f) for f in (folders if isinstance(folders, (list, tuple)) else [folders])]
         wavs = []
         for folder in folders:
@@ -37,7 +39,7 @@ class MixtureSet:
                 feats = torch.load(cache, weights_only=True)
                 feats = feats[0] if isinstance(feats, tuple) else feats  # older caches also held labels
             else:
-                feats = extract(load_audio(wav, cfg.sample_rate), cfg)
+                feats = extract(read_mono(wav, cfg.sample_rate), cfg)
                 tmp = cache.with_suffix(f".{os.getpid()}.tmp")
                 torch.save(feats, tmp)
                 os.replace(tmp, cache)  # atomic: a reader in another process never sees half a file

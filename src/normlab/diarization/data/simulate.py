@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..io.features import FEATURE_RATE
 from ..io.rttm import Turn, read_rttm, write_rttm
 from ..io.uem import write_uem
 from . import augment as aug
@@ -57,7 +58,7 @@ class SimConfig:
     min_utterances: int = 5
     max_utterances: int = 20
     snr_db: tuple[float, float] = (10.0, 20.0)  # white noise, without augment
-    sample_rate: int = 8000
+    sample_rate: int = FEATURE_RATE  # the EEND features' rate
     split: str = "train"  # "train", "dev", "test" (disjoint voices) or "flite"
     seed: int = 0
     rt60: tuple[float, float] | None = None  # reverberation time range, seconds (None: dry)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..io.features import load_audio
+from ..io.audio import read_mono
 
 SPLITS = ("train", "dev", "test", "flite")  # "flite": flite's voices only (the older held-out set)
 SOURCES = ("espeak", "all")  # "espeak": espeak-ng variants only; "all": also flite and festival voices
@@ -144,7 +144,7 @@ def synthesize(voice: Voice, texts: list[str], f0: float, rate: float, sample_ra
                 subprocess.run(cmd, check=True, capture_output=True)
         out = []
         for i in range(len(texts)):
-            speech = load_audio(folder / f"{i}.wav", sample_rate).numpy()
+            speech = read_mono(folder / f"{i}.wav", sample_rate).numpy()
             voiced = np.flatnonzero(np.abs(speech) > 1e-3)
             out.append(speech[voiced[0] : voiced[-1] + 1] if voiced.size else speech)
     return out

@@ -1,6 +1,7 @@
-"""Audio input for the pipeline: a path, a waveform ``(channels, samples)``, or pyannote's ``{"waveform", "sample_rate"}``.
+"""Audio input: a path, a waveform ``(channels, samples)``, or pyannote's ``{"waveform", "sample_rate"}``.
 
-Everything becomes one mono float32 signal at the pipeline's rate (16 kHz).
+Everything becomes one mono float32 signal at the rate asked for (the
+pipeline's ``SAMPLE_RATE``; the training data's ``features.FEATURE_RATE``).
 Files are read in blocks and mixed down to mono before resampling, so a
 1-hour 48 kHz stereo file never holds more than one mono copy at its own
 rate in memory.
@@ -13,9 +14,14 @@ import pathlib
 import numpy as np
 import torch
 
-from .features import AudioError
+#: the pipeline's input rate: the speaker encoder's (GE2E) and the VAD's; EEND features are made at
+#: ``features.FEATURE_RATE`` from it
+SAMPLE_RATE = 16000
+BLOCK_SECONDS = 60  # a file is read in blocks of this many seconds
 
-BLOCK_SECONDS = 60
+
+class AudioError(ValueError):
+    """An audio file that cannot be used; the message names the file."""
 
 
 def resample(mono: np.ndarray, orig: int, target: int) -> np.ndarray:

@@ -1,27 +1,24 @@
-"""Audio loading and EEND features: log-mel, mean normalization, splicing, subsampling.
+"""EEND features: log-mel, mean normalization, splicing, subsampling (the training data's and the pipeline's).
 
-Defaults follow EEND (Fujita et al. 2019; DIARIZATION.md): 8 kHz audio, 25 ms
+Defaults follow EEND (Fujita et al. 2019; docs/diarization.md): 8 kHz audio, 25 ms
 frames every 10 ms (200/80 samples, FFT 256, Hann window), 23 log10-mel bands,
 minus the recording mean, spliced +-7 frames (345 dims), every 10th frame
 kept: one output frame per 100 ms.
 """
 from __future__ import annotations
 
-import math
-import pathlib
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-
-class AudioError(ValueError):
-    """An audio file that cannot be used; the message names the file."""
+#: EEND's sample rate: the features are made from 8 kHz audio (the pipeline resamples to it)
+FEATURE_RATE = 8000
 
 
 @dataclass(frozen=True)
 class FeatureConfig:
-    sample_rate: int = 8000  # audio is resampled to this
+    sample_rate: int = FEATURE_RATE  # audio is resampled to this
     win: int = 200  # 25 ms frame
     hop: int = 80  # 10 ms step
     n_fft: int = 256
@@ -37,25 +34,6 @@ class FeatureConfig:
     @property
     def dim(self) -> int:
         return (2 * self.context + 1) * self.n_mels
-
-
-def load_audio(path: str | pathlib.Path, sample_rate: int = 8000) -> torch.Tensor:
-    """Mono float32 samples at ``sample_rate`` from a WAV/FLAC file of any rate and channel count."""
-    import soundfile as sf
-    from scipy.signal import resample_poly
-
-    path = pathlib.Path(path)
-    try:
-        data, sr = sf.read(str(path), dtype="float32", always_2d=True)  # samples, channels
-    except Exception as e:  # noqa: BLE001 - libsndfile raises several types
-        raise AudioError(f"{path}: cannot read audio ({e})") from None
-    if data.shape[0] == 0:
-        raise AudioError(f"{path}: no audio samples")
-    mono = data.mean(axis=1)  # stereo -> mono
-    if sr != sample_rate:
-        g = math.gcd(sr, sample_rate)
-        mono = resample_poly(mono, sample_rate // g, sr // g).astype(np.float32)
-    return torch.from_numpy(np.ascontiguousarray(mono))
 
 
 def mel_filterbank(n_mels: int, n_fft: int, sample_rate: int) -> torch.Tensor:
@@ -89,18 +67,26 @@ def logmel(wave: torch.Tensor, cfg: FeatureConfig = FeatureConfig()) -> torch.Te
     return torch.log10((power @ mel_filterbank(cfg.n_mels, cfg.n_fft, cfg.sample_rate).T).clamp_min(1e-10))
 
 
-def splice(feats: torch.Tensor, context: int) -> torch.Tensor:
-    """Stack each frame with ``context`` neighbours on each side (edges repeated): ``(T, (2c+1) D)``."""
-    if feats.shape[0] == 0:
-        return feats.new_zeros(0, (2 * context + 1) * feats.shape[1])
-    if context == 0:
-        return feats
-    padded = torch.cat([feats[:1].expand(context, -1), feats, feats[-1:].expand(context, -1)])  # T+2c, D
-    return torch.cat([padded[i : i + feats.shape[0]] for i in range(2 * context + 1)], dim=1)  # T, (2c+1)D
+def extract(wave: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), block: int = 60_000) -> torch.Tensor:
+    """EEND input features ``(T_out, cfg.dim)``, one row per ``cfg.frame_seconds``, in bounded memory.
 
-
-def extract(wave: torch.Tensor, cfg: FeatureConfig = FeatureConfig()) -> torch.Tensor:
-    """EEND input features ``(T_out, cfg.dim)``, one row per ``cfg.frame_seconds``."""
-    f = logmel(wave, cfg)  # frames, n_mels
-    f = f - f.mean(dim=0, keepdim=True) if f.shape[0] else f  # recording mean removed
-    return splice(f, cfg.context)[:: cfg.subsample]  # T_out, (2c+1) n_mels
+    The log-mel frames are computed in blocks of ``block`` STFT frames (the
+    same numbers as one call); the recording mean is removed; each kept
+    frame (every ``subsample``-th) is spliced with ``context`` neighbours on
+    each side (edges repeated). Only the kept frames are spliced, so the
+    memory is the log-mel frames plus the output. Fewer samples than one FFT
+    frame give 0 frames.
+    """
+    n, span = wave.numel(), max(cfg.win, cfg.n_fft)  # torch.stft frames span n_fft samples
+    if n < span:
+        return torch.zeros(0, cfg.dim)
+    frames = 1 + (n - span) // cfg.hop
+    parts = []
+    for a in range(0, frames, block):
+        b = min(frames, a + block)
+        parts.append(logmel(wave[a * cfg.hop : (b - 1) * cfg.hop + span], cfg))  # b-a, n_mels
+    f = torch.cat(parts)
+    f = f - f.mean(dim=0, keepdim=True)  # recording mean removed
+    centres = torch.arange(0, frames, cfg.subsample)  # T_out
+    idx = (centres[:, None] + torch.arange(-cfg.context, cfg.context + 1)).clamp(0, frames - 1)  # T_out, 2c+1
+    return f[idx].reshape(len(centres), -1)  # T_out, (2c+1) n_mels

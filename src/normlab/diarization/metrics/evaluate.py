@@ -1,5 +1,11 @@
 """A model on a simulated folder: frame probabilities once, then DER for any post-processing.
 
+``frame_probs`` runs the model on a whole recording with its own speakers
+only (at most ``n_speakers``; no clustering): chunks of ``chunk_frames``
+output frames that overlap by ``overlap_frames``; EEND's speaker order is
+arbitrary per chunk, so each chunk's speaker columns are permuted to agree
+best with what is decided on the overlap before the chunks are joined.
+
 ``tune`` chooses the threshold and median-filter width on a development
 folder (never on the test folder); ``evaluate`` scores one setting.
 """
@@ -13,12 +19,34 @@ import torch
 from ..data.dataset import MixtureSet
 from ..io.rttm import Turn, read_rttm
 from ..models.eend import EENDModel
-from ..pipeline.infer import frame_probs
 from ..pipeline.postprocess import to_turns
+from ..training.permutation import align
 from .der import DERResult, score
 
 THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7)
 MEDIANS = (1, 5, 11, 21)
+
+
+@torch.no_grad()
+def frame_probs(model: EENDModel, feats: torch.Tensor, chunk_frames: int = 1500, overlap_frames: int = 100) -> torch.Tensor:
+    """Speaker probabilities ``(frames, speakers)`` for features ``(frames, dim)``."""
+    if overlap_frames >= chunk_frames:
+        raise ValueError(f"overlap_frames ({overlap_frames}) must be smaller than chunk_frames ({chunk_frames})")
+    model.eval()
+    n = feats.shape[0]
+    s = model.cfg.n_speakers
+    if n == 0:
+        return torch.zeros(0, s)
+    device = next(model.parameters()).device  # inference follows the model's device; probabilities on the CPU
+    out = torch.sigmoid(model(feats[None, :chunk_frames].to(device)))[0].cpu()  # T0, S
+    start = chunk_frames - overlap_frames
+    while out.shape[0] < n:
+        p = torch.sigmoid(model(feats[None, start : start + chunk_frames].to(device)))[0].cpu()  # Tc, S
+        ov = out.shape[0] - start  # frames shared with what is already decided
+        p = align(out, p, ov)  # this chunk in the speaker order of what is decided
+        out = torch.cat([out[:start], (out[start:] + p[:ov]) / 2, p[ov:]])
+        start += chunk_frames - overlap_frames
+    return out[:n]
 
 
 def folder_probs(model: EENDModel, folder: str | pathlib.Path) -> dict[str, torch.Tensor]:

@@ -10,6 +10,7 @@ from torch import nn
 from ..._checks import check_choice
 from ...models.conformer import ConformerEncoder
 from ...models.transformer import TransformerEncoder
+from ..io.features import FeatureConfig
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,12 @@ class EENDModel(nn.Module):
     """``features (batch, frames, input_dim) -> logits (batch, frames, speakers)``; no positional encoding (EEND).
 
     ``postprocess`` (threshold, median filter width) travels with the saved
-    model: it is chosen on a development set for these weights.
+    model: it is chosen on a development set for these weights. So does
+    ``features``, the feature setup it was trained on (files without it: the
+    default ``FeatureConfig``).
     """
+
+    features: FeatureConfig = FeatureConfig()
 
     def __init__(self, cfg: ModelConfig = ModelConfig()):
         super().__init__()
@@ -63,13 +68,13 @@ class EENDModel(nn.Module):
         return self.head(self.encoder(feats, key_padding_mask))  # B, T, S
 
     def save(self, path: str | pathlib.Path) -> None:
-        """Config, post-processing, weights and ``provenance`` (versions, commit, machine), written atomically."""
+        """Config, post-processing, features, weights and ``provenance`` (versions, commit, machine), atomically."""
         from ...provenance import record
 
         path = pathlib.Path(path)
         tmp = path.with_name(f".{path.name}.tmp")
-        torch.save({"config": asdict(self.cfg), "postprocess": self.postprocess, "state_dict": self.state_dict(),
-                    "provenance": record()}, tmp)
+        torch.save({"config": asdict(self.cfg), "postprocess": self.postprocess, "features": asdict(self.features),
+                    "state_dict": self.state_dict(), "provenance": record()}, tmp)
         tmp.replace(path)
 
     @classmethod
@@ -83,6 +88,7 @@ class EENDModel(nn.Module):
             blob = torch.load(path, map_location="cpu", weights_only=True)
             model = cls(ModelConfig(**blob["config"]))
             model.load_state_dict(blob["state_dict"])
+            model.features = FeatureConfig(**blob.get("features", {}))
         except Exception as e:  # a truncated file, another format, a config from elsewhere
             raise ValueError(f"{path} is not a normlab EEND model file: {e}") from e
         model.postprocess.update(blob.get("postprocess", {}))

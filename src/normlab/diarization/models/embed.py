@@ -22,11 +22,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..io.audio import SAMPLE_RATE
 from .weights import installed_file
 
-SAMPLE_RATE = 16000
 N_FFT, HOP, N_MELS = 400, 160, 40  # 25 ms window, 10 ms step
 PARTIAL = 160  # frames per partial utterance (1.6 s)
+EMBED_DIM = 256  # the embedding's size
 WEIGHTS_PACKAGE = "resemblyzer==0.1.4"
 WEIGHTS_FILE = "resemblyzer/pretrained.pt"
 
@@ -92,7 +93,7 @@ class SpeakerEncoder(nn.Module):
     from the last layer's hidden state at each sequence's last frame.
     """
 
-    def __init__(self, hidden: int = 256, layers: int = 3, dim: int = 256):
+    def __init__(self, hidden: int = 256, layers: int = 3, dim: int = EMBED_DIM):
         super().__init__()
         self.frontend = MelFrontend()
         self.lstm = nn.LSTM(N_MELS, hidden, layers, batch_first=True)

@@ -24,9 +24,9 @@ import warnings
 import torch
 from torch import nn
 
+from ..io.audio import SAMPLE_RATE
 from .weights import installed_file
 
-SAMPLE_RATE = 16000
 CHUNK, CONTEXT = 512, 64  # 32 ms per probability; samples of the previous chunk seen by the next
 N_FFT, HOP = 256, 128
 WEIGHTS_PACKAGE = "silero-vad==6.2.3"

@@ -5,21 +5,24 @@
 >>> turns = diarize({"waveform": wav, "sample_rate": 16000})  # doctest: +SKIP
 
 Post-processing (threshold, median filter, windows, clustering threshold)
-comes from the model file (``PipelineConfig.for_model``), so the API and the
-CLI give the same turns for the same model. ``to_annotation`` and
-``from_annotation`` convert to and from ``pyannote.core.Annotation``
-(the ``annotation`` extra).
+comes from the model file: ``diarize``, ``diarize_files`` and so the CLI
+build the pipeline's settings with the one ``PipelineConfig.for_model`` from
+their keyword options (None: the model file's), so they give the same turns
+for the same model. ``to_annotation`` and ``from_annotation`` convert to
+and from ``pyannote.core.Annotation`` (the ``annotation`` extra).
 """
 from __future__ import annotations
 
 import pathlib
 from collections.abc import Callable
+from dataclasses import asdict
 
+from ..io.audio import SAMPLE_RATE, as_mono
 from ..io.features import FeatureConfig
 from ..io.rttm import Turn, write_rttm
 from .cluster import check_speaker_counts
-
-SAMPLE_RATE = 16000  # the pipeline's input rate (the speaker encoder's); EEND features are made at 8 kHz
+from .config import PipelineConfig
+from .stitch import diarize_waveform
 
 
 def load_model(model=None):
@@ -30,9 +33,13 @@ def load_model(model=None):
         m, where = model, "the given model"
     else:
         m, where = EENDModel.load(model), str(model if model is not None else SHIPPED)
-    dim = FeatureConfig().dim
-    if m.cfg.input_dim != dim:
-        raise ValueError(f"{where} expects {m.cfg.input_dim}-dim features; this pipeline makes {dim}")
+    made = FeatureConfig()
+    if m.features != made:
+        diff = [k for k, v in asdict(made).items() if getattr(m.features, k) != v]
+        theirs, ours = (", ".join(f"{k}={getattr(c, k)}" for k in diff) for c in (m.features, made))
+        raise ValueError(f"{where} was trained on features with {theirs}; this pipeline makes {ours}")
+    if m.cfg.input_dim != made.dim:
+        raise ValueError(f"{where} expects {m.cfg.input_dim}-dim features; this pipeline makes {made.dim}")
     if not 1 <= m.cfg.n_speakers <= 8:
         raise ValueError(f"{where} has {m.cfg.n_speakers} local speakers; the pipeline supports 1-8")
     return m.eval()
@@ -59,32 +66,36 @@ def diarize(audio, *, sample_rate: int | None = None, num_speakers: int | None =
     encoder : None (the GE2E weights of ``resemblyzer==0.1.4``), a weight file, or a ``SpeakerEncoder``
     uri : the recording's name in the turns (default: the file's stem, or ``"audio"``)
     options : ``PipelineConfig`` fields overriding the model file's (``threshold``, ``median``,
-        ``window``, ``step``, ``cluster_threshold``, ...)
+        ``window``, ``step``, ``cluster_threshold``, ...); None means "the model file's"
 
     All silence gives ``[]``; audio shorter than a window is one shorter window.
     """
-    from ..io.audio import as_mono
-    from .config import PipelineConfig
-    from .stitch import diarize_waveform
+    counts = {"num_speakers": num_speakers, "min_speakers": min_speakers, "max_speakers": max_speakers}
+    check_speaker_counts(**counts)
+    m = load_model(model)
+    cfg = PipelineConfig.for_model(m, **options)
+    return _diarize(audio, sample_rate, m, load_encoder(encoder), cfg, uri, counts)
 
-    check_speaker_counts(num_speakers, min_speakers, max_speakers)
+
+def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str | None, counts: dict) -> list[Turn]:
+    wave, name = as_mono(audio, sample_rate, SAMPLE_RATE)
+    return diarize_waveform(model, encoder, wave, uri or name, cfg, **counts)
+
+
+def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int | None = None,
+                  min_speakers: int | None = None, max_speakers: int | None = None, model=None, encoder=None,
+                  progress: Callable[[int, int, str], None] | None = None, **options) -> dict[str, str]:
+    """Write ``out_dir/<stem>.rttm`` per file; ``{path: "ok" | error}`` (one bad file never stops the rest).
+
+    The speaker counts and ``options`` are ``diarize``'s. The model, the
+    encoder and the pipeline's settings are made once; their errors, and bad
+    options, raise.
+    """
+    counts = {"num_speakers": num_speakers, "min_speakers": min_speakers, "max_speakers": max_speakers}
+    check_speaker_counts(**counts)
     m = load_model(model)
     cfg = PipelineConfig.for_model(m, **options)
     enc = load_encoder(encoder)
-    wave, name = as_mono(audio, sample_rate, SAMPLE_RATE)
-    return diarize_waveform(m, enc, wave, uri or name, cfg, num_speakers=num_speakers, min_speakers=min_speakers,
-                            max_speakers=max_speakers)
-
-
-def diarize_files(paths: list, out_dir: str | pathlib.Path, *, model=None, encoder=None,
-                  progress: Callable[[int, int, str], None] | None = None, **kw) -> dict[str, str]:
-    """Write ``out_dir/<stem>.rttm`` per file; ``{path: "ok" | error}`` (one bad file never stops the rest).
-
-    ``kw`` are ``diarize``'s keywords (speaker counts, pipeline options). The
-    model and the encoder are loaded once; their errors, and bad options, raise.
-    """
-    check_speaker_counts(kw.get("num_speakers"), kw.get("min_speakers"), kw.get("max_speakers"))
-    m, enc = load_model(model), load_encoder(encoder)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     status = {}
@@ -92,7 +103,7 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, model=None, encod
         if progress:
             progress(i, len(paths), pathlib.Path(p).name)
         try:
-            turns = diarize(p, model=m, encoder=enc, **kw)
+            turns = _diarize(p, None, m, enc, cfg, None, counts)
             write_rttm(turns, out_dir / f"{pathlib.Path(p).stem}.rttm")
             status[str(p)] = "ok"
         except (ValueError, OSError) as e:  # AudioError and friends: reported per file

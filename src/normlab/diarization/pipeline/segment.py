@@ -6,25 +6,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..io.features import FeatureConfig, logmel
+from ..io.audio import SAMPLE_RATE, resample
+from ..io.features import FeatureConfig, extract
+from ..models.embed import EMBED_DIM, HOP, N_FFT
 from .config import PipelineConfig
-
-
-def eend_features(wave8k: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), block: int = 60_000) -> torch.Tensor:
-    """``features.extract`` computed in blocks of ``block`` STFT frames: the same ``(T_out, dim)`` in bounded memory."""
-    n, span = wave8k.numel(), max(cfg.win, cfg.n_fft)  # torch.stft frames span n_fft samples
-    if n < span:
-        return torch.zeros(0, cfg.dim)
-    frames = 1 + (n - span) // cfg.hop
-    parts = []
-    for a in range(0, frames, block):
-        b = min(frames, a + block)
-        parts.append(logmel(wave8k[a * cfg.hop : (b - 1) * cfg.hop + span], cfg))  # b-a, n_mels
-    f = torch.cat(parts)
-    f = f - f.mean(dim=0, keepdim=True)  # recording mean removed
-    centres = torch.arange(0, frames, cfg.subsample)  # T_out
-    idx = (centres[:, None] + torch.arange(-cfg.context, cfg.context + 1)).clamp(0, frames - 1)  # T_out, 2c+1
-    return f[idx].reshape(len(centres), -1)  # T_out, (2c+1) n_mels
 
 
 def frame_level_db(wave: torch.Tensor, hop: int, frames: int) -> torch.Tensor:
@@ -88,8 +73,6 @@ def speaker_pieces(probs: torch.Tensor, threshold: float, min_frames: int,
 
 def long_mel(encoder, wave16k: torch.Tensor, block: int = 6000) -> torch.Tensor:
     """The encoder's mel frames ``(frames, 40)`` for a whole recording, in blocks of ``block`` frames."""
-    from ..models.embed import HOP, N_FFT
-
     wave = encoder.normalize_volume(wave16k)
     padded = torch.nn.functional.pad(wave, (N_FFT // 2, N_FFT // 2))  # centred frames, zero padding
     frames = 1 + wave.numel() // HOP
@@ -120,14 +103,12 @@ class Segmentation:
 def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig,
             feature_cfg: FeatureConfig = FeatureConfig(), vad=None) -> Segmentation:
     """Local segmentation of every window and one embedding per (window, local speaker, piece) with enough speech."""
-    from ..io.audio import resample
-
     fs = feature_cfg.frame_seconds
-    wave8k = torch.from_numpy(resample(wave16k.numpy(), 16000, feature_cfg.sample_rate))
-    feats = eend_features(wave8k, feature_cfg)  # T, dim
+    wave8k = torch.from_numpy(resample(wave16k.numpy(), SAMPLE_RATE, feature_cfg.sample_rate))
+    feats = extract(wave8k, feature_cfg)  # T, dim
     T = feats.shape[0]
     if T == 0:
-        return Segmentation(uri, 0, fs, [], torch.zeros(0, 0, 0), [], torch.zeros(0, 256), np.zeros(0))
+        return Segmentation(uri, 0, fs, [], torch.zeros(0, 0, 0), [], torch.zeros(0, EMBED_DIM), np.zeros(0))
     size = max(1, round(cfg.window / fs))
     starts = window_starts(T, size, max(1, round(cfg.step / fs)))
     probs = local_activity(model, feats, starts, size, cfg.batch)  # W, size', S
@@ -146,7 +127,7 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
     probs = probs * windowed(loud)  # digital silence (and the VAD's non-speech)
     del feats, wave8k
     mel = long_mel(encoder, wave16k)  # M, 40
-    per = round(fs * 100)  # mel frames (10 ms) per model frame
+    per = round(fs * SAMPLE_RATE / HOP)  # mel frames (10 ms) per model frame
     found, groups, weights = [], [], []
     min_frames, piece = max(1, round(cfg.min_embed / fs)), max(1, round(cfg.piece / fs))
     max_frames = max(min_frames, round(cfg.max_embed / fs))
@@ -160,7 +141,7 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
                 groups.append(m[m < mel.shape[0]])
                 weights.append(idx.numel() * fs)
             found.append((w, s, a, b, row))
-    emb = encoder.embed_frames(mel, groups) if groups else torch.zeros(0, 256)
+    emb = encoder.embed_frames(mel, groups) if groups else torch.zeros(0, EMBED_DIM)
     del mel
     ok = ~torch.isnan(emb).any(1)
     new_row = (ok.long().cumsum(0) - 1).tolist()

@@ -4,9 +4,10 @@ One utility for the two places that need it:
 
 * training (``pit.py``): the permutation-invariant loss takes, **per sequence**,
   the label order with the lowest loss (``best_per_sequence``);
-* inference (``infer.py``): consecutive chunks of one recording come out in
-  different speaker orders; each chunk is put in the order that agrees best
-  with what is already decided on their overlap (``align``).
+* the model on a whole recording (``metrics.evaluate.frame_probs``):
+  consecutive chunks of one recording come out in different speaker orders;
+  each chunk is put in the order that agrees best with what is already
+  decided on their overlap (``align``).
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ the 4-local-speaker model shipped in the package (``assets/eend_local4.pt``;
 cached or checkpointed under ``DIR``, so a killed run resumes where it
 stopped. The model is a local segmentation model: trained on 10 s windows
 of 1-4 speaker conversations with 4 outputs (PIT: outputs beyond the
-speakers present learn silence), scored per window (``windows.py``). The
+speakers present learn silence), scored per window (``metrics/windows.py``). The
 threshold and median width are chosen on the dev split (voices disjoint from
 train and test) and each test split is scored once, with them. The model file
 records the recipe, the training voices with their packages and licences,
@@ -114,6 +114,7 @@ def train_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig,
     mixtures = MixtureSet(folders, n_speakers=cfg.n_speakers)
     torch.manual_seed(cfg.seed)
     model = EENDModel(cfg.model_config())
+    model.features = mixtures.cfg
     losses = train(model, mixtures.batches(cfg.batch, cfg.frames), cfg.train_config(), out / "ckpt",
                    (lambda s, n, loss: progress(s - 1, n, f"train loss {loss:.4f}")) if progress else None)
     return model.eval(), losses
@@ -129,7 +130,7 @@ def _der(probs: dict, ref: dict, post: dict) -> dict:
 
 
 def score_model(model: EENDModel, data: pathlib.Path, frames: int = 100) -> dict:
-    """Local (per-window, ``windows.py``) DER: post-processing tuned on ``data/dev`` (sets
+    """Local (per-window, ``metrics/windows.py``) DER: post-processing tuned on ``data/dev`` (sets
     ``model.postprocess``), then each test set scored once with it."""
     dev_probs, dev_ref = window_probs(model, data / "dev", frames)
     best, grid = tune(dev_probs, dev_ref, collar=0.25, medians=(1, 5, 11))

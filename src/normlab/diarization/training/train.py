@@ -179,6 +179,7 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
         mixtures = MixtureSet(data, n_speakers=model_cfg.n_speakers)
         torch.manual_seed(cfg.seed)
         model = EENDModel(model_cfg).to(dev)
+        model.features = mixtures.cfg
         settings = {"model": asdict(model_cfg), "data": [str(d) for d in (data if isinstance(data, (list, tuple))
                                                                           else [data])],
                     "batch": batch, "frames": frames, "seed": cfg.seed, "lr": cfg.lr, "warmup": cfg.warmup,
