@@ -55,6 +55,14 @@ def test_speaker_count_errors():
         with pytest.raises(ValueError):
             check_speaker_counts(**bad)
     assert check_speaker_counts() == (1, None)
+    assert check_speaker_counts(min_speakers=2, max_speakers=2) == (2, 2)  # equal bounds: exactly that many
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_equal_bounds_give_that_many_speakers(k):
+    x, truth = _speakers(3, 10, noise=0.3, seed=20 + k)
+    labels = cluster(x, threshold=0.5, min_speakers=k, max_speakers=k)
+    assert len(set(labels.tolist())) == k
     assert cluster(np.zeros((0, 4)), threshold=0.5).shape == (0,)
 
 
@@ -91,3 +99,16 @@ def test_stitching_maps_flipped_local_speakers_to_global_ones():
     order = [max(range(3), key=lambda j: (got[:, j] * truth[:, k]).sum().item()) for k in range(3)]
     assert sorted(order) == [0, 1, 2]
     assert torch.equal(got[:, order], truth)  # every frame right, both overlaps kept
+
+
+def test_speaker_count_per_frame_is_the_rounded_mean_over_windows():
+    """Frames 10-19 are seen by two windows: the first hears its two local speakers there, the second nobody.
+    The mean count is 1, so one global speaker (the likelier) talks there; the maximum (2) would switch both on."""
+    size, starts = 20, [0, 10]
+    probs = torch.zeros(2, size, 2)
+    probs[0, :, 0], probs[0, :, 1] = 0.9, 0.8  # window 0 (frames 0-19): both local speakers throughout
+    pieces = [(0, 0, 0, size, 0), (0, 1, 0, size, 1)]  # window 1 (frames 10-29): no speech, no pieces
+    seg = Segmentation("rec", 30, 0.1, starts, probs, pieces, torch.eye(2, 8), np.array([3.0, 2.0]))  # spk0 first
+    turns = stitch(seg, PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=0.0))
+    got = sorted((t.speaker, round(t.start, 3), round(t.end, 3)) for t in turns)
+    assert got == [("spk0", 0.0, 2.0), ("spk1", 0.0, 1.0)], got  # both on 0-9 (one window: 2); the likelier on 10-19

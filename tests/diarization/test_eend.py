@@ -67,3 +67,26 @@ def test_resume_after_a_kill_ends_bitwise_where_an_uninterrupted_run_ends(tmp_pa
     assert losses == full
     for k, v in straight.state_dict().items():
         assert torch.equal(v, resumed.state_dict()[k]), k
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_only_rank_0_writes_checkpoints_and_metrics(tmp_path, monkeypatch, rank):
+    """One rank of two (the process group faked: DDP is the bare model, the loss mean is the rank's own):
+    rank 0 writes the checkpoint and metrics.csv into the folder it made, every other rank writes nothing."""
+    import normlab.diarization.training.train as training
+
+    monkeypatch.setattr(training, "world", lambda: (rank, 2))
+    monkeypatch.setattr(training, "mean_over_ranks", lambda value, world: value)
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", lambda model, device_ids=None: model)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()  # as rank 0 makes it for everyone
+    called = []
+    torch.manual_seed(0)
+    losses = train(EENDModel(DEBUG), toy_batches, TrainConfig(steps=4, warmup=1, ckpt_every=2), ckpt,
+                   lambda step, total, loss: called.append(step))
+    assert len(losses) == 4
+    written = sorted(p.name for p in ckpt.iterdir())
+    if rank == 0:
+        assert written == ["last.pt", "metrics.csv"] and called == [1, 2, 3, 4]
+    else:
+        assert written == [] and called == []

@@ -1,6 +1,7 @@
 """Silero VAD as a normlab module: the package's numbers, frame averaging, and the gate that stops false alarms.
 
-Needs ``silero-vad==6.2.3`` (installed without dependencies by ``make install``); skipped with the reason otherwise.
+The package's numbers need ``silero-vad==6.2.3`` (installed without dependencies by ``make install``); those tests
+skip with the reason otherwise. The chunk and context arithmetic is tested on random weights, without the package.
 """
 import importlib.util
 import pathlib
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from normlab.diarization.models.vad import CHUNK, SAMPLE_RATE, MissingVADWeightsError, SileroVAD, installed_weights, \
+from normlab.diarization.models.vad import CHUNK, CONTEXT, SAMPLE_RATE, MissingVADWeightsError, SileroVAD, installed_weights, \
     speech_probability
 
 
@@ -128,3 +129,29 @@ def test_cli_options_reach_the_pipeline(vad, tmp_path, capsys):
     assert read_rttm(tmp_path / "eend" / "noise.rttm")["noise"]
     assert main(["diarize", str(tmp_path / "noise.wav"), "--vad", "loud"]) == 2  # argparse: one line, exit 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_each_chunk_sees_the_previous_64_samples_and_nothing_later():
+    """Random weights, no package: with the LSTM made memoryless (no recurrent weights, forget gate shut), the
+    probability of chunk k depends on samples [512 k - 64, 512 k + 512) and on no other sample."""
+    torch.manual_seed(0)
+    vad = SileroVAD().eval()
+    with torch.no_grad():
+        vad.lstm.weight_hh_l0.zero_()
+        vad.lstm.bias_ih_l0[128:256] = -1e4  # gates i, f, g, o: f = 0, so no cell state carries over
+    wave = 0.1 * torch.randn(CHUNK * 6)
+    base = vad(wave, block=2)
+    assert base.shape == (6,)
+
+    def changed(i: int) -> list[int]:
+        w = wave.clone()
+        w[i] += 1.0
+        return (vad(w, block=2) - base).abs().gt(1e-7).nonzero().squeeze(1).tolist()
+
+    k = 3
+    assert changed(k * CHUNK - CONTEXT) == [k - 1, k]  # the first context sample: chunk k-1's, and chunk k's context
+    assert changed(k * CHUNK - 1) == [k - 1, k]
+    assert changed(k * CHUNK - CONTEXT - 1) == [k - 1]  # just before the context: chunk k never sees it
+    assert changed(k * CHUNK) == [k]  # chunk k's first sample: no earlier chunk looks ahead
+    assert changed((k + 1) * CHUNK - 1 - CONTEXT) == [k]
+    assert changed(0) == [0]
