@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from normlab.diarization import diarize
+from normlab.diarization.io.rttm import read_rttm
 from normlab.diarization.metrics.der import score
 from normlab.diarization.models.embed import MissingWeightsError, weights_path
-from normlab.diarization.io.rttm import read_rttm
 
 #: DER bounds at collar 0.25 s, regression guards set from measurements with the shipped 2-speaker model
 #: (docs/diarization.md has the numbers); a model that marks everything or nothing as speech, or a broken

@@ -2,9 +2,9 @@
 import pytest
 import torch
 
+from normlab.diarization.io.rttm import Turn
 from normlab.diarization.models.eend import EENDModel, ModelConfig
 from normlab.diarization.pipeline.postprocess import median_filter, to_turns
-from normlab.diarization.io.rttm import Turn
 from normlab.diarization.training.train import TrainConfig, train
 
 DEBUG = ModelConfig(input_dim=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.1)

@@ -7,11 +7,11 @@ import pytest
 import soundfile as sf
 import torch
 
-from normlab.models.transformer import TransformerBlock
+from normlab.diarization.io.rttm import Turn
 from normlab.diarization.metrics.evaluate import evaluate, tune
 from normlab.diarization.models.eend import SHIPPED, EENDModel, ModelConfig
-from normlab.diarization.io.rttm import Turn
 from normlab.diarization.training.train import TrainConfig
+from normlab.models.transformer import TransformerBlock
 
 LOCAL4 = SHIPPED.parent / "eend_local4.pt"  # the 4-local-speaker segmentation model (`make model`)
 LOCAL4_DER_BOUND = 0.45  # its local DER on the conversations below: measured 29.5% (random weights: 190%)

@@ -8,9 +8,9 @@ import torch
 
 from normlab.cli import main
 from normlab.diarization.data.dataset import MixtureSet, frame_labels
+from normlab.diarization.data.simulate import SimConfig, simulate, variants
 from normlab.diarization.io.rttm import Turn, read_rttm
 from normlab.diarization.io.uem import read_uem
-from normlab.diarization.data.simulate import SimConfig, simulate, variants
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed (make install does)")
 SMALL = dict(n_mixtures=2, min_utterances=3, max_utterances=4)

@@ -112,8 +112,8 @@ def test_cli_options_reach_the_pipeline(vad, tmp_path, capsys):
     import soundfile as sf
 
     from normlab.cli import main
-    from normlab.diarization.models.embed import MissingWeightsError, weights_path
     from normlab.diarization.io.rttm import read_rttm
+    from normlab.diarization.models.embed import MissingWeightsError, weights_path
 
     try:
         weights_path()

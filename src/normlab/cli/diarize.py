@@ -31,8 +31,8 @@ def _read_rttms(paths: list[str]) -> dict:
 
 
 def _cmd_diarize_score(args: argparse.Namespace) -> int:
-    from ..diarization.metrics.der import score
     from ..diarization.io.uem import read_uem
+    from ..diarization.metrics.der import score
 
     ref, hyp = _read_rttms([args.ref]), _read_rttms(args.hyp)
     uem = read_uem(args.uem) if args.uem else None
