@@ -53,15 +53,12 @@ class EENDModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.postprocess = dict(DEFAULT_POSTPROCESS)
-        if cfg.encoder == "transformer":
-            self.encoder = TransformerEncoder(cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, norm=cfg.norm,
-                                              placement=cfg.placement, dropout=cfg.dropout,
-                                              attn_dropout=cfg.attn_dropout, input_dim=cfg.input_dim, pos="none")
-        elif cfg.encoder == "conformer":
-            self.encoder = ConformerEncoder(cfg.input_dim, cfg.d_model, cfg.n_heads, cfg.n_layers, d_ff=cfg.d_ff,
-                                            dropout=cfg.dropout, norm=cfg.norm, placement=cfg.placement)
-        else:
-            check_choice(cfg.encoder, ENCODERS, "encoder")
+        check_choice(cfg.encoder, ENCODERS, "encoder")
+        # one signature for every encoder; EEND's Transformer has no positions, the Conformer its sinusoidal table
+        encoder, pos = {"transformer": (TransformerEncoder, "none"), "conformer": (ConformerEncoder, "sinusoidal")}[
+            cfg.encoder]
+        self.encoder = encoder(cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, norm=cfg.norm, placement=cfg.placement,
+                               dropout=cfg.dropout, attn_dropout=cfg.attn_dropout, input_dim=cfg.input_dim, pos=pos)
         self.head = nn.Linear(cfg.d_model, cfg.n_speakers)
 
     def forward(self, feats: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import normlab
+from normlab.nn.residual import materialize
 from normlab.registry import NORMS, PLACEMENTS
 
 D, H = 16, 4
@@ -76,7 +77,9 @@ def test_fused_pre_block_matches_unfused():
     x = torch.randn(2, 5, D)
     h = x + b.attn.fn(b.attn.pre_norm(x))
     expected = h + b.ffn.fn(b.ffn.pre_norm(h))
-    torch.testing.assert_close(b(x), expected, rtol=1e-5, atol=1e-5)
+    hidden, residual = b(x)
+    assert residual is not None  # a pre block leaves its last add to the next norm
+    torch.testing.assert_close(materialize(hidden, residual), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_conformer_structure_and_padding():
@@ -85,10 +88,11 @@ def test_conformer_structure_and_padding():
     assert blk.ffn1.scale == 0.5 and blk.ffn2.scale == 0.5
     assert all(u.slots.pre for u in (blk.ffn1, blk.attn, blk.conv, blk.ffn2))
     x = torch.randn(3, 9, D) * 4 + 2
-    y = blk(x)
+    y, pending = blk(x)
+    assert pending is None  # the block's final norm closed the stream
     assert y.mean(-1).abs().max() < 1e-5  # ends with a LayerNorm (gamma 1, beta 0)
     assert (y.std(-1, unbiased=False) - 1).abs().max() < 1e-3
-    enc = normlab.ConformerEncoder(6, D, H, 2, kernel_size=5).eval()
+    enc = normlab.ConformerEncoder(D, H, 2, input_dim=6, kernel_size=5).eval()
     alone, batch, mask = _padded_pair(in_dim=6)
     torch.testing.assert_close(enc(batch, mask)[:1, :5], enc(alone), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="odd"):
@@ -119,6 +123,12 @@ def test_bad_arguments():
         normlab.TransformerEncoder(8, 2, 1, pos="rope")
     with pytest.raises(TypeError, match="bool"):
         normlab.TransformerEncoder(8, 2, 1)(torch.randn(1, 3, 8), torch.zeros(1, 3))
+    with pytest.raises(TypeError, match="mask="):  # the second argument of a block is the residual stream
+        normlab.TransformerBlock(8, 2)(torch.randn(1, 3, 8), torch.zeros(1, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="n_layers"):
+        normlab.ConformerEncoder(8, 2, 0)
+    with pytest.raises(ValueError, match="layer_index"):
+        normlab.TransformerBlock(8, 2, layer_index=4, n_layers=4)
 
 
 @pytest.mark.parametrize("placement", list(PLACEMENTS))

@@ -1,4 +1,4 @@
-"""The fused QKV projection: init, DeepNorm, and every way weights load into it."""
+"""The fused QKV projection: init, DeepNorm, and the ways weights load into it (old files: test_old_keys.py)."""
 import json
 
 import pytest
@@ -10,18 +10,6 @@ from normlab import interop
 from normlab.diarization import SHIPPED, EENDModel
 from normlab.models.bert import BertEncoder
 from normlab.nn.attention import MultiHeadSelfAttention
-
-
-def _split_qkv(state: dict) -> dict:
-    """A state_dict as files written before the fusion store it: q_proj, k_proj, v_proj."""
-    out = {}
-    for key, t in state.items():
-        if ".qkv_proj." in key or key.startswith("qkv_proj."):
-            for name, part in zip("qkv", t.chunk(3)):
-                out[key.replace("qkv_proj", f"{name}_proj")] = part.clone()
-        else:
-            out[key] = t
-    return out
 
 
 def test_fused_init_draws_what_three_linears_drew():
@@ -68,20 +56,6 @@ def test_from_torch_and_to_torch_move_in_proj_rows_unchanged():
         assert n == n2 and torch.equal(p, p2), n
 
 
-def test_old_state_dict_with_separate_qkv_loads():
-    torch.manual_seed(2)
-    src = normlab.TransformerEncoder(32, 4, 2, 64).eval()
-    old = _split_qkv(src.state_dict())
-    assert "layers.0.attn.fn.q_proj.weight" in old and not any("qkv_proj" in k for k in old)
-    dst = normlab.TransformerEncoder(32, 4, 2, 64).eval()
-    dst.load_state_dict(old)  # strict: nothing missing, nothing unexpected
-    for (n, p), p2 in zip(src.state_dict().items(), dst.state_dict().values()):
-        assert torch.equal(p, p2), n
-    x = torch.randn(2, 9, 32)
-    with torch.no_grad():
-        assert torch.equal(src(x), dst(x))
-
-
 def test_bert_style_separate_qkv_loads(tmp_path):
     """A checkpoint in BERT's layout (query/key/value apart) loads into the fused projection, in order."""
     cfg = {"vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -115,16 +89,14 @@ def test_bert_style_separate_qkv_loads(tmp_path):
         assert torch.equal(got(ids), src(ids))
 
 
-def test_shipped_diarization_model_loads_its_separate_qkv():
+def test_shipped_diarization_model_has_the_fused_keys():
     if not SHIPPED.is_file():
         pytest.skip("the package was installed without its model file")
     raw = torch.load(SHIPPED, map_location="cpu", weights_only=True)["state_dict"]
     model = EENDModel.load()
+    assert set(raw) == set(model.state_dict())  # today's keys: nothing renamed on load
     for i, layer in enumerate(model.encoder.layers):
-        p = f"encoder.layers.{i}.attn.fn."
-        want = raw.get(p + "qkv_proj.weight")  # files written since the fused projection; older ones: q, k, v
-        want = torch.cat([raw[p + f"{n}_proj.weight"] for n in "qkv"]) if want is None else want
-        assert torch.equal(layer.attn.fn.qkv_proj.weight, want)
+        assert torch.equal(layer.attn.fn.qkv_proj.weight, raw[f"encoder.layers.{i}.attn.fn.qkv_proj.weight"])
     # same outputs as torch's own layers carrying those weights (an attention written independently)
     enc = model.encoder
     layers = [interop.to_torch(b).eval() for b in enc.layers]

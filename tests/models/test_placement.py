@@ -7,7 +7,7 @@ from torch import nn
 
 import normlab
 from normlab.models import placement as P
-from normlab.nn.residual import ResidualUnit
+from normlab.nn.residual import ResidualUnit, Slots, materialize
 from normlab.registry import NORMS, PLACEMENTS
 
 
@@ -72,12 +72,31 @@ def test_residual_unit_formula(placement):
         expected = ln((2 * 4) ** 0.25 * x + F(x))
     else:
         expected = ln(math.sqrt((8 + 1) / math.log(8 + 1) - 1) * x + F(x))  # n = 2N = 8
-    torch.testing.assert_close(u(x), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(materialize(*u(x)), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_mixln_first_layer_is_post():
     assert P.slots("mixln", 0, 4) == P.slots("post")
     assert P.slots("mixln", 1, 4) == P.slots("pre")
+
+
+def test_slot_table_as_written():
+    assert P.slots("pre") == Slots(pre=True) and P.slots("sandwich") == Slots(pre=True, branch=True)
+    assert P.slots("post") == Slots(post=True)
+    assert P.slots("deepnorm", 0, 6) == Slots(post=True, alpha=(2 * 6) ** 0.25)
+    assert P.slots("admin", 0, 6) == Slots(post=True, alpha=math.sqrt(13 / math.log(13) - 1))
+
+
+def test_plan_checks_every_argument_once_for_every_encoder():
+    builds = [lambda **kw: normlab.TransformerEncoder(8, 2, **kw), lambda **kw: normlab.ConformerEncoder(8, 2, **kw),
+              lambda **kw: normlab.VideoEncoder(8, 2, n_patches=2, **kw)]
+    for build in builds:
+        with pytest.raises(ValueError, match="n_layers"):
+            build(n_layers=0)
+        with pytest.raises(ValueError, match="init"):
+            build(n_layers=1, init="kaiming")
+        built = build(n_layers=1, norm="rmsnorm", norm_kw={"eps": 1e-3})
+        assert {m.eps for m in built.modules() if isinstance(m, normlab.RMSNorm)} == {1e-3}  # norm_kw reaches all
 
 
 def test_deepnorm_init_scales_value_output_ffn_only():
@@ -100,3 +119,32 @@ def test_final_norm_only_for_pre_style():
     for p, has in [("pre", True), ("sandwich", True), ("mixln", True), ("post", False), ("deepnorm", False),
                    ("admin", False)]:
         assert (normlab.TransformerEncoder(16, 2, 4, placement=p).final_norm is not None) == has
+
+
+#: the Conformer's matrices DeepNorm scales by beta (its FFNs, value and output maps, both pointwise maps of the
+#: convolution module), and those that keep their init (queries, keys, the depthwise filter), named here, not
+#: read from the modules' own declarations
+CONFORMER_SCALED = ["ffn1.fn.fc1", "ffn1.fn.fc2", "attn.fn.out_proj", "conv.fn.pointwise_in", "conv.fn.pointwise_out",
+                    "ffn2.fn.fc1", "ffn2.fn.fc2"]
+CONFORMER_KEPT = ["conv.fn.depthwise"]
+
+
+@pytest.mark.parametrize("built", ["encoder", "block"])
+def test_deepnorm_scales_the_conformer_matrices_named_by_hand(built):
+    n, d = 6, 16
+    beta = (8 * n) ** -0.25
+
+    def blocks(placement):
+        torch.manual_seed(0)
+        if built == "encoder":
+            return list(normlab.ConformerEncoder(d, 2, n, 32, kernel_size=3, placement=placement).layers)
+        return [normlab.ConformerBlock(d, 2, 32, kernel_size=3, placement=placement, n_layers=n)]
+
+    get = lambda block, name: block.get_submodule(name).weight.detach()  # noqa: E731
+    for deep, plain in zip(blocks("deepnorm"), blocks("post")):
+        for name in CONFORMER_SCALED:
+            assert torch.equal(get(deep, name), get(plain, name) * beta), name
+        for name in CONFORMER_KEPT:
+            assert torch.equal(get(deep, name), get(plain, name)), name
+        qkv, qkv_plain = get(deep, "attn.fn.qkv_proj"), get(plain, "attn.fn.qkv_proj")
+        assert torch.equal(qkv[:2 * d], qkv_plain[:2 * d]) and torch.equal(qkv[2 * d:], qkv_plain[2 * d:] * beta)
