@@ -1,4 +1,4 @@
-"""The numerics contract of DESIGN.md, on every op and every implementation."""
+"""The numerics contract (docs/numerics.md), on every op and every implementation."""
 from __future__ import annotations
 
 import pytest
@@ -41,6 +41,22 @@ def test_accuracy_rule(op, dtype, scale, shift, impl):
         scale_ = max(1.0, ref.abs().max().item())
         assert a.dtype == dtype, name
         assert max_err(a, ref) <= 2 * max_err(t, ref) + ATOL[dtype] * scale_, name
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [33, 70])
+def test_weight_gradients_include_the_last_partial_block(op, dtype, n, impl):
+    """N > 32 and not a multiple of the 32-row block: dw/db (float64 reference) still sum every row."""
+    x, w, b, r = make_inputs(op, n, 40, dtype, seed=n)
+    dy = torch.randn(n, 40, generator=torch.Generator().manual_seed(2)).to(dtype)
+    y, yt = ours(op, x, w, b, impl=impl, r=r), baseline(op, x, w, b, r, impl)
+    x64, w64, b64, r64 = map(_double, (x, w, b, r))
+    y64 = torchs(op, x64, w64, b64, r=r64)
+    params, params64 = [t for t in (w, b) if t is not None], [t for t in (w64, b64) if t is not None]
+    g, gt, g64 = grads(y, dy, params), grads(yt, dy, params), grads(y64, dy.double(), params64)
+    for name, a, t, ref in zip(("dw", "db"), g, gt, g64):
+        assert max_err(a, ref) <= 2 * max_err(t, ref) + ATOL[dtype] * max(1.0, ref.abs().max().item()), name
 
 
 @pytest.mark.parametrize("op", OPS)

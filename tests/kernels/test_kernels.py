@@ -35,6 +35,18 @@ def test_auto_policy():
     assert kernels.resolve("auto", "layer_norm", torch.randn(4, 30, 30), 1e-5, d=900) == ("cpu" if HAS_CPU else "native")
 
 
+@pytest.mark.skipif(not HAS_CPU, reason="no C++ compiler: both sides of the boundary are native")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_native_below_d_boundary_is_exact(dtype):
+    """Rows of exactly NATIVE_BELOW_D go to normlab's kernel; one element fewer, to torch's."""
+    d = kernels.NATIVE_BELOW_D
+    assert kernels.resolve("auto", "layer_norm", torch.randn(2, d - 1, dtype=dtype), 1e-5) == "native"
+    assert kernels.resolve("auto", "layer_norm", torch.randn(2, d, dtype=dtype), 1e-5) == "cpu"
+    x = torch.randn(2, 8, d // 8, dtype=dtype)  # the row length is prod(normalized_shape)
+    assert kernels.resolve("auto", "layer_norm", x, 1e-5, d=d) == "cpu"
+    assert kernels.resolve("auto", "layer_norm", x, 1e-5, d=d - 1) == "native"
+
+
 def test_forced_impl_that_cannot_run_raises():
     with pytest.raises(ValueError, match="native.*rms_norm"):
         F.rms_norm(torch.randn(2, 8), 8, impl="native")
@@ -47,15 +59,16 @@ def test_forced_impl_that_cannot_run_raises():
 
 @pytest.mark.parametrize("op", ["layer_norm", "add_layer_norm"])
 def test_native_kernel_methods_are_what_native_runs(op, monkeypatch):
-    """functional reaches torch's kernel only through dispatch and NativeKernel.ln_fwd/ln_bwd."""
+    """functional reaches torch's kernel only through dispatch and NativeKernel.fwd/bwd."""
     calls = []
-    for name in ("ln_fwd", "ln_bwd"):
+    for name in ("fwd", "bwd"):
         orig = getattr(NativeKernel, name)
-        monkeypatch.setattr(NativeKernel, name, lambda self, *a, _n=name, _o=orig: calls.append(_n) or _o(self, *a))
+        monkeypatch.setattr(NativeKernel, name,
+                            lambda self, *a, _n=name, _o=orig, **kw: calls.append(_n) or _o(self, *a, **kw))
     x = torch.randn(3, 8, requires_grad=True)
     y = F.layer_norm(x, 8, impl="native") if op == "layer_norm" else F.add_layer_norm(x, x, 8, impl="native")[0]
     y.sum().backward()
-    assert calls == ["ln_fwd", "ln_bwd"]
+    assert calls == ["fwd", "bwd"]
 
 
 def test_use_compiled_is_local_to_the_block_and_thread(monkeypatch):
