@@ -58,7 +58,7 @@ class RecipeConfig:
     style: str = "conversation"  # "conversation": turn-taking (conversation.py); "mixture": EEND's timelines
     real_p: float = 0.7  # in "mixed" conversations, share of speakers who are real people
     augment: int = 1  # 1: speaker warps and levels, rooms, noise types, telephone, gain (augment.Perturbation)
-    steps: int = 4000
+    steps: int = 3200
     lr: float = 1e-3
     warmup: int = 200
     decay: str = "cosine"
