@@ -41,21 +41,28 @@ def warp(track: np.ndarray, alpha: float, sample_rate: int) -> np.ndarray:
     return np.pad(y, (0, max(0, track.size - y.size)))[: track.size]  # sox may differ by a few samples
 
 
-def room_impulse_response(rt60: float, sample_rate: int, rng: np.random.Generator) -> np.ndarray:
-    """A direct path then Gaussian noise decaying by 60 dB over ``rt60`` seconds; unit energy."""
+def room_impulse_response(rt60: float, sample_rate: int, rng: np.random.Generator, tail: float = 0.3) -> np.ndarray:
+    """A direct path then Gaussian noise decaying by 60 dB over ``rt60`` seconds; unit energy.
+
+    ``tail`` is the reverberant tail's amplitude against the direct path's 1:
+    0.3 is a talker near the microphone; 1-2 a microphone metres away (a meeting
+    room's table microphone), where the room's sound outweighs the direct path.
+    """
     if rt60 <= 0:
         raise ValueError(f"rt60 must be > 0 seconds, got {rt60}")
     t = np.arange(int(rt60 * sample_rate)) / sample_rate
-    h = rng.standard_normal(t.size) * 10 ** (-3 * t / rt60) * 0.3  # amplitude -60 dB at t = rt60
+    h = rng.standard_normal(t.size) * 10 ** (-3 * t / rt60) * tail  # amplitude -60 dB at t = rt60
     h[0] = 1.0
     return (h / np.sqrt(np.sum(h**2))).astype(np.float32)
 
 
-def reverberate(track: np.ndarray, rt60: float, sample_rate: int, rng: np.random.Generator) -> np.ndarray:
+def reverberate(track: np.ndarray, rt60: float, sample_rate: int, rng: np.random.Generator,
+                tail: float = 0.3) -> np.ndarray:
     """``track`` in a room: convolved with a fresh impulse response, cut to its own length (turns stay put)."""
     from scipy.signal import fftconvolve
 
-    return fftconvolve(track, room_impulse_response(rt60, sample_rate, rng))[: len(track)].astype(np.float32)
+    h = room_impulse_response(rt60, sample_rate, rng, tail)
+    return fftconvolve(track, h)[: len(track)].astype(np.float32)
 
 
 def colored_noise(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -88,6 +95,27 @@ def add_noise(mix: np.ndarray, noise: np.ndarray, snr_db: float) -> np.ndarray:
     power = float(np.mean(mix**2)) or 1e-8
     scale = np.sqrt(power / 10 ** (snr_db / 10) / (float(np.mean(noise**2)) or 1e-8))
     return (mix + scale * noise[: mix.size]).astype(np.float32)
+
+
+def music(tracks: list[np.ndarray], n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` samples of one of ``tracks`` (music on hold) from a random offset, looped if short; unit power."""
+    x = tracks[int(rng.integers(len(tracks)))]
+    reps = int(np.ceil(n / x.size)) + 1
+    start = int(rng.integers(x.size))
+    y = np.tile(x, reps)[start : start + n]
+    return (y / (np.sqrt(np.mean(y**2)) + 1e-12)).astype(np.float32)
+
+
+def speed(x: np.ndarray, factor: float) -> np.ndarray:
+    """``x`` played ``factor`` times faster (pitch and formants move with it: Kaldi's speed perturbation)."""
+    from fractions import Fraction
+
+    from scipy.signal import resample_poly
+
+    if abs(factor - 1.0) < 1e-3:
+        return x
+    f = Fraction(factor).limit_denominator(50)
+    return resample_poly(x, f.denominator, f.numerator).astype(np.float32)
 
 
 def telephone(x: np.ndarray, sample_rate: int) -> np.ndarray:

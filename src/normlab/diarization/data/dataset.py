@@ -51,6 +51,14 @@ class MixtureSet:
                                   cfg.frame_seconds)
             self.items.append((feats, labels))
 
+    def joined(self, other: "MixtureSet") -> "MixtureSet":
+        """Both sets' recordings in one (the items are shared, not copied)."""
+        import copy
+
+        both = copy.copy(self)
+        both.items, both.uris = self.items + other.items, self.uris + other.uris
+        return both
+
     def batches(self, batch: int = 8, frames: int = 500):
         """A function ``gen -> (feats, labels, pad mask)`` drawing random ``frames``-long windows."""
 

@@ -66,8 +66,12 @@ class SimConfig:
     sources: str = "espeak"  # "espeak" or "all" (also the recorded flite and festival voices)
     augment: bool = False  # speaker warps and levels, rooms, noise types, telephone, gain (augment.Perturbation)
     beta_by_count: bool = False  # beta x BETA_SCALE[k] for k speakers
+    style: str = "mixture"  # "mixture": EEND's independent timelines; "conversation": turn-taking (conversation.py)
+    real_p: float = 0.7  # conversation style: share of speakers drawn from real people when the pool has them
 
     def __post_init__(self):
+        if self.style not in ("mixture", "conversation"):
+            raise ValueError(f"style must be mixture or conversation, got {self.style!r}")
         lo = self.min_speakers or self.n_speakers
         if not 1 <= lo <= self.n_speakers:
             raise ValueError(f"need 1 <= min_speakers <= n_speakers, got {self.min_speakers} and {self.n_speakers}")
@@ -163,6 +167,82 @@ def mixture(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, list[Tu
     return aug.gain(mix, rng.uniform(*pert.peak_db)), turns, uri
 
 
+def pick_speakers(pool: list[Voice], k: int, real_p: float, rng: np.random.Generator) -> list[Voice]:
+    """``k`` voices of ``k`` different persons; each is a real person's with probability ``real_p`` while any is left."""
+    real = [v for v in pool if v.real]
+    synth = [v for v in pool if not v.real]
+    n_real = min(len(real), int(rng.binomial(k, real_p)) if synth else k)
+    n_real = max(n_real, k - len({v.person for v in synth}))
+    if n_real > len(real):
+        raise ValueError(f"{k} speakers asked, but the split has {len(real) + len({v.person for v in synth})} persons")
+    chosen = [real[int(i)] for i in rng.choice(len(real), size=n_real, replace=False)] if n_real else []
+    return chosen + (pick_voices(synth, k - n_real, rng) if k > n_real else [])
+
+
+def conversation(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, list[Turn], str]:
+    """Conversation ``index``: turn-taking timing (``conversation.schedule``) filled with the speakers' own
+    utterances, then each speaker's warp and level, the room, the noise, the channel."""
+    from . import conversation as conv
+    from .prompts import music
+
+    rng = np.random.default_rng([cfg.seed, index, SPLITS.index(cfg.split), 1])
+    uri, sr = mixture_uri(cfg, index), cfg.sample_rate
+    tt, ch = conv.TurnTaking(), conv.Channel()
+    k = cfg.speakers_of(index)
+    speakers = pick_speakers([_as_voice(v) for v in pool], k, cfg.real_p, rng)
+    utts, short = [], []
+    for v in speakers:
+        u, s = conv.utterances(v, 40 if v.real else 14, rng, sr)
+        utts.append(u)
+        short.append(s)
+    segments = conv.schedule(k, [[len(x) / sr for x in u] for u in utts], short, tt, rng)
+    end = max(seg.start + sum(len(utts[seg.speaker][i]) for i in seg.items) / sr + sum(seg.gaps) for seg in segments)
+    n = int((end + float(rng.uniform(0.0, 1.5))) * sr) + 1
+    tracks = [np.zeros(n, np.float32) for _ in range(k)]
+    labels = []
+    for j, v in enumerate(speakers):
+        warp = float(rng.uniform(0.9, 1.12)) if cfg.augment else 1.0
+        labels.append(f"{v.key}.w{100 * warp:.0f}")
+    turns = []
+    for seg in segments:
+        t = seg.start
+        for m, i in enumerate(seg.items):
+            t += seg.gaps[m - 1] if m else 0.0
+            x = utts[seg.speaker][i]
+            a = int(round(t * sr))
+            tracks[seg.speaker][a : a + len(x)] += x[: n - a]
+            turns.append(Turn(uri, round(a / sr, 3), round(len(x) / sr, 3), labels[seg.speaker]))
+            t = a / sr + len(x) / sr
+    if cfg.augment:
+        for j in range(k):
+            alpha = float(labels[j].rsplit(".w", 1)[1]) / 100
+            tracks[j] = aug.warp(tracks[j], alpha, sr) * 10 ** (float(rng.uniform(-6, 6)) / 20)
+        if rng.random() < ch.room_p:
+            rt60, tail = float(rng.uniform(*ch.rt60)), (float(rng.uniform(1.0, 2.0)) if rng.random() < ch.far_p
+                                                         else float(rng.uniform(0.2, 0.5)))
+            tracks = [reverberate(x, rt60, sr, rng, tail) for x in tracks]
+    mix = np.sum(tracks, axis=0).astype(np.float32)
+    kinds = list(conv.NOISE_KINDS)
+    p = np.array(ch.noise_p)
+    if not music(sr):
+        p[kinds.index("music")] = 0.0
+    kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))] if cfg.augment else "white"
+    if kind == "babble":
+        others = [v for v in pool if _as_voice(v).real] or [v for v in pool if _as_voice(v).synth == "espeak-ng"]
+        talkers = [_as_voice(others[int(i)]) for i in rng.integers(len(others), size=5)]
+        noise = aug.babble([conv.utterances(v, 3, rng, sr)[0][0] for v in talkers], n, rng)
+    elif kind == "music":
+        noise = aug.music(list(music(sr)), n, rng)
+    else:
+        noise = aug.colored_noise(kind, n, rng)
+    snr = rng.uniform(*(ch.snr_db if cfg.augment else cfg.snr_db))
+    mix = aug.add_noise(mix, noise, snr)
+    if cfg.augment and rng.random() < ch.telephone_p:
+        mix = aug.telephone(mix, sr)
+    peak = rng.uniform(*ch.peak_db) if cfg.augment else -1.0
+    return aug.gain(mix, peak), sorted(turns, key=lambda t: t.start), uri
+
+
 def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=None, jobs: int = 1) -> pathlib.Path:
     """Write ``cfg.n_mixtures`` mixtures under ``out`` with ``jobs`` processes; returns ``out``.
 
@@ -174,6 +254,7 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     out = pathlib.Path(out)
     (out / "wav").mkdir(parents=True, exist_ok=True)
     pool = voices(cfg.split, cfg.sources)
+    make = conversation if cfg.style == "conversation" else mixture
     paths = [(out / "wav" / f"{mixture_uri(cfg, i)}.wav", out / "wav" / f"{mixture_uri(cfg, i)}.rttm")
              for i in range(cfg.n_mixtures)]
     todo = [i for i, (wav, rttm) in enumerate(paths) if not (wav.exists() and rttm.exists())]
@@ -182,12 +263,12 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
         """(index, mixture) as each one is ready, from ``jobs`` processes or this one."""
         if jobs > 1 and len(todo) > 1:
             with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool_:
-                futures = {pool_.submit(mixture, cfg, i, pool): i for i in todo}
+                futures = {pool_.submit(make, cfg, i, pool): i for i in todo}
                 for fut in as_completed(futures):
                     yield futures[fut], fut.result()
         else:
             for i in todo:
-                yield i, mixture(cfg, i, pool)
+                yield i, make(cfg, i, pool)
 
     for done, (i, (audio, turns, uri)) in enumerate(finished(), start=cfg.n_mixtures - len(todo) + 1):
         write_rttm(turns, paths[i][1])
@@ -210,4 +291,6 @@ def mixture_uri(cfg: SimConfig, index: int) -> str:
     count = f"{cfg.min_speakers}-{cfg.n_speakers}" if cfg.min_speakers else f"{cfg.n_speakers}"
     kind = ("_all" if cfg.sources == "all" else "") + ("_aug" if cfg.augment else "") + \
         ("_bk" if cfg.beta_by_count else "")
+    if cfg.style == "conversation":
+        return f"{cfg.split}_conv_s{count}_{cfg.sources}{'_aug' if cfg.augment else ''}_{cfg.seed}_{index:05d}"
     return f"{cfg.split}_b{cfg.beta:g}_s{count}{kind}{room}_{cfg.seed}_{index:05d}"

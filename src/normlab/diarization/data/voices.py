@@ -30,7 +30,8 @@ import numpy as np
 from ..io.audio import read_mono
 
 SPLITS = ("train", "dev", "test", "flite")  # "flite": flite's voices only (the older held-out set)
-SOURCES = ("espeak", "all")  # "espeak": espeak-ng variants only; "all": also flite and festival voices
+SOURCES = ("espeak", "all", "real", "mixed")  # "espeak": espeak-ng variants only; "all": also flite and festival
+#            voices; "real": the split's recorded people only (prompts.py); "mixed": "all" and the recorded people
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,13 @@ class Voice:
 
     @property
     def recorded(self) -> bool:
+        """Made from recordings of a person (flite and festival voices, and real prompts)."""
         return self.synth != "espeak-ng"
+
+    @property
+    def real(self) -> bool:
+        """A real person's own recordings (``prompts.py``), not a synthesizer."""
+        return self.synth == "recorded"
 
 
 FLITE_VOICES = ("awb", "kal16", "rms", "slt")  # the older "flite" split (kal is kal16 at 8 kHz)
@@ -100,10 +107,18 @@ def voices(split: str, sources: str = "espeak") -> list[Voice]:
     if split == "flite":
         tool("flite")
         return [Voice("flite", v, v) for v in FLITE_VOICES]
+    from .prompts import installed
+
+    real = [Voice("recorded", p.key, p.key) for p in installed(split)] if sources in ("real", "mixed") else []
+    if sources == "real":
+        if not real:
+            raise RuntimeError(f"no recorded voices of the {split} split are installed (the asterisk and gcin "
+                               "prompt packages; `make system-deps` installs them)")
+        return real
     out = [Voice("espeak-ng", v, f"espeak.{v}", (100, 200)) for v in espeak_variants(split)]
-    if sources == "all":
+    if sources in ("all", "mixed"):
         out += [v for v in RECORDED if v.person in PERSONS[split] and available(v)]
-    return out
+    return out + real
 
 
 def _festival_script(voice: str, texts: list[str], f0: float, stretch: float, folder: pathlib.Path) -> str:

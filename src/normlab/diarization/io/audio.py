@@ -34,11 +34,31 @@ def resample(mono: np.ndarray, orig: int, target: int) -> np.ndarray:
     return resample_poly(mono, target // g, orig // g).astype(np.float32)
 
 
+def _read_gsm(path: pathlib.Path) -> np.ndarray:
+    """A headerless GSM 6.10 file (8 kHz, as telephone prompt collections ship them): only sox decodes it."""
+    import shutil
+    import subprocess
+
+    sox = shutil.which("sox")
+    if sox is None:
+        raise AudioError(f"{path}: reading GSM needs sox (Debian package sox; `make system-deps` installs it)")
+    run = subprocess.run([sox, str(path), "-t", "raw", "-e", "floating-point", "-b", "32", "-c", "1", "-r", "8000",
+                          "-"], capture_output=True)
+    if run.returncode:
+        raise AudioError(f"{path}: cannot read audio ({run.stderr.decode(errors='replace').strip()})")
+    return np.frombuffer(run.stdout, dtype="<f4").astype(np.float32)
+
+
 def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
-    """Mono float32 samples at ``sample_rate`` from a WAV/FLAC file; errors name the file."""
+    """Mono float32 samples at ``sample_rate`` from a WAV/FLAC/Ogg (or headerless .gsm) file; errors name the file."""
     import soundfile as sf
 
     path = pathlib.Path(path)
+    if path.suffix.lower() == ".gsm":
+        mono = _read_gsm(path)
+        if mono.size == 0:
+            raise AudioError(f"{path}: no audio samples")
+        return torch.from_numpy(resample(mono, 8000, sample_rate))
     try:
         with sf.SoundFile(str(path)) as f:
             sr, n = f.samplerate, f.frames

@@ -49,12 +49,20 @@ def versions() -> dict[str, str]:
 
 def sources(voice_keys: list[str]) -> dict:
     """The synthesizers and voices used, their Debian packages' versions and licences."""
+    from ..data.prompts import MUSIC_LICENCE, MUSIC_PACKAGE, person
     from ..data.voices import PACKAGES
 
     synths = {k.split(".", 1)[0] for k in voice_keys}
     packages = sorted({p for s in synths for p in PACKAGES.get(s, ())} | {"sox"})
-    return {"voices": sorted(voice_keys), "packages": debian_versions(packages),
-            "licences": {p: LICENCES[p] for p in packages}}
+    licences = {p: LICENCES[p] for p in packages}
+    for key in voice_keys:  # real people: each package's own licence, from its copyright file
+        if key.startswith("recorded."):
+            who = person(key.split(".", 1)[1])
+            licences.update({pkg: who.licence for pkg in who.packages})
+    if any(k.startswith("recorded.") for k in voice_keys):
+        licences[MUSIC_PACKAGE] = MUSIC_LICENCE
+    packages = sorted(licences)
+    return {"voices": sorted(voice_keys), "packages": debian_versions(packages), "licences": licences}
 
 
 def write(path: str | pathlib.Path, meta: dict) -> None:

@@ -37,10 +37,15 @@ REVERB_RT60 = (0.2, 0.6)  # seconds; the reverberant sets use seed + 1: other co
 
 @dataclass(frozen=True)
 class RecipeConfig:
-    n_train: int = 300  # simulated training mixtures (train voices), 1-4 speakers, perturbed
-    n_dev: int = 40  # for the threshold and median width (dev voices)
-    n_test: int = 40  # scored once (test voices), perturbed like train
-    n_test_dry: int = 20  # scored once (test voices), no perturbation: white noise at 10-20 dB only
+    n_train: int = 400  # simulated training conversations, 1-4 speakers: real people and synthesizers, perturbed
+    n_train_real: int = 1000  # more training conversations of real people only (prompts.py), perturbed
+    n_dev: int = 40  # for the threshold and median width: conversations of the dev split's real people
+    n_test: int = 40  # scored once: conversations of the test split's real people, perturbed like train
+    n_test_dry: int = 0  # scored once (test voices), no perturbation: white noise at 10-20 dB only
+    n_train_synth: int = 300  # EEND-style mixtures of synthesizer voices (the previous recipe's training set)
+    synth_from: int = 2400  # ... which join the training data at this step (a second stage: the model keeps
+    #                         what it knew of synthetic voices while real people stay most of what it hears)
+    n_test_synth: int = 40  # scored once: EEND-style mixtures of the test split's synthesizer voices, 1-4 speakers
     n_flite: int = 0  # scored once, flite's voices (the older held-out set; flite voices are now in train)
     n_train_reverb: int = 0  # extra training mixtures, every one in a room (RT60 in REVERB_RT60)
     n_test_reverb: int = 0  # scored once, test voices, every one in a room
@@ -49,9 +54,11 @@ class RecipeConfig:
     beta: float = 2.0  # mean silence before an utterance for 1-2 speakers (more speakers: EEND-EDA's scale)
     min_utterances: int = 4
     max_utterances: int = 10
-    sources: str = "all"  # "all": espeak-ng, flite and festival voices; "espeak": espeak-ng only
+    sources: str = "mixed"  # voices.SOURCES: "mixed": real people, espeak-ng, flite and festival; "all": no real
+    style: str = "conversation"  # "conversation": turn-taking (conversation.py); "mixture": EEND's timelines
+    real_p: float = 0.7  # in "mixed" conversations, share of speakers who are real people
     augment: int = 1  # 1: speaker warps and levels, rooms, noise types, telephone, gain (augment.Perturbation)
-    steps: int = 1200
+    steps: int = 3200
     lr: float = 1e-3
     warmup: int = 200
     decay: str = "cosine"
@@ -63,12 +70,14 @@ class RecipeConfig:
     norm: str = "layernorm"
     placement: str = "pre"
     encoder: str = "transformer"  # or "conformer"
+    dropout: float = 0.0  # none: it costs ~13% of a CPU step, and 13 h of varied audio over a few thousand steps
+    #                       does not overfit (train and dev losses stay together)
     seed: int = 0
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
                            d_ff=4 * self.d_model, n_speakers=self.n_speakers, norm=self.norm,
-                           placement=self.placement, encoder=self.encoder)
+                           placement=self.placement, encoder=self.encoder, dropout=self.dropout)
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(steps=self.steps, lr=self.lr, warmup=self.warmup, decay=self.decay,
@@ -77,13 +86,24 @@ class RecipeConfig:
 
 def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
     """(folder name, simulation) of every set the recipe uses; train first."""
-    def sim(split: str, n: int, rt60=None, seed: int = cfg.seed, augment: bool = bool(cfg.augment)) -> SimConfig:
-        return SimConfig(n_mixtures=n, n_speakers=cfg.n_speakers, beta=cfg.beta, split=split, seed=seed, rt60=rt60,
-                         min_speakers=cfg.min_speakers, min_utterances=cfg.min_utterances,
-                         max_utterances=cfg.max_utterances, sources=cfg.sources if split != "flite" else "espeak",
-                         augment=augment, beta_by_count=True)
+    def sim(split: str, n: int, rt60=None, seed: int = cfg.seed, augment: bool = bool(cfg.augment),
+            sources: str = cfg.sources, style: str = cfg.style, speakers: int = cfg.n_speakers) -> SimConfig:
+        return SimConfig(n_mixtures=n, n_speakers=speakers, beta=cfg.beta, split=split, seed=seed, rt60=rt60,
+                         min_speakers=min(cfg.min_speakers, speakers), min_utterances=cfg.min_utterances,
+                         max_utterances=cfg.max_utterances, sources=sources if split != "flite" else "espeak",
+                         augment=augment, beta_by_count=True, style=style, real_p=cfg.real_p)
 
-    sets = [("train", sim("train", cfg.n_train)), ("dev", sim("dev", cfg.n_dev)), ("test", sim("test", cfg.n_test))]
+    real = cfg.sources in ("real", "mixed")
+    # dev and test hold two real people each (prompts.SPLIT_PERSONS): their conversations have 1-2 speakers
+    held = {"sources": "real", "speakers": min(2, cfg.n_speakers)} if real else {}
+    sets = [("train", sim("train", cfg.n_train))]
+    if cfg.n_train_synth:
+        sets.append(("train_synth", sim("train", cfg.n_train_synth, sources="all", style="mixture")))
+    if real and cfg.n_train_real:
+        sets.append(("train_real", sim("train", cfg.n_train_real, sources="real", seed=cfg.seed + 2)))
+    sets += [("dev", sim("dev", cfg.n_dev, **held)), ("test", sim("test", cfg.n_test, **held))]
+    if cfg.n_test_synth:
+        sets.append(("test_synth", sim("test", cfg.n_test_synth, sources="all", style="mixture")))
     if cfg.n_test_dry:
         sets.append(("test_dry", sim("test", cfg.n_test_dry, seed=cfg.seed + 1, augment=False)))
     if cfg.n_train_reverb:
@@ -109,13 +129,25 @@ def simulate_splits(data: str | pathlib.Path, cfg: RecipeConfig, progress: Progr
 
 def train_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig,
                 progress: Progress | None = None) -> tuple[EENDModel, list[float]]:
-    """Train on ``data/train`` (and ``data/train_reverb``) with checkpoints in ``out/ckpt`` (resumes)."""
-    folders = [data / "train"] + ([data / "train_reverb"] if cfg.n_train_reverb else [])
-    mixtures = MixtureSet(folders, n_speakers=cfg.n_speakers)
+    """Train on the ``data/train*`` sets with checkpoints in ``out/ckpt`` (resumes); ``train_synth`` joins at
+    step ``cfg.synth_from``."""
+    names = [name for name, _ in _splits(cfg) if name.startswith("train")]
+    first = MixtureSet([data / n for n in names if n != "train_synth"], n_speakers=cfg.n_speakers)
     torch.manual_seed(cfg.seed)
     model = EENDModel(cfg.model_config())
-    model.features = mixtures.cfg
-    losses = train(model, mixtures.batches(cfg.batch, cfg.frames), cfg.train_config(), out / "ckpt",
+    model.features = first.cfg
+    draw = first.batches(cfg.batch, cfg.frames)
+    if "train_synth" in names and cfg.synth_from < cfg.steps:
+        every = first.joined(MixtureSet(data / "train_synth", n_speakers=cfg.n_speakers)).batches(cfg.batch, cfg.frames)
+        last = out / "ckpt" / "last.pt"
+        done = [torch.load(last, weights_only=False)["step"] if last.exists() else 0]  # steps drawn so far
+
+        def staged(gen: torch.Generator):
+            done[0] += 1
+            return (draw if done[0] <= cfg.synth_from else every)(gen)
+    else:
+        staged = draw
+    losses = train(model, staged, cfg.train_config(), out / "ckpt",
                    (lambda s, n, loss: progress(s - 1, n, f"train loss {loss:.4f}")) if progress else None)
     return model.eval(), losses
 
@@ -137,7 +169,7 @@ def score_model(model: EENDModel, data: pathlib.Path, frames: int = 100) -> dict
     model.postprocess.update(best)
     result = {"postprocess": best, "dev_grid": grid, "dev_der": min(g["der"] for g in grid),
               "window_frames": frames}
-    for name in ("test", "test_dry", "test_reverb", "flite"):  # scored once each, with the dev-tuned setting
+    for name in ("test", "test_synth", "test_dry", "test_reverb", "flite"):  # scored once each, dev-tuned setting
         if (data / name / "ref.rttm").exists():
             probs, ref = window_probs(model, data / name, frames)
             result[name] = _der(probs, ref, best)
