@@ -28,7 +28,8 @@ from normlab.diarization.pipeline.config import PipelineConfig
 from normlab.diarization.pipeline.stitch import segment, stitch
 
 SEGMENT_GRID = {"speakers": ("eend", "speech"), "step": (5.0, 2.5)}
-STITCH_GRID = {"cluster_threshold": (0.2, 0.3, 0.4, 0.5), "min_cluster": (2.0, 4.0, 8.0)}
+STITCH_GRID = {"cluster_threshold": (0.2, 0.3, 0.4, 0.5), "min_cluster": (2.0, 4.0, 8.0),
+               "weighting": ("mean", "hamming")}
 
 
 def files_of(dirs: list[str]) -> list[tuple[pathlib.Path, list]]:

@@ -8,7 +8,7 @@ from ..._checks import check_choice
 
 #: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
 TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
-           "piece", "speakers", "vad", "vad_threshold")
+           "piece", "speakers", "vad", "vad_threshold", "weighting")
 
 
 #: each speakers mode's own defaults, tuned on its development data (docs/diarization.md): speech at 0.5 in
@@ -35,6 +35,8 @@ class PipelineConfig:
     vad: str = "gate"  # "gate": frames Silero VAD calls non-speech are silence whatever the model says;
     #                    "speech": the VAD's probability is the speech activity (speakers="speech"); "off"
     vad_threshold: float = 0.5  # speech probability above which a frame is speech for the VAD
+    weighting: str = "hamming"  # how the windows covering a frame are averaged: "hamming" trusts a window's
+    #                             middle more than its edges (pyannote's aggregation); "mean" weighs them alike
     batch: int = 16  # windows per model call
 
     @classmethod
@@ -60,4 +62,5 @@ class PipelineConfig:
             raise ValueError(f"need 0 < step <= window, got window={cfg.window}, step={cfg.step}")
         check_choice(cfg.speakers, ("eend", "speech"), "speakers mode")
         check_choice(cfg.vad, ("off", "gate", "speech"), "vad mode")
+        check_choice(cfg.weighting, ("hamming", "mean"), "window weighting")
         return cfg

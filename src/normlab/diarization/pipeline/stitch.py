@@ -25,6 +25,9 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
     total = torch.zeros(seg.frames, k_total)
     count = torch.zeros(seg.frames, 1)
     speakers = torch.zeros(seg.frames, 1)  # sum over windows of the local speaker count
+    # a window's frames near its edges saw little context: with "hamming" they count less (never zero)
+    wgt = (torch.hamming_window(size, periodic=False) if cfg.weighting == "hamming" and size > 2
+           else torch.ones(size)).clamp_min(1e-3)[:, None]  # size, 1
     by_window: dict[int, list] = {}
     for w, s, a, b, row in seg.pieces:
         by_window.setdefault(w, []).append((s, a, b, int(labels[row])))
@@ -32,12 +35,14 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
         local = torch.zeros(size, k_total)
         for s, a, b, k in by_window.get(w, []):  # local speakers sharing a cluster merge by maximum
             local[a:b, k] = torch.maximum(local[a:b, k], seg.probs[w, a:b, s])
-        total[s0 : s0 + size] += local
-        count[s0 : s0 + size] += 1
-        speakers[s0 : s0 + size] += (local > cfg.threshold).sum(1, keepdim=True)  # one per distinct cluster
-    glob = total / count.clamp_min(1)  # average over the windows covering each frame
+        n = min(size, seg.frames - s0)
+        total[s0 : s0 + n] += (local * wgt)[:n]
+        count[s0 : s0 + n] += wgt[:n]
+        speakers[s0 : s0 + n] += ((local > cfg.threshold).sum(1, keepdim=True) * wgt)[:n]  # one per distinct cluster
+    covered = count.clamp_min(1e-9)  # frames no window covers have zero totals
+    glob = total / covered  # weighted average over the windows covering each frame
     # how many speakers talk in each frame: the windows' mean count; then that many global speakers, the likeliest
-    n_active = (speakers / count.clamp_min(1) + 0.5).floor().clamp(max=k_total).long().squeeze(1)  # T
+    n_active = (speakers / covered + 0.5).floor().clamp(max=k_total).long().squeeze(1)  # T
     rank = glob.argsort(dim=1, descending=True).argsort(dim=1)  # T, K: 0 for the likeliest
     active = ((rank < n_active[:, None]) & (glob > 0)).to(torch.uint8)
     active = median_filter(active, cfg.median)
