@@ -18,7 +18,8 @@ one warning.
   length, forward then backward (a training step's pair), each candidate once
   to warm up, then :data:`REPEATS` rounds interleaved; a candidate's time is
   its fastest round. The fixed table's choice is kept unless another candidate
-  is :data:`MARGIN` faster, so noise does not flip a tie. Cost: a few ms per key.
+  is :data:`MARGIN` faster, so noise does not flip a tie. Cost: a few ms per key on an idle core (more
+  where other processes take the cores: docs/performance.md).
 * **No rows bucket in the key**: if two batch sizes could pick two kernels,
   a row computed alone and the same row inside a batch would come out of
   different kernels, and bitwise batch invariance (``docs/numerics.md``)
@@ -46,8 +47,8 @@ from .base import OP_SPECS, Kernel
 
 #: kernels ``auto`` may time (no compile on first use)
 TIMED = ("cpu", "native")
-#: elements in the timing sample (rows = SAMPLE_ELEMS // D)
-SAMPLE_ELEMS = 1 << 18
+#: elements in the timing sample (rows = SAMPLE_ELEMS // D): 512 KB of float32, about an L2
+SAMPLE_ELEMS = 1 << 17
 REPEATS = 3
 #: another candidate must be this much faster (relative) to displace the fixed table's choice
 MARGIN = 0.05

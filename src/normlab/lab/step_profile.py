@@ -3,9 +3,10 @@
 ``torch.profiler`` records a few training steps (forward, loss, backward,
 ``AdamW.step()``, ``zero_grad``) of the model bench's encoders; each op's
 *self* CPU time (its own time, children excluded, so nothing is counted
-twice) goes to one bucket by its name: GEMMs, attention (softmax, masking,
-the fused attention kernels), norms and adds (normlab's kernels, torch's
-LayerNorm, additions), activation, optimizer, other.
+twice) goes to one bucket: optimizer for everything under ``Optimizer.*``,
+else by its name or the nearest enclosing op's: GEMMs, attention (softmax,
+masking, the fused attention kernels), norms and adds (normlab's kernels,
+torch's LayerNorm, additions), activation, other.
 """
 from __future__ import annotations
 
@@ -37,6 +38,23 @@ def bucket(name: str) -> str:
     return "other"
 
 
+def event_bucket(event) -> str:
+    """An op's bucket in context: everything under ``Optimizer.step``/``zero_grad`` is the optimizer's (its
+    ``sqrt``, ``mul_``, ``add_``); otherwise the op's own name, else that of the nearest enclosing op that
+    has a bucket (the ``copy_`` inside a norm call is the norm's)."""
+    chain, e = [], event
+    while e is not None:
+        chain.append(e.name)
+        e = e.cpu_parent
+    if any(n.startswith("Optimizer.") for n in chain):
+        return "optimizer"
+    for n in chain:
+        b = bucket(n)
+        if b != "other":
+            return b
+    return "other"
+
+
 def split(step: Callable[[], None], steps: int = 3, warmup: int = 1) -> dict:
     """Milliseconds per step in each bucket (self CPU time), and the largest ops left in "other"."""
     for _ in range(warmup):
@@ -46,11 +64,11 @@ def split(step: Callable[[], None], steps: int = 3, warmup: int = 1) -> dict:
             step()
     ms: dict[str, float] = collections.defaultdict(float)
     other: dict[str, float] = collections.defaultdict(float)
-    for e in prof.key_averages():
-        b = bucket(e.key)
+    for e in prof.events():
+        b = event_bucket(e)
         ms[b] += e.self_cpu_time_total / 1e3 / steps
         if b == "other":
-            other[e.key] += e.self_cpu_time_total / 1e3 / steps
+            other[e.name] += e.self_cpu_time_total / 1e3 / steps
     top = sorted(other.items(), key=lambda kv: -kv[1])[:5]
     return {"ms": {b: round(ms.get(b, 0.0), 2) for b in BUCKETS}, "steps": steps,
             "other_top": {k: round(v, 2) for k, v in top}}
