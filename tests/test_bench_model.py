@@ -98,3 +98,15 @@ def test_profile_buckets(name, part):
     from normlab.lab.step_profile import bucket
 
     assert bucket(name) == part
+
+
+def test_profile_attributes_ops_to_their_enclosing_call():
+    from types import SimpleNamespace as E
+
+    from normlab.lab.step_profile import event_bucket
+
+    step = E(name="Optimizer.step#AdamW.step", cpu_parent=None)
+    assert event_bucket(E(name="aten::sqrt", cpu_parent=step)) == "optimizer"
+    assert event_bucket(E(name="aten::add_", cpu_parent=E(name="aten::mul_", cpu_parent=step))) == "optimizer"
+    assert event_bucket(E(name="aten::copy_", cpu_parent=E(name="NormFunction", cpu_parent=None))) == "norms and adds"
+    assert event_bucket(E(name="aten::copy_", cpu_parent=None)) == "other"
