@@ -41,8 +41,15 @@ def _bench(args: argparse.Namespace) -> int:
     from ..lab import bench, bench_gpu
 
     torch.set_num_threads(args.threads)
+    if args.profile and not args.model:
+        raise ValueError("--profile needs --model")
     if args.model:
         return _bench_model(args)
+    if args.dispatch:
+        from ..lab import bench_dispatch
+
+        result = bench_dispatch.run(args.ops, args.shapes, args.dtypes, progress=progress("bench --dispatch"))
+        return _write(args.out, "bench-dispatch", result, bench_dispatch.markdown(result))
     device = resolve(args.device)  # auto: the CPU table, and the GPU section when CUDA is present
     if args.device in ("cpu", "auto"):
         result = bench.run(args.ops, args.shapes, args.dtypes, repeats=args.repeats, progress=progress("bench"))
@@ -62,7 +69,8 @@ def _bench_model(args: argparse.Namespace) -> int:
     from .. import provenance
     from ..lab import bench_model
 
-    result = bench_model.run(repeats=args.repeats, compiled=args.compile, progress=progress("bench --model"))
+    result = bench_model.run(repeats=args.repeats, compiled=args.compile, profile=args.profile,
+                             progress=progress("bench --model"))
     result["provenance"] = provenance.record()
     table = bench_model.markdown(result)
     return _write(args.out, "bench-model", result, table)
@@ -115,7 +123,14 @@ def add_parsers(sub, name: str) -> None:
         p.add_argument("--model", action="store_true",
                        help="instead: a 6-layer Pre-LN encoder's training step and inference against "
                        "torch.nn.TransformerEncoder(norm_first=True) and against itself on torch's norm kernels, "
-                       "after checking that the outputs agree within 1e-5 (writes bench-model.json/.md)")
+                       "after checking that the outputs agree within 1e-5; three rounds, their spread reported "
+                       "(writes bench-model.json/.md)")
         p.add_argument("--compile", action="store_true", help="with --model: also time compile_blocks(model)")
+        p.add_argument("--profile", action="store_true",
+                       help="with --model: also print the training step's split (GEMMs, attention, norms and adds, "
+                       "activation, optimizer, other) from torch.profiler")
+        p.add_argument("--dispatch", action="store_true",
+                       help="instead: which kernel auto runs for each case here, and why (measuring first where "
+                       "a case is new; writes bench-dispatch.json/.md)")
         p.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md (default: %(default)s)")
         p.set_defaults(func=_bench)
