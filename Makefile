@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install bench bench-diarize model clean system-deps sample
+.PHONY: demo test test-packaging install bench bench-diarize model weights clean system-deps sample
 
 # Debian packages for the diarization simulation (synthesizers, voices, sox); without them those tests skip.
 SYSTEM_DEPS := espeak-ng flite sox festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
@@ -20,9 +20,7 @@ system-deps:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check torch==2.13.0
-	$(PIP) install -q --disable-pip-version-check -e '.[dev,plot,scale,export,annotation,vad]'
-	# speaker-encoder weights for `normlab diarize` (Apache-2.0): only the archive's pretrained.pt is used
-	$(PIP) install -q --disable-pip-version-check --no-deps resemblyzer==0.1.4
+	$(PIP) install -q --disable-pip-version-check -e '.[dev,plot,scale,export,annotation]'
 	touch $(STAMP)
 
 # Real speech for the diarization check (tests/test_diarization_quality.py, docs/diarization.md): the 30 s
@@ -56,6 +54,10 @@ test: system-deps $(STAMP)
 	-@$(MAKE) --no-print-directory sample || echo "warning: could not fetch the pyannote sample; its test will skip"
 	$(PY) -m pytest
 
+# The wheel and the sdist as a user gets them: built, inspected, installed into a fresh venv, run (~1 minute).
+test-packaging: $(STAMP)
+	$(PY) -m pytest -m packaging tests/packaging
+
 bench: $(STAMP)
 	$(VENV)/bin/normlab bench
 
@@ -72,5 +74,11 @@ model: system-deps $(STAMP)
 	cp recipe/model.pt $(ASSETS)/.eend_local4.pt.tmp && mv $(ASSETS)/.eend_local4.pt.tmp $(ASSETS)/eend_local4.pt
 	cp recipe/results.json $(ASSETS)/.eend_local4.json.tmp && mv $(ASSETS)/.eend_local4.json.tmp $(ASSETS)/eend_local4.json
 
+# The speaker-encoder and VAD weights in $(ASSETS) (ge2e.safetensors, silero_vad.safetensors), converted from the
+# packages they come from (only their weight files are read); the same bytes on every run.
+weights: $(STAMP)
+	$(PIP) install -q --disable-pip-version-check --no-deps resemblyzer==0.1.4 silero-vad==6.2.3
+	$(PY) -m normlab.diarization.models.convert_weights $(ASSETS)
+
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis

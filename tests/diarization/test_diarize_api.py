@@ -196,17 +196,15 @@ def test_bad_input_is_one_clear_error(files, tmp_path, capsys):
         assert rc != 0 and len(err.splitlines()) == 1 and "error" in err, (argv, err)
 
 
-def test_missing_encoder_weights_name_the_file_and_the_package(monkeypatch):
-    import importlib.metadata
-    import importlib.util
+def test_missing_encoder_weights_name_the_file_and_the_fix(monkeypatch, tmp_path):
+    """The weights ship in the package: a damaged install is told which file is missing and how to reinstall."""
+    from normlab.diarization.models import weights
 
-    def no_dist(name):
-        raise importlib.metadata.PackageNotFoundError(name)
-
-    monkeypatch.setattr(importlib.metadata, "distribution", no_dist)
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(MissingWeightsError, match=r"resemblyzer/pretrained.pt.*resemblyzer==0.1.4"):
+    monkeypatch.setattr(weights, "ASSETS", tmp_path)
+    with pytest.raises(MissingWeightsError, match=r"ge2e.safetensors is missing .*pip install --force-reinstall"):
         weights_path()
+    with pytest.raises(MissingWeightsError):
+        SpeakerEncoder.load()
 
 
 def test_long_recordings_are_processed_in_blocks():
