@@ -64,10 +64,15 @@ def _model_on_device(args: argparse.Namespace):
 def _cmd_diarize_run(args: argparse.Namespace) -> int:
     from ..diarization.pipeline.api import diarize_files
 
+    from ..diarization.pipeline.output import FORMATS
+
     status = diarize_files(args.audio, args.out, model=_model_on_device(args), encoder=args.embedding,
+                           format=args.format, exclusive=args.exclusive, plot=args.plot,
                            progress=progress("diarize"), **_speaker_counts(args), **_pipeline_options(args))
     for path, st in status.items():
-        print(f"{path}: wrote {args.out}/{pathlib.Path(path).stem}.rttm" if st == "ok" else f"{path}: error: {st}")
+        stem = f"{args.out}/{pathlib.Path(path).stem}"
+        wrote = f"{stem}{FORMATS[args.format]}" + (f" and {stem}.png" if args.plot else "")
+        print(f"{path}: wrote {wrote}" if st == "ok" else f"{path}: error: {st}")
     return 0 if all(st == "ok" for st in status.values()) else 1
 
 
@@ -80,6 +85,10 @@ def _cmd_diarize_evaluate(args: argparse.Namespace) -> int:
                              encoder=args.embedding, progress=progress("diarize"), **_speaker_counts(args),
                              **_pipeline_options(args))
     print(json.dumps(result, indent=2) if args.json else format_evaluation(result))
+    if args.html:
+        from ..diarization.metrics.report_html import write_evaluation_page
+
+        print(f"wrote {write_evaluation_page(result, args.ref, args.html, uem=args.uem)}")
     return 0 if not result["errors"] else 1
 
 
@@ -239,6 +248,14 @@ def add_parsers(sub, name: str) -> None:
     rn = dsub.add_parser("run", help="write OUT/<stem>.rttm for each audio file (also: normlab diarize AUDIO...)")
     rn.add_argument("audio", nargs="+", help="WAV/FLAC files, any sample rate and channel count")
     rn.add_argument("--out", default="rttm", help=f"output folder {d}")
+    rn.add_argument("--format", choices=["rttm", "json"], default="rttm",
+                    help="rttm: OUT/<stem>.rttm; json: OUT/<stem>.json with the turns (uri, start, end, speaker), "
+                    f"the settings and the models' provenance {d}")
+    rn.add_argument("--exclusive", action="store_true",
+                    help="one speaker at a time (overlap goes to the speaker already talking), for aligning with a "
+                    "transcript")
+    rn.add_argument("--plot", action="store_true",
+                    help="also draw OUT/<stem>.png: speakers as rows over time, overlap marked (needs normlab[plot])")
     pipeline_options(rn)
     rn.set_defaults(func=_cmd_diarize_run)
 
@@ -249,6 +266,9 @@ def add_parsers(sub, name: str) -> None:
     ev.add_argument("--uem", default=None, help="UEM file: score only these regions (default: the extent of speech)")
     ev.add_argument("--out", default="rttm", help=f"where the hypothesis RTTMs are written {d}")
     ev.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    ev.add_argument("--html", default=None, metavar="DIR",
+                    help="also write DIR/index.html: the DER table and each file's reference and hypothesis "
+                    "timelines with missed speech, false alarm and confusion marked")
     pipeline_options(ev)
     ev.set_defaults(func=_cmd_diarize_evaluate)
 

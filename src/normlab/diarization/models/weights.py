@@ -57,6 +57,13 @@ def is_safetensors(path: str | pathlib.Path) -> bool:
     return len(head) == 9 and head[8:9] == b"{"
 
 
+def safetensors_metadata(path: str | pathlib.Path) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file, reading only its header."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return dict(json.loads(f.read(n)).get("__metadata__") or {})
+
+
 def read_safetensors(path: str | pathlib.Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """``(tensors, metadata)`` of a safetensors file; ValueError naming the file when it is not one."""
     data = pathlib.Path(path).read_bytes()
