@@ -12,6 +12,7 @@ Selected with ``pytest -m packaging`` (``make test-packaging``); about a minute.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import pathlib
 import shutil
@@ -161,11 +162,11 @@ def venv(dists, tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "NORMLAB"))}
     env.update(NORMLAB_CACHE_DIR=str(root / "cache"), PATH=f"{env_dir / 'bin'}{os.pathsep}{env.get('PATH', '')}",
                OMP_NUM_THREADS="1")
-    return env_dir, work, env, _metadata(wheel)["Version"]
+    return env_dir, work, env, _metadata(wheel)["Version"], wheel
 
 
 def test_the_installed_wheel_imports_itself_and_runs_the_lesson(venv):
-    env_dir, work, env, version = venv
+    env_dir, work, env, version, _ = venv
     where = _run([env_dir / "bin" / "python", "-c", "import normlab; print(normlab.__file__)"], work, env).stdout
     assert where.strip().startswith(str(env_dir)), where  # the wheel's copy, not the repository's
     printed = _run([env_dir / "bin" / "normlab", "--version"], work, env).stdout
@@ -175,7 +176,7 @@ def test_the_installed_wheel_imports_itself_and_runs_the_lesson(venv):
 
 
 def test_the_installed_wheel_builds_and_runs_its_cpu_kernel(venv):
-    env_dir, work, env, _ = venv
+    env_dir, work, env, *_ = venv
     code = """
 import pathlib, os, torch, normlab.functional as F
 from normlab.kernels import cpu
@@ -195,19 +196,40 @@ print("kernel ok", built[0].name)
     assert "kernel ok" in out
 
 
-def test_the_installed_wheel_diarizes_a_wav(venv):
+@pytest.fixture(scope="module")
+def tone(venv):
+    """``tone.wav`` in the fresh venv's work folder: 6 s of a gated 220 Hz tone in noise."""
     import soundfile as sf
 
-    from normlab.diarization.io.rttm import read_rttm
-
-    env_dir, work, env, _ = venv
     sr = 16000
     t = np.arange(6 * sr) / sr
     rng = np.random.default_rng(0)
     wave = 0.2 * np.sin(2 * np.pi * 220 * t) * (t % 2 < 1.2) + 0.02 * rng.standard_normal(t.size)
-    sf.write(work / "tone.wav", wave.astype(np.float32), sr)
+    sf.write(venv[1] / "tone.wav", wave.astype(np.float32), sr)
+    return venv[1] / "tone.wav"
+
+
+def test_the_installed_wheel_diarizes_a_wav(venv, tone):
+    from normlab.diarization.io.rttm import read_rttm
+
+    env_dir, work, env, *_ = venv
     for extra, out in (([], "gated"), (["--vad", "off"], "open")):
         r = _run([env_dir / "bin" / "normlab", "diarize", "tone.wav", "--out", out, *extra], work, env)
         assert (work / out / "tone.rttm").is_file(), r.stdout + r.stderr
         read_rttm(work / out / "tone.rttm")  # a well-formed RTTM file (maybe empty: a tone is not speech)
     assert read_rttm(work / "open" / "tone.rttm")["tone"], "with the gate off the model finds turns to write"
+    r = _run([env_dir / "bin" / "normlab", "diarize", "tone.wav", "--out", "js", "--format", "json", "--vad", "off"],
+             work, env)
+    blob = json.loads((work / "js" / "tone.json").read_text())
+    assert blob["turns"] and blob["provenance"]["embedding"]["file"] == "normlab/diarization/assets/ge2e.safetensors"
+
+
+def test_an_optional_feature_names_an_extra_the_wheel_has(venv, tone):
+    """matplotlib is not a requirement: `--plot` says which extra brings it, and the wheel declares that extra."""
+    env_dir, work, env, *_ = venv
+    r = subprocess.run([env_dir / "bin" / "normlab", "diarize", "tone.wav", "--out", "p", "--plot"], cwd=work,
+                       env=env, capture_output=True, text=True, timeout=120)
+    message = r.stderr.strip()
+    assert r.returncode == 2 and len(message.splitlines()) == 1, message
+    extra = message.split("normlab[")[1].split("]")[0]
+    assert extra in (_metadata(venv[4]).get_all("Provides-Extra") or []), (extra, message)
