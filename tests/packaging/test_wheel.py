@@ -179,8 +179,8 @@ def test_the_installed_wheel_builds_and_runs_its_cpu_kernel(venv):
     env_dir, work, env, *_ = venv
     code = """
 import pathlib, os, torch, normlab.functional as F
-from normlab.kernels import cpu
-assert cpu.SOURCE.is_file() and str(cpu.SOURCE).startswith(os.environ["VENV"]), cpu.SOURCE
+from normlab.kernels import build, cpu
+assert build.SOURCE.is_file() and str(build.SOURCE).startswith(os.environ["VENV"]), build.SOURCE
 assert cpu.available()
 x, w, b = torch.randn(64, 96, dtype=torch.float64), torch.randn(96, dtype=torch.float64), torch.randn(96, dtype=torch.float64)
 torch.testing.assert_close(F.layer_norm(x, (96,), w, b, impl="cpu"), torch.nn.functional.layer_norm(x, (96,), w, b))
