@@ -45,7 +45,7 @@ demo: system-deps $(STAMP)
 	@if [ -f $(SAMPLE)/sample.wav ]; then \
 	  $(VENV)/bin/normlab diarize evaluate $(SAMPLE) $(SAMPLE)/sample.rttm; fi
 	@if command -v espeak-ng >/dev/null 2>&1; then \
-	  $(VENV)/bin/normlab diarize simulate --out $(DEMO) --n 3 --split test --seed 7 && \
+	  $(VENV)/bin/normlab diarize simulate --out $(DEMO) --n-mixtures 3 --split test --seed 7 && \
 	  $(VENV)/bin/normlab diarize $(DEMO)/wav/*.wav --local-speakers eend --out $(DEMO)/rttm && \
 	  $(VENV)/bin/normlab diarize score $(DEMO)/ref.rttm $(DEMO)/rttm --collar 0.25; \
 	else echo "espeak-ng missing: diarization demo skipped"; fi
@@ -70,7 +70,7 @@ bench-diarize: system-deps $(STAMP)
 # once the recipe has finished, by a rename: never half a file.
 ASSETS := src/normlab/diarization/assets
 model: system-deps $(STAMP)
-	nice -n 5 $(VENV)/bin/normlab diarize recipe --out recipe --threads 1
+	nice -n 5 $(VENV)/bin/normlab diarize recipe --out recipe --threads 1 --jobs 1
 	cp recipe/model.pt $(ASSETS)/.eend_local4.pt.tmp && mv $(ASSETS)/.eend_local4.pt.tmp $(ASSETS)/eend_local4.pt
 	cp recipe/results.json $(ASSETS)/.eend_local4.json.tmp && mv $(ASSETS)/.eend_local4.json.tmp $(ASSETS)/eend_local4.json
 

@@ -83,12 +83,12 @@ def files(tmp_path_factory):
 
 def test_diarize_returns_settings_provenance_and_exclusive_turns(files):
     d = files
-    full = diarize(d / "wav" / "talk.wav", model=d / "m.pt", encoder=d / "enc.pt")
+    full = diarize(d / "wav" / "talk.wav", model=d / "m.pt", embedding=d / "enc.pt")
     assert isinstance(full, Diarization) and full
     assert full.provenance["model"]["sha256"] == sha256(d / "m.pt")
     assert full.provenance["embedding"]["sha256"] == sha256(d / "enc.pt") and full.provenance["vad"] is None
     assert full.settings["speakers"] == "eend" and full.settings["threshold"] == 0.55 and full.duration == 10.0
-    ex = diarize(d / "wav" / "talk.wav", model=d / "m.pt", encoder=d / "enc.pt", exclusive=True)
+    ex = diarize(d / "wav" / "talk.wav", model=d / "m.pt", embedding=d / "enc.pt", exclusive=True)
     assert ex.is_exclusive and ex == full.exclusive() and ex.provenance == full.provenance
 
 
@@ -108,7 +108,7 @@ def test_exclusive_and_json_reach_the_written_file(files, tmp_path, monkeypatch)
     assert [(t["start"], t["end"], t["speaker"]) for t in blob["turns"]] == [(0.5, 4.5, "spk0"), (4.5, 7.5, "spk1")]
     assert main([*argv, "--out", str(tmp_path / "y")]) == 0
     assert read_rttm(tmp_path / "y" / "talk.rttm")["talk"] == OVERLAPPING  # the default keeps the overlap
-    assert list(diarize(d / "wav" / "talk.wav", model=d / "m.pt", encoder=d / "enc.pt", exclusive=True)) == \
+    assert list(diarize(d / "wav" / "talk.wav", model=d / "m.pt", embedding=d / "enc.pt", exclusive=True)) == \
         exclusive_turns(OVERLAPPING)
 
 

@@ -53,15 +53,20 @@ def load_model(model=None):
     return m.eval()
 
 
-def load_encoder(encoder=None):
-    """The speaker encoder from ``None`` (Resemblyzer's installed weights), a weight file, or a module."""
+def load_encoder(embedding=None):
+    """The speaker encoder from ``None`` (the shipped GE2E weights), a weight file, or a ``SpeakerEncoder``."""
     from ..models.embed import SpeakerEncoder, weights_path
 
-    if isinstance(encoder, SpeakerEncoder):
-        return encoder
-    enc = SpeakerEncoder.load(encoder)
-    enc.source_path = pathlib.Path(encoder) if encoder is not None else weights_path()  # for the provenance
+    if isinstance(embedding, SpeakerEncoder):
+        return embedding
+    enc = SpeakerEncoder.load(embedding)
+    enc.source_path = pathlib.Path(embedding) if embedding is not None else weights_path()  # for the provenance
     return enc
+
+
+def _no_old_keywords(options: dict) -> None:
+    if "encoder" in options:  # renamed as the CLI's --embedding (the EEND model's own encoder is ModelConfig.encoder)
+        raise TypeError("encoder= is now embedding= (the speaker encoder's weights, as the CLI's --embedding)")
 
 
 @functools.lru_cache(maxsize=16)
@@ -92,7 +97,7 @@ def provenance(model, encoder, cfg: PipelineConfig) -> dict:
 
 
 def diarize(audio, *, sample_rate: int | None = None, num_speakers: int | None = None,
-            min_speakers: int | None = None, max_speakers: int | None = None, model=None, encoder=None,
+            min_speakers: int | None = None, max_speakers: int | None = None, model=None, embedding=None,
             uri: str | None = None, exclusive: bool = False, **options) -> Diarization:
     """Who spoke when: the speaker turns (``Turn(uri, start, duration, speaker)``, sorted) of one recording.
 
@@ -102,7 +107,8 @@ def diarize(audio, *, sample_rate: int | None = None, num_speakers: int | None =
         with ``sample_rate``; or ``{"waveform": (channels, samples), "sample_rate": int}``
     num_speakers, min_speakers, max_speakers : the speaker count if known, exact or bounded
     model : None (the model shipped with normlab), a model file, or an ``EENDModel``
-    encoder : None (the shipped GE2E weights, from ``resemblyzer==0.1.4``), a weight file, or a ``SpeakerEncoder``
+    embedding : the speaker encoder: None (the shipped GE2E weights, from ``resemblyzer==0.1.4``), a weight
+        file, or a ``SpeakerEncoder``
     uri : the recording's name in the turns (default: the file's stem, or ``"audio"``)
     exclusive : one speaker at a time (``Diarization.exclusive()``: overlap goes to the one already talking)
     options : ``PipelineConfig`` fields overriding the model file's (``threshold``, ``median``,
@@ -112,11 +118,12 @@ def diarize(audio, *, sample_rate: int | None = None, num_speakers: int | None =
     settings and the models' provenance (``.to_json()``, ``.to_rttm()``). Audio shorter than a window is
     one shorter window.
     """
+    _no_old_keywords(options)
     counts = {"num_speakers": num_speakers, "min_speakers": min_speakers, "max_speakers": max_speakers}
     check_speaker_counts(**counts)
     m = load_model(model)
     cfg = PipelineConfig.for_model(m, **options)
-    enc = load_encoder(encoder)
+    enc = load_encoder(embedding)
     result = _diarize(audio, sample_rate, m, enc, cfg, uri, counts, provenance(m, enc, cfg))
     return result.exclusive() if exclusive else result
 
@@ -130,7 +137,7 @@ def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str |
 
 
 def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int | None = None,
-                  min_speakers: int | None = None, max_speakers: int | None = None, model=None, encoder=None,
+                  min_speakers: int | None = None, max_speakers: int | None = None, model=None, embedding=None,
                   format: str = "rttm", exclusive: bool = False, plot: bool = False,
                   progress: Callable[[int, int, str], None] | None = None, **options) -> dict[str, str]:
     """Write ``out_dir/<stem>.rttm`` (or ``.json``, ``format="json"``) per file, and ``out_dir/<stem>.png``
@@ -145,11 +152,12 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
         from ..plot import pyplot, timeline_png
 
         pyplot()  # without matplotlib: one error before any work
+    _no_old_keywords(options)
     counts = {"num_speakers": num_speakers, "min_speakers": min_speakers, "max_speakers": max_speakers}
     check_speaker_counts(**counts)
     m = load_model(model)
     cfg = PipelineConfig.for_model(m, **options)
-    enc = load_encoder(encoder)
+    enc = load_encoder(embedding)
     prov = provenance(m, enc, cfg)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
