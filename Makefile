@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install bench bench-diarize model clean system-deps sample
+.PHONY: demo test test-packaging install bench bench-diarize model weights clean system-deps sample
 
 # Debian packages for the diarization simulation (synthesizers, real people's recorded prompts, music, sox);
 # without them those tests skip.
@@ -24,9 +24,7 @@ system-deps:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check torch==2.13.0
-	$(PIP) install -q --disable-pip-version-check -e '.[dev,plot,scale,export,annotation,vad]'
-	# speaker-encoder weights for `normlab diarize` (Apache-2.0): only the archive's pretrained.pt is used
-	$(PIP) install -q --disable-pip-version-check --no-deps resemblyzer==0.1.4
+	$(PIP) install -q --disable-pip-version-check -e '.[dev,plot,scale,export,annotation]'
 	touch $(STAMP)
 
 # Real speech for the diarization check (tests/test_diarization_quality.py, docs/diarization.md): the 30 s
@@ -51,7 +49,7 @@ demo: system-deps $(STAMP)
 	@if [ -f $(SAMPLE)/sample.wav ]; then \
 	  $(VENV)/bin/normlab diarize evaluate $(SAMPLE) $(SAMPLE)/sample.rttm; fi
 	@if command -v espeak-ng >/dev/null 2>&1; then \
-	  $(VENV)/bin/normlab diarize simulate --out $(DEMO) --n 3 --split test --seed 7 && \
+	  $(VENV)/bin/normlab diarize simulate --out $(DEMO) --n-mixtures 3 --split test --seed 7 && \
 	  $(VENV)/bin/normlab diarize $(DEMO)/wav/*.wav --local-speakers eend --out $(DEMO)/rttm && \
 	  $(VENV)/bin/normlab diarize score $(DEMO)/ref.rttm $(DEMO)/rttm --collar 0.25; \
 	else echo "espeak-ng missing: diarization demo skipped"; fi
@@ -59,6 +57,10 @@ demo: system-deps $(STAMP)
 test: system-deps $(STAMP)
 	-@$(MAKE) --no-print-directory sample || echo "warning: could not fetch the pyannote sample; its test will skip"
 	$(PY) -m pytest
+
+# The wheel and the sdist as a user gets them: built, inspected, installed into a fresh venv, run (~1 minute).
+test-packaging: $(STAMP)
+	$(PY) -m pytest -m packaging tests/packaging
 
 bench: $(STAMP)
 	$(VENV)/bin/normlab bench
@@ -72,9 +74,15 @@ bench-diarize: system-deps $(STAMP)
 # replaced only once the recipe has finished, by a rename: never half a file.
 ASSETS := src/normlab/diarization/assets
 model: system-deps $(STAMP)
-	nice -n 5 $(VENV)/bin/normlab diarize recipe --out recipe --threads 1
+	nice -n 5 $(VENV)/bin/normlab diarize recipe --out recipe --threads 1 --jobs 1
 	cp recipe/model.pt $(ASSETS)/.eend_real.pt.tmp && mv $(ASSETS)/.eend_real.pt.tmp $(ASSETS)/eend_real.pt
 	cp recipe/results.json $(ASSETS)/.eend_real.json.tmp && mv $(ASSETS)/.eend_real.json.tmp $(ASSETS)/eend_real.json
 
+# The speaker-encoder and VAD weights in $(ASSETS) (ge2e.safetensors, silero_vad.safetensors), converted from the
+# packages they come from (only their weight files are read); the same bytes on every run.
+weights: $(STAMP)
+	$(PIP) install -q --disable-pip-version-check --no-deps resemblyzer==0.1.4 silero-vad==6.2.3
+	$(PY) -m normlab.diarization.models.convert_weights $(ASSETS)
+
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis

@@ -7,7 +7,7 @@ import pathlib
 import sys
 
 from ..devices import check_spec
-from ._common import positive_int, progress, shape
+from ._common import flag, positive_int, progress, shape
 
 HELP = {
     "lesson": "reproduce the lessons' LayerNorm exercise and check it",
@@ -94,14 +94,14 @@ def add_parsers(sub, name: str) -> None:
         p.add_argument("--tokens", type=positive_int, default=4, help="T, frames per recording (default: %(default)s)")
         p.add_argument("--d-model", type=positive_int, default=6, help="D, features per frame (default: %(default)s)")
         p.add_argument("--seed", type=int, default=42, help="torch.manual_seed (default: %(default)s)")
-        p.add_argument("--json", action="store_true", help="print the figures as JSON")
+        flag(p, "--json", "print the figures as JSON")
         p.set_defaults(func=_lesson)
     elif name == "count":
         from ..lab.accounting import PRESETS
 
         p = sub.add_parser("count", help=HELP["count"], description=HELP["count"])
         p.add_argument("--preset", choices=list(PRESETS), default="bert-base", help="model preset (default: %(default)s)")
-        p.add_argument("--json", action="store_true", help="print the figures as JSON")
+        flag(p, "--json", "print the figures as JSON")
         p.set_defaults(func=_count)
     elif name == "bench":
         from ..lab.bench import DTYPES, OPS, SHAPES
@@ -115,22 +115,18 @@ def add_parsers(sub, name: str) -> None:
         p.add_argument("--repeats", type=positive_int, default=15, help="timed repeats per case, median reported "
                        "(default: %(default)s)")
         p.add_argument("--threads", type=positive_int, default=2, help="torch threads (default: %(default)s)")
-        p.add_argument("--cold-start", action="store_true",
-                       help="also time a fresh process with an empty compile cache")
-        p.add_argument("--device", type=check_spec, default="auto",
+        flag(p, "--cold-start", "also time a fresh process with an empty compile cache")
+        p.add_argument("--device", type=check_spec, default="cpu",
                        help="cpu: the CPU table; cuda[:N]: the GPU section; auto: the CPU table, then the GPU section "
                        "when CUDA is present (default: %(default)s)")
-        p.add_argument("--model", action="store_true",
-                       help="instead: a 6-layer Pre-LN encoder's training step and inference against "
+        flag(p, "--model", "instead: a 6-layer Pre-LN encoder's training step and inference against "
                        "torch.nn.TransformerEncoder(norm_first=True) and against itself on torch's norm kernels, "
                        "after checking that the outputs agree within 1e-5; three rounds, their spread reported "
                        "(writes bench-model.json/.md)")
-        p.add_argument("--compile", action="store_true", help="with --model: also time compile_blocks(model)")
-        p.add_argument("--profile", action="store_true",
-                       help="with --model: also print the training step's split (GEMMs, attention, norms and adds, "
-                       "activation, optimizer, other) from torch.profiler")
-        p.add_argument("--dispatch", action="store_true",
-                       help="instead: which kernel auto runs for each case here, and why (measuring first where "
-                       "a case is new; writes bench-dispatch.json/.md)")
+        flag(p, "--compile", "with --model: also time compile_blocks(model)")
+        flag(p, "--profile", "with --model: also print the training step's split (GEMMs, attention, norms and adds, "
+             "activation, optimizer, other) from torch.profiler")
+        flag(p, "--dispatch", "instead: which kernel auto runs for each case here, and why (measuring first where "
+             "a case is new; writes bench-dispatch.json/.md)")
         p.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md (default: %(default)s)")
         p.set_defaults(func=_bench)
