@@ -139,8 +139,9 @@ def test_recipe_end_to_end_at_debug_size_resumes_and_records_provenance(tmp_path
     from normlab.diarization.training.recipe import RecipeConfig, run_recipe
 
     torch.set_num_threads(1)
-    cfg = RecipeConfig(n_train=3, n_dev=2, n_test=2, n_test_dry=1, steps=6, warmup=2, batch=4, d_model=16,
-                       n_layers=1, n_heads=2, min_utterances=2, max_utterances=3, sources="espeak")
+    cfg = RecipeConfig(n_train=3, n_dev=2, n_test=2, n_test_dry=1, n_train_synth=0, n_test_synth=0, steps=6,
+                       warmup=2, batch=4, d_model=16, n_layers=1, n_heads=2, min_utterances=2, max_utterances=3,
+                       sources="espeak")
     out = tmp_path / "r"
     result = run_recipe(out, cfg)
     best = min(result["dev_grid"], key=lambda g: g["der"])

@@ -13,7 +13,7 @@ import torch
 
 import normlab
 from normlab import functional as F
-from normlab.diarization.model import EENDModel, ModelConfig
+from normlab.diarization import EENDModel, ModelConfig
 from normlab.models import Block
 from normlab.registry import NORMS, PLACEMENTS, MaskedBatchNorm
 

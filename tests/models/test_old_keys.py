@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import normlab
-from normlab.diarization.model import EENDModel, ModelConfig
+from normlab.diarization import EENDModel, ModelConfig
 from normlab.models import OldKeysError, upgrade_file, upgrade_state_dict
 
 
