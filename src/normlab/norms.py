@@ -161,7 +161,17 @@ class RMSNorm(nn.Module):
         return "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)
 
 
-class ScaleNorm(nn.Module):
+class _AddThenNorm:
+    """``forward(x, residual=None)`` for norms without a fused kernel: ``y``, or ``(norm(x + residual), x + residual)``."""
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        if residual is None:
+            return self._norm(x)
+        s = x + residual
+        return self._norm(s), s
+
+
+class ScaleNorm(_AddThenNorm, nn.Module):
     r"""ScaleNorm (Nguyen & Salazar 2019): one learned scalar over the unit vector.
 
     .. math::
@@ -189,13 +199,6 @@ class ScaleNorm(nn.Module):
     def reset_parameters(self) -> None:
         nn.init.constant_(self.g, math.sqrt(math.prod(self.normalized_shape)))
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
-        """``y``; with ``residual``: ``(y(x + residual), x + residual)`` (added, then normalized)."""
-        if residual is None:
-            return self._norm(x)
-        s = x + residual
-        return self._norm(s), s
-
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
         check_input(x, self.normalized_shape)
         dims = tuple(range(-len(self.normalized_shape), 0))
@@ -207,7 +210,7 @@ class ScaleNorm(nn.Module):
         return f"{self.normalized_shape}, eps={self.eps}"
 
 
-class DyT(nn.Module):
+class DyT(_AddThenNorm, nn.Module):
     r"""Dynamic Tanh (Zhu et al. 2025): an element-wise stand-in for a norm.
 
     .. math::
@@ -248,13 +251,6 @@ class DyT(nn.Module):
     def reset_parameters(self) -> None:
         nn.init.constant_(self.alpha, self.alpha_init)
         _reset_affine(self)
-
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
-        """``y``; with ``residual``: ``(y(x + residual), x + residual)`` (added, then normalized)."""
-        if residual is None:
-            return self._norm(x)
-        s = x + residual
-        return self._norm(s), s
 
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
         check_input(x, self.normalized_shape)

@@ -118,14 +118,20 @@ def diarize(audio, *, sample_rate: int | None = None, num_speakers: int | None =
     settings and the models' provenance (``.to_json()``, ``.to_rttm()``). Audio shorter than a window is
     one shorter window.
     """
+    m, enc, cfg, counts, prov = _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options)
+    result = _diarize(audio, sample_rate, m, enc, cfg, uri, counts, prov)
+    return result.exclusive() if exclusive else result
+
+
+def _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options: dict):
+    """The model, the encoder, the settings, the speaker counts and the provenance, checked once per call."""
     _no_old_keywords(options)
     counts = {"num_speakers": num_speakers, "min_speakers": min_speakers, "max_speakers": max_speakers}
     check_speaker_counts(**counts)
     m = load_model(model)
     cfg = PipelineConfig.for_model(m, **options)
     enc = load_encoder(embedding)
-    result = _diarize(audio, sample_rate, m, enc, cfg, uri, counts, provenance(m, enc, cfg))
-    return result.exclusive() if exclusive else result
+    return m, enc, cfg, counts, provenance(m, enc, cfg)
 
 
 def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str | None, counts: dict,
@@ -152,13 +158,7 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
         from ..plot import pyplot, timeline_png
 
         pyplot()  # without matplotlib: one error before any work
-    _no_old_keywords(options)
-    counts = {"num_speakers": num_speakers, "min_speakers": min_speakers, "max_speakers": max_speakers}
-    check_speaker_counts(**counts)
-    m = load_model(model)
-    cfg = PipelineConfig.for_model(m, **options)
-    enc = load_encoder(embedding)
-    prov = provenance(m, enc, cfg)
+    m, enc, cfg, counts, prov = _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     status = {}
