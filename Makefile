@@ -53,6 +53,7 @@ demo: system-deps $(STAMP)
 	else echo "espeak-ng missing: diarization demo skipped"; fi
 
 test: system-deps $(STAMP)
+	$(PY) -m ruff check src tests benchmarks
 	-@$(MAKE) --no-print-directory sample || echo "warning: could not fetch the pyannote sample; its test will skip"
 	$(PY) -m pytest
 

@@ -7,11 +7,11 @@ import pytest
 import soundfile as sf
 import torch
 
-from normlab.models.transformer import TransformerBlock
 from normlab.diarization.evaluate import evaluate, tune
 from normlab.diarization.model import SHIPPED, EENDModel, ModelConfig
 from normlab.diarization.rttm import Turn
 from normlab.diarization.train import TrainConfig
+from normlab.models.transformer import TransformerBlock
 
 LOCAL4 = SHIPPED.parent / "eend_local4.pt"  # the 4-local-speaker segmentation model (`make model`)
 LOCAL4_DER_BOUND = 0.45  # its local DER on the conversations below: measured 29.5% (random weights: 190%)
@@ -98,7 +98,7 @@ def test_local4_model_records_its_recipe_voices_and_versions():
 
 @needs_espeak
 def test_local4_model_segments_held_out_voices(tmp_path):
-    """Local DER (per 10 s window) of the 4-local-speaker model on 4 fresh test-voice conversations with 1-4 speakers."""
+    """Local DER (per 10 s window) of the 4-local-speaker model on 4 fresh test-voice conversations, 1-4 speakers."""
     from normlab.diarization.simulate import SimConfig, simulate
     from normlab.diarization.windows import window_probs
 

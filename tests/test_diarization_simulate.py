@@ -144,7 +144,8 @@ def test_augmentation_changes_audio_not_turns():
     for i in (1, 3):  # 2 and 4 speakers
         a, turns_a, uri_a = mixture(plain, i, pool)
         b, turns_b, uri_b = mixture(replace(plain, augment=True), i, pool)
-        assert [(t.start, t.duration, t.speaker) for t in turns_a] == [(t.start, t.duration, t.speaker) for t in turns_b]
+        timing = [(t.start, t.duration, t.speaker) for t in turns_a]
+        assert timing == [(t.start, t.duration, t.speaker) for t in turns_b]
         assert uri_a != uri_b and "_aug" in uri_b and a.shape == b.shape
         assert np.corrcoef(a, b)[0, 1] < 0.9  # warped, levelled, other noise, maybe a room or a telephone
         assert np.abs(b).max() <= 10 ** (-1 / 20) + 1e-6  # the random level peaks at -24..-1 dBFS

@@ -10,8 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from normlab.diarization.vad import CHUNK, SAMPLE_RATE, MissingVADWeightsError, SileroVAD, installed_weights, \
-    speech_probability
+from normlab.diarization.vad import (
+    CHUNK,
+    SAMPLE_RATE,
+    MissingVADWeightsError,
+    SileroVAD,
+    installed_weights,
+    speech_probability,
+)
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +126,8 @@ def test_cli_options_reach_the_pipeline(vad, tmp_path, capsys):
         pytest.skip(str(e))
     noise = (0.03 * np.random.default_rng(1).standard_normal(SAMPLE_RATE * 12)).astype(np.float32)
     sf.write(tmp_path / "noise.wav", noise, SAMPLE_RATE)
-    for extra, out in (([], "gated"), (["--vad", "off"], "open"), (["--vad", "off", "--local-speakers", "eend"], "eend")):
+    runs = (([], "gated"), (["--vad", "off"], "open"), (["--vad", "off", "--local-speakers", "eend"], "eend"))
+    for extra, out in runs:
         assert main(["diarize", str(tmp_path / "noise.wav"), "--out", str(tmp_path / out), *extra]) == 0
     capsys.readouterr()
     assert read_rttm(tmp_path / "gated" / "noise.rttm") == {}

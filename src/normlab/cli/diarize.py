@@ -17,13 +17,14 @@ COMMANDS = ("score", "run", "evaluate", "simulate", "train", "recipe")
 
 def _read_rttms(paths: list[str]) -> dict:
     """Turns of RTTM files and of every ``*.rttm`` in folders, by recording."""
+    from .._checks import NotFound
     from ..diarization.rttm import read_rttm
 
     turns: dict = {}
     for path in map(pathlib.Path, paths):
         files = sorted(path.glob("*.rttm")) if path.is_dir() else [path]
         if not files:
-            raise FileNotFoundError(f"{path} has no .rttm files")
+            raise NotFound(f"{path} has no .rttm files")
         for f in files:
             for uri, ts in read_rttm(f).items():
                 turns.setdefault(uri, []).extend(ts)
@@ -109,12 +110,14 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
     out = pathlib.Path(args.out)
     bar = progress("train")
     r = train_run(args.data, out, model_cfg, cfg, batch=args.batch, frames=args.frames, device=args.device,
-                  tensorboard=args.tensorboard, progress=lambda step, total, loss: bar(step - 1, total, f"loss {loss:.4f}"))
+                  tensorboard=args.tensorboard,
+                  progress=lambda step, total, loss: bar(step - 1, total, f"loss {loss:.4f}"))
     if r["rank"] == 0:
         losses = r["losses"]
         print(f"trained {len(losses)} steps on {r['mixtures']} mixtures ({r['world_size']} process"
-              f"{'es' if r['world_size'] > 1 else ''}, {r['device']}; {r['samples_per_s']:.1f} sequences/s); final loss "
-              f"{sum(losses[-20:]) / len(losses[-20:]):.4f}; wrote {out / 'model.pt'} and {out / 'ckpt' / 'metrics.csv'}")
+              f"{'es' if r['world_size'] > 1 else ''}, {r['device']}; {r['samples_per_s']:.1f} sequences/s); "
+              f"final loss {sum(losses[-20:]) / len(losses[-20:]):.4f}; wrote {out / 'model.pt'} and "
+              f"{out / 'ckpt' / 'metrics.csv'}")
     return 0
 
 

@@ -92,7 +92,8 @@ def add_parsers(sub, name: str) -> None:
         from ..lab.accounting import PRESETS
 
         p = sub.add_parser("count", help=HELP["count"], description=HELP["count"])
-        p.add_argument("--preset", choices=list(PRESETS), default="bert-base", help="model preset (default: %(default)s)")
+        p.add_argument("--preset", choices=list(PRESETS), default="bert-base",
+                       help="model preset (default: %(default)s)")
         p.add_argument("--json", action="store_true", help="print the figures as JSON")
         p.set_defaults(func=_count)
     elif name == "bench":

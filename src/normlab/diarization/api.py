@@ -15,6 +15,7 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Callable
 
+from .._checks import BadValue, MissingDependency
 from .cluster import check_speaker_counts
 from .features import FeatureConfig
 from .rttm import Turn, write_rttm
@@ -32,9 +33,9 @@ def load_model(model=None):
         m, where = EENDModel.load(model), str(model if model is not None else SHIPPED)
     dim = FeatureConfig().dim
     if m.cfg.input_dim != dim:
-        raise ValueError(f"{where} expects {m.cfg.input_dim}-dim features; this pipeline makes {dim}")
+        raise BadValue(f"{where} expects {m.cfg.input_dim}-dim features; this pipeline makes {dim}")
     if not 1 <= m.cfg.n_speakers <= 8:
-        raise ValueError(f"{where} has {m.cfg.n_speakers} local speakers; the pipeline supports 1-8")
+        raise BadValue(f"{where} has {m.cfg.n_speakers} local speakers; the pipeline supports 1-8")
     return m.eval()
 
 
@@ -104,7 +105,7 @@ def to_annotation(turns: list[Turn], uri: str | None = None):
     try:
         from pyannote.core import Annotation, Segment
     except ImportError:
-        raise ImportError("to_annotation needs pyannote.core: pip install 'normlab[annotation]'") from None
+        raise MissingDependency("to_annotation needs pyannote.core: pip install 'normlab[annotation]'") from None
     uri = uri or (turns[0].uri if turns else None)
     ann = Annotation(uri=uri)
     for i, t in enumerate(sorted(turns)):

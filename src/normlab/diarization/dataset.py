@@ -6,6 +6,7 @@ import pathlib
 
 import torch
 
+from .._checks import BadValue
 from .features import FeatureConfig, extract, load_audio
 from .rttm import read_rttm
 
@@ -28,7 +29,7 @@ class MixtureSet:
         for folder in folders:
             found = sorted((folder / "wav").glob("*.wav"))
             if not found:
-                raise ValueError(f"{folder} has no wav/*.wav mixtures (run `normlab diarize simulate --out {folder}`)")
+                raise BadValue(f"{folder} has no wav/*.wav mixtures (run `normlab diarize simulate --out {folder}`)")
             wavs += found
         self.items, self.uris = [], [wav.stem for wav in wavs]
         for wav in wavs:

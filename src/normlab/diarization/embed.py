@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._checks import BadValue, NotFound
 from .weights import installed_file
 
 SAMPLE_RATE = 16000
@@ -31,7 +32,7 @@ WEIGHTS_PACKAGE = "resemblyzer==0.1.4"
 WEIGHTS_FILE = "resemblyzer/pretrained.pt"
 
 
-class MissingWeightsError(FileNotFoundError):
+class MissingWeightsError(NotFound):
     """The speaker encoder's weight file is not installed."""
 
 
@@ -123,7 +124,7 @@ class SpeakerEncoder(nn.Module):
             if missing:
                 raise KeyError(f"missing {sorted(missing)[:3]}")
         except Exception as e:  # noqa: BLE001 - another file format
-            raise ValueError(f"{path} is not a GE2E speaker encoder checkpoint: {e}") from None
+            raise BadValue(f"{path} is not a GE2E speaker encoder checkpoint: {e}") from None
         return model.eval()
 
     def save(self, path: str | pathlib.Path) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 import torch
 
+from .._checks import BadValue, NotFound
 from .dataset import MixtureSet
 from .der import DERResult, score
 from .infer import frame_probs
@@ -37,7 +38,7 @@ def evaluate(probs: dict[str, torch.Tensor], reference: dict[str, list[Turn]], *
     """DER of the thresholded, median-filtered probabilities against ``reference``."""
     missing = sorted(set(probs) - set(reference))
     if missing:
-        raise ValueError(f"no reference turns for {len(missing)} recordings, e.g. {missing[0]!r}")
+        raise BadValue(f"no reference turns for {len(missing)} recordings, e.g. {missing[0]!r}")
     hyp = _hypothesis(probs, threshold, median, frame_seconds)
     return score({u: reference[u] for u in probs}, hyp, collar=collar)
 
@@ -76,10 +77,10 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
 
     wav_dir, out_dir = pathlib.Path(wav_dir), pathlib.Path(out_dir)
     if not wav_dir.is_dir():
-        raise FileNotFoundError(f"{wav_dir} is not a folder")
+        raise NotFound(f"{wav_dir} is not a folder")
     paths = sorted(p for p in wav_dir.iterdir() if p.suffix.lower() in (".wav", ".flac"))
     if not paths:
-        raise FileNotFoundError(f"{wav_dir} has no .wav or .flac files")
+        raise NotFound(f"{wav_dir} has no .wav or .flac files")
     reference = read_rttm(ref_rttm)
     regions = read_uem(uem) if uem else None
     status = diarize_files(paths, out_dir, progress=progress, **diarize_kw)

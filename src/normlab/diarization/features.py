@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .._checks import BadValue
 
-class AudioError(ValueError):
+
+class AudioError(BadValue):
     """An audio file that cannot be used; the message names the file."""
 
 

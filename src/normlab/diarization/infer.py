@@ -11,6 +11,7 @@ import pathlib
 
 import torch
 
+from .._checks import BadValue
 from .features import FeatureConfig, extract, load_audio
 from .model import EENDModel
 from .permutation import align
@@ -22,7 +23,7 @@ from .rttm import Turn, write_rttm
 def frame_probs(model: EENDModel, feats: torch.Tensor, chunk_frames: int = 1500, overlap_frames: int = 100) -> torch.Tensor:
     """Speaker probabilities ``(frames, speakers)`` for features ``(frames, dim)``."""
     if overlap_frames >= chunk_frames:
-        raise ValueError(f"overlap_frames ({overlap_frames}) must be smaller than chunk_frames ({chunk_frames})")
+        raise BadValue(f"overlap_frames ({overlap_frames}) must be smaller than chunk_frames ({chunk_frames})")
     model.eval()
     n = feats.shape[0]
     s = model.cfg.n_speakers

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .._checks import check_choice
+from .._checks import BadValue, check_choice
 from .cluster import check_speaker_counts, cluster
 from .features import FeatureConfig, logmel
 from .postprocess import median_filter, to_turns
@@ -91,10 +91,10 @@ class PipelineConfig:
         kw = {**stored, **mode_kw, **given} if mode == "speech" else {**mode_kw, **stored, **given}
         unknown = set(kw) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
-            raise ValueError(f"unknown pipeline option(s) {sorted(unknown)}")
+            raise BadValue(f"unknown pipeline option(s) {sorted(unknown)}")
         cfg = cls(**kw)
         if cfg.window <= 0 or not 0 < cfg.step <= cfg.window:
-            raise ValueError(f"need 0 < step <= window, got window={cfg.window}, step={cfg.step}")
+            raise BadValue(f"need 0 < step <= window, got window={cfg.window}, step={cfg.step}")
         check_choice(cfg.speakers, ("eend", "speech"), "speakers mode")
         check_choice(cfg.vad, ("off", "gate", "speech"), "vad mode")
         return cfg

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .._checks import BadValue
 from . import augment as aug
 from .augment import reverberate, room_impulse_response  # noqa: F401  (re-exported: older imports)
 from .rttm import Turn, read_rttm, write_rttm, write_uem
@@ -68,7 +69,7 @@ class SimConfig:
     def __post_init__(self):
         lo = self.min_speakers or self.n_speakers
         if not 1 <= lo <= self.n_speakers:
-            raise ValueError(f"need 1 <= min_speakers <= n_speakers, got {self.min_speakers} and {self.n_speakers}")
+            raise BadValue(f"need 1 <= min_speakers <= n_speakers, got {self.min_speakers} and {self.n_speakers}")
 
     def speakers_of(self, index: int) -> int:
         lo = self.min_speakers or self.n_speakers
@@ -90,7 +91,7 @@ def pick_voices(pool: list[Voice], k: int, rng: np.random.Generator) -> list[Voi
     """``k`` voices of ``k`` different persons; recorded voices as a group are drawn as often as espeak-ng's."""
     persons = sorted({v.person for v in pool})
     if k > len(persons):
-        raise ValueError(f"{k} speakers asked, but the split has {len(persons)} distinct voices")
+        raise BadValue(f"{k} speakers asked, but the split has {len(persons)} distinct voices")
     recorded = {v.person for v in pool if v.recorded}
     n_rec, n_esp = len(recorded), len(persons) - len(recorded)
     w = np.array([(0.5 / n_rec if n_esp else 1 / n_rec) if p in recorded else (0.5 / n_esp if n_rec else 1 / n_esp)

@@ -24,6 +24,7 @@ import warnings
 import torch
 from torch import nn
 
+from .._checks import NotFound
 from .weights import installed_file
 
 SAMPLE_RATE = 16000
@@ -39,7 +40,7 @@ _KEYS = {"stft.forward_basis_buffer": "stft_conv.weight", "decoder.rnn.weight_ih
          **{f"encoder.{i}.reparam_conv.{p}": f"conv{i + 1}.{p}" for i in range(4) for p in ("weight", "bias")}}
 
 
-class MissingVADWeightsError(FileNotFoundError):
+class MissingVADWeightsError(NotFound):
     """The VAD's weight file is not installed."""
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._checks import BadValue, Unavailable
 from .features import load_audio
 
 SPLITS = ("train", "dev", "test", "flite")  # "flite": flite's voices only (the older held-out set)
@@ -71,7 +72,7 @@ _FESTIVAL_DIRS = {"kal_diphone": "english/kal_diphone", "ked_diphone": "english/
 def tool(name: str) -> str:
     exe = shutil.which(name)
     if exe is None:
-        raise RuntimeError(f"{name} is not installed (Debian package {name}; `make system-deps` installs it)")
+        raise Unavailable(f"{name} is not installed (Debian package {name}; `make system-deps` installs it)")
     return exe
 
 
@@ -94,9 +95,9 @@ def voices(split: str, sources: str = "espeak") -> list[Voice]:
     """The base voices of ``split``: espeak-ng variants, plus, with ``sources="all"``, the recorded voices
     of the split's persons that are installed here."""
     if split not in SPLITS:
-        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        raise BadValue(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     if sources not in SOURCES:
-        raise ValueError(f"sources must be one of {', '.join(SOURCES)}, got {sources!r}")
+        raise BadValue(f"sources must be one of {', '.join(SOURCES)}, got {sources!r}")
     if split == "flite":
         tool("flite")
         return [Voice("flite", v, v) for v in FLITE_VOICES]

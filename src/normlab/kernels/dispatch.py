@@ -25,6 +25,7 @@ import math
 import torch
 
 from .. import reference
+from .._checks import BadValue
 from .autograd import AddNormFunction, NormFunction
 from .base import Kernel, add_residual
 from .cpu import CpuKernel
@@ -79,7 +80,7 @@ def get_kernel(name: str) -> Kernel:
     try:
         return _KERNELS[name]
     except KeyError:
-        raise ValueError(f"unknown impl {name!r}; valid: {', '.join(IMPLS)}") from None
+        raise BadValue(f"unknown impl {name!r}; valid: {', '.join(IMPLS)}") from None
 
 
 #: plain LayerNorm rows narrower than this (float32/float64) go to torch's kernel first: at
@@ -102,7 +103,7 @@ def resolve(impl: str, op: str, x: Tensor, eps: float, d: int | None = None) -> 
     """
     if impl != "auto":
         if not get_kernel(impl).supports(op, x, eps):
-            raise ValueError(f"impl {impl!r} does not support {op} for {x.dtype} on {x.device.type} with eps={eps}")
+            raise BadValue(f"impl {impl!r} does not support {op} for {x.dtype} on {x.device.type} with eps={eps}")
         return impl
     for name in _order(op, x, x.shape[-1] if d is None else d):
         if name == "compiled" and not _allow_compiled.get():

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as TF
 from torch import nn
 
+from .._checks import BadValue
 from ..nn.residual import ResidualUnit
 
 
@@ -44,7 +45,7 @@ def diagnose(model: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor |
     """
     layers = list(getattr(model, "layers", []))
     if not layers or not hasattr(model, "run_layers"):
-        raise ValueError("model is not a normlab stack with .layers to diagnose")
+        raise BadValue("model is not a normlab stack with .layers to diagnose")
     rows = [{"layer": i} for i in range(len(layers))]
     streams: dict[int, torch.Tensor] = {}  # -1: the stack's input; i: layer i's output
     units = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .._checks import BadValue
 from ..nn.attention import MultiHeadSelfAttention
 from ..nn.feedforward import FeedForward
 from ..nn.positional import PositionalEncoding
@@ -100,7 +101,7 @@ class TransformerEncoder(Stack):
     ) -> None:
         super().__init__()
         if n_layers < 1:
-            raise ValueError(f"n_layers must be >= 1, got {n_layers}")
+            raise BadValue(f"n_layers must be >= 1, got {n_layers}")
         layer_placement(placement, 0, n_layers)  # a clear error before anything is built
         self.norm_name, self.placement_name = norm, placement
         self.input_proj = nn.Linear(input_dim, d_model) if input_dim else None

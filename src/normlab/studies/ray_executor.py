@@ -18,17 +18,19 @@ import os
 import socket
 from collections.abc import Callable, Iterator
 
+from .._checks import BadValue, MissingDependency, Unreachable
+
 
 def _check_reachable(address: str, timeout: float = 5.0) -> None:
     """A one-line ConnectionError when nothing listens at ``HOST:PORT`` (before Ray retries for minutes)."""
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise ValueError(f"--address must be auto or HOST:PORT, got {address!r}")
+        raise BadValue(f"--address must be auto or HOST:PORT, got {address!r}")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout):
             pass
     except OSError as e:
-        raise ConnectionError(f"cannot reach a Ray cluster at {address}: {e.strerror or e}") from None
+        raise Unreachable(f"cannot reach a Ray cluster at {address}: {e.strerror or e}") from None
 
 
 class RayExecutor:
@@ -38,7 +40,7 @@ class RayExecutor:
         try:
             import ray
         except ImportError:
-            raise ImportError("--executor ray needs Ray: pip install 'normlab[scale]'") from None
+            raise MissingDependency("--executor ray needs Ray: pip install 'normlab[scale]'") from None
         self.ray = ray
         if address not in (None, "auto"):
             _check_reachable(address)
@@ -52,7 +54,7 @@ class RayExecutor:
                 else:
                     ray.init(address=address, **kwargs)
             except ConnectionError as e:
-                raise ConnectionError(f"cannot join the Ray cluster at {address}: {str(e).splitlines()[0]}") from None
+                raise Unreachable(f"cannot join the Ray cluster at {address}: {str(e).splitlines()[0]}") from None
 
     def run(self, call: Callable, fn: Callable, todo: dict[str, dict], device: str = "cpu") -> Iterator[tuple]:
         """Yield ``(key, config, result, seconds, rows)`` for every cell in ``todo``, in finishing order.

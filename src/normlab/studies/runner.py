@@ -206,8 +206,8 @@ class Runner:
     def _record(self, study, fn, key, config, result, secs, results, rows=()):
         self.store.put(key, study, fn.__qualname__, config, result, secs)
         if rows:
-            tracking.write(pathlib.Path(self.store.path).parent / "metrics" / study / f"{fn.__qualname__}-{key[:12]}.csv",
-                           rows)
+            folder = pathlib.Path(self.store.path).parent / "metrics" / study
+            tracking.write(folder / f"{fn.__qualname__}-{key[:12]}.csv", rows)
         results[key] = {"status": result.get("status", "ok"), **result}
         self.ran += 1
 

@@ -9,7 +9,7 @@ from normlab.lab import lesson
 from normlab.studies.base import Criterion, bootstrap, interval, spread
 from normlab.studies.criteria import CRITERIA, branch_ratio_prediction
 
-DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "studies.md"
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "studies.md"
 
 
 def _docs_criteria() -> dict[str, str]:
