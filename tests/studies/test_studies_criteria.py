@@ -31,6 +31,23 @@ def test_every_criterion_is_published_verbatim_in_the_docs():
         assert docs[cid] == crit.text, (cid, docs[cid], crit.text)
 
 
+def test_every_claim_is_stated_with_its_source_in_the_docs():
+    """docs/studies.md's claims table: one row per claim id, naming the study that checks it and a source."""
+    from normlab.studies import STUDIES
+
+    text = DOCS.read_text()
+    section = text[text.index("\n## The claims\n"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) == 4 and cells[0] in CRITERIA:
+            rows[cells[0]] = cells
+    assert set(rows) == set(CRITERIA), set(CRITERIA) ^ set(rows)
+    for cid, (_, study, statement, source) in rows.items():
+        assert study.strip("`") in STUDIES and statement and source, cid
+
+
 def test_criterion_text_and_value_are_one_object():
     c = Criterion("Pre g{top}/g6 <= {pre_max}", top=24, pre_max=0.75)
     assert c.text == "Pre g24/g6 <= 0.75" and c["pre_max"] == 0.75

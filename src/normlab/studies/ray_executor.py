@@ -5,7 +5,8 @@ one task (one CPU) that imports the cell function by name on its worker, so
 every node needs normlab installed. Results come back to the driver, which
 alone writes the store, so resume, ``--quick``, verdicts and the HTML report
 are the same as with the local executor, and a report started on Ray can be
-resumed with ``--executor local`` (and the other way round).
+resumed with ``--executor local`` (and the other way round) at ``--jobs`` 2 or
+more: one torch thread per cell, as on Ray (the thread count is in the key).
 
 ``address``: None starts a private local Ray instance with ``jobs`` CPUs (the
 same worker count as ``--jobs`` locally); ``"auto"`` joins the cluster that
