@@ -20,10 +20,10 @@ import torch
 
 
 def compare(models: dict[str, str], data: pathlib.Path, sets: list[str], work: pathlib.Path) -> dict:
-    from normlab.diarization.evaluate import evaluate, evaluate_folder
-    from normlab.diarization.model import EENDModel
-    from normlab.diarization.rttm import read_rttm
-    from normlab.diarization.windows import window_probs
+    from normlab.diarization.io.rttm import read_rttm
+    from normlab.diarization.metrics.evaluate import evaluate, evaluate_folder
+    from normlab.diarization.metrics.windows import window_probs
+    from normlab.diarization.models.eend import EENDModel
 
     out = {}
     for name, path in models.items():

@@ -22,16 +22,17 @@ import time
 import soundfile as sf
 import torch
 
-from normlab.diarization.features import FeatureConfig, extract, load_audio
-from normlab.diarization.infer import frame_probs
-from normlab.diarization.model import EENDModel
-from normlab.diarization.postprocess import to_turns
+from normlab.diarization.io.audio import read_mono as load_audio
+from normlab.diarization.io.features import FeatureConfig, extract
+from normlab.diarization.metrics.evaluate import frame_probs
+from normlab.diarization.models.eend import EENDModel
+from normlab.diarization.pipeline.postprocess import to_turns
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def thirty_seconds(folder: pathlib.Path) -> pathlib.Path:
-    from normlab.diarization.simulate import SimConfig, simulate
+    from normlab.diarization.data.simulate import SimConfig, simulate
 
     sim = simulate(folder / "sim", SimConfig(n_mixtures=1, split="test", seed=99))
     wav = next((sim / "wav").glob("*.wav"))

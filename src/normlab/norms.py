@@ -3,6 +3,15 @@
 ``LayerNorm`` and ``RMSNorm`` take torch's exact constructor arguments and
 defaults and have the same parameter names, so their state_dicts load into
 ``torch.nn.LayerNorm`` / ``torch.nn.RMSNorm`` and back.
+
+Every norm here also takes an optional ``residual``: ``norm(x)`` is the norm
+alone, as torch's; ``norm(x, residual=r)`` returns ``(y, s)`` with
+``s = x + r`` and ``y = norm(s)``, the residual step of a Transformer.
+LayerNorm and RMSNorm do it in one fused kernel
+(:func:`normlab.functional.add_layer_norm` / ``add_rms_norm``); ScaleNorm and
+DyT add, then normalize. A model hands the pending residual add to any norm
+whose ``forward`` takes ``residual`` (see :mod:`normlab.nn.residual`), so a
+subclass keeps the fused path.
 """
 from __future__ import annotations
 
@@ -85,8 +94,11 @@ class LayerNorm(nn.Module):
     def reset_parameters(self) -> None:
         _reset_affine(self)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """``layer_norm(x)``; with ``residual``: ``(layer_norm(x + residual), x + residual)``, one fused kernel."""
+        if residual is None:
+            return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return F.add_layer_norm(x, residual, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return (
@@ -139,8 +151,11 @@ class RMSNorm(nn.Module):
     def reset_parameters(self) -> None:
         _reset_affine(self)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """``rms_norm(x)``; with ``residual``: ``(rms_norm(x + residual), x + residual)``, one fused kernel."""
+        if residual is None:
+            return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+        return F.add_rms_norm(x, residual, self.normalized_shape, self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)
@@ -174,7 +189,14 @@ class ScaleNorm(nn.Module):
     def reset_parameters(self) -> None:
         nn.init.constant_(self.g, math.sqrt(math.prod(self.normalized_shape)))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """``y``; with ``residual``: ``(y(x + residual), x + residual)`` (added, then normalized)."""
+        if residual is None:
+            return self._norm(x)
+        s = x + residual
+        return self._norm(s), s
+
+    def _norm(self, x: torch.Tensor) -> torch.Tensor:
         check_input(x, self.normalized_shape)
         dims = tuple(range(-len(self.normalized_shape), 0))
         xa = x.to(acc_dtype(x.dtype))  # *, D   float32 (float64) arithmetic
@@ -227,7 +249,14 @@ class DyT(nn.Module):
         nn.init.constant_(self.alpha, self.alpha_init)
         _reset_affine(self)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """``y``; with ``residual``: ``(y(x + residual), x + residual)`` (added, then normalized)."""
+        if residual is None:
+            return self._norm(x)
+        s = x + residual
+        return self._norm(s), s
+
+    def _norm(self, x: torch.Tensor) -> torch.Tensor:
         check_input(x, self.normalized_shape)
         y = torch.tanh(self.alpha * x)
         if self.weight is not None:

@@ -37,8 +37,12 @@ def make_norm(name: str, dim: int, **kw) -> nn.Module:
     >>> make_norm("rmsnorm", 64)
     RMSNorm((64,), eps=None, elementwise_affine=True)
     """
-    check_choice(name, NORMS, "norm")
+    check_norm(name)
     return NORMS[name](dim, **kw)
+
+
+def check_norm(name: str) -> None:
+    check_choice(name, NORMS, "norm")
 
 
 def check_placement(name: str) -> None:

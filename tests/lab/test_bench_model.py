@@ -1,11 +1,9 @@
-"""The model bench's correctness check, its forced-impl switch, and opt-in block compilation (no timing)."""
+"""The model bench's correctness check and its forced-impl switch (no timing)."""
 import pytest
 import torch
 
-import normlab
 from normlab import functional as F
 from normlab.lab import bench_model as bm
-from normlab.models import compile_blocks
 
 SMALL = bm.ModelBenchConfig(layers=2, d_model=32, heads=4, d_ff=64, batch=3, tokens=13, min_len=0.4)
 
@@ -46,23 +44,3 @@ def test_bench_model_run_reports_ratios():
         assert set(result[mode]["ms"]) == {"normlab", "torch", "native"}
         assert all(v > 0 for v in result[mode]["speedup_vs_torch"].values())
     assert "| normlab |" in bm.markdown(result)
-
-
-def test_compile_blocks_wraps_every_block_once():
-    m = normlab.TransformerEncoder(16, 2, 3, 32)
-    compile_blocks(m)
-    compile_blocks(m)  # idempotent
-    assert all(layer._normlab_compiled for layer in m.layers)
-    assert set(m.state_dict()) == set(normlab.TransformerEncoder(16, 2, 3, 32).state_dict())
-
-
-def test_compiled_blocks_give_the_same_outputs():
-    torch.manual_seed(0)
-    m = normlab.TransformerEncoder(16, 2, 2, 32).eval()
-    x = torch.randn(2, 5, 16)
-    pad = torch.zeros(2, 5, dtype=torch.bool)
-    pad[1, 3:] = True
-    with torch.no_grad():
-        want = m(x, pad)
-        got = compile_blocks(m)(x, pad)
-    torch.testing.assert_close(got[~pad], want[~pad], rtol=1e-5, atol=1e-5)

@@ -18,7 +18,8 @@ def test_rows_have_every_statistic():
         for k in ("resid_norm", "token_mean", "token_std", "branch_ratio_attn", "branch_ratio_ffn", "cos_prev",
                   "grad_attn", "grad_ffn", "grad_norm", "grad_ffn_w2"):
             assert r[k] is not None and r[k] == r[k], k
-    assert all(u.recorder is None for layer in m.layers for u in (layer.attn, layer.ffn))  # hooks removed
+    modules = list(m.modules())
+    assert not any(mod._forward_hooks or mod._forward_pre_hooks for mod in modules)  # hooks removed
 
 
 def test_pre_ln_grows_and_post_ln_does_not():
@@ -32,6 +33,21 @@ def test_pre_ln_grows_and_post_ln_does_not():
     assert pre[-1]["resid_norm2_per_d"] > 3 * pre[0]["resid_norm2_per_d"]
     assert post[-1]["resid_norm2_per_d"] == pytest.approx(1.0, abs=0.05)
     assert "grad_attn" not in pre[0]
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_branch_ratio_is_what_the_unit_adds(placement):
+    """The hooks see the unit's own ``x`` and ``F``: recomputed by hand for layer 0's FFN unit."""
+    torch.manual_seed(0)
+    m = normlab.TransformerEncoder(16, 2, 2, 32, placement=placement, pos="none")
+    x = torch.randn(3, 6, 16)
+    rows = diagnose(m, x, backward=False)
+    attn, ffn = m.layers[0].attn, m.layers[0].ffn
+    with torch.no_grad():
+        s = x + attn.fn(attn.pre_norm(x)) if placement == "pre" else attn.post_norm(x + attn.fn(x))
+        f = ffn.fn(ffn.pre_norm(s)) if placement == "pre" else ffn.fn(s)
+    want = (f.var() / (s + f).var()).item()
+    assert rows[0]["branch_ratio_ffn"] == pytest.approx(want, rel=1e-4)
 
 
 def test_needs_layers():

@@ -18,7 +18,7 @@ COMMANDS = ("score", "run", "evaluate", "simulate", "train", "recipe")
 def _read_rttms(paths: list[str]) -> dict:
     """Turns of RTTM files and of every ``*.rttm`` in folders, by recording."""
     from .._checks import NotFound
-    from ..diarization.rttm import read_rttm
+    from ..diarization.io.rttm import read_rttm
 
     turns: dict = {}
     for path in map(pathlib.Path, paths):
@@ -32,8 +32,8 @@ def _read_rttms(paths: list[str]) -> dict:
 
 
 def _cmd_diarize_score(args: argparse.Namespace) -> int:
-    from ..diarization.der import score
-    from ..diarization.rttm import read_uem
+    from ..diarization.io.uem import read_uem
+    from ..diarization.metrics.der import score
 
     ref, hyp = _read_rttms([args.ref]), _read_rttms(args.hyp)
     uem = read_uem(args.uem) if args.uem else None
@@ -57,13 +57,13 @@ def _pipeline_options(args: argparse.Namespace) -> dict:
 def _model_on_device(args: argparse.Namespace):
     """The EEND model of ``--model`` on ``--device``: the pipeline runs it where it is."""
     from ..devices import resolve
-    from ..diarization.api import load_model
+    from ..diarization.pipeline.api import load_model
 
     return load_model(args.model).to(resolve(args.device))
 
 
 def _cmd_diarize_run(args: argparse.Namespace) -> int:
-    from ..diarization.api import diarize_files
+    from ..diarization.pipeline.api import diarize_files
 
     status = diarize_files(args.audio, args.out, model=_model_on_device(args), encoder=args.embedding,
                            progress=progress("diarize"), **_speaker_counts(args), **_pipeline_options(args))
@@ -75,7 +75,7 @@ def _cmd_diarize_run(args: argparse.Namespace) -> int:
 def _cmd_diarize_evaluate(args: argparse.Namespace) -> int:
     import json
 
-    from ..diarization.evaluate import evaluate_folder, format_evaluation
+    from ..diarization.metrics.evaluate import evaluate_folder, format_evaluation
 
     result = evaluate_folder(args.wav_dir, args.ref, args.out, uem=args.uem, model=_model_on_device(args),
                              encoder=args.embedding, progress=progress("diarize"), **_speaker_counts(args),
@@ -85,7 +85,7 @@ def _cmd_diarize_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_diarize_simulate(args: argparse.Namespace) -> int:
-    from ..diarization.simulate import SimConfig, simulate
+    from ..diarization.data.simulate import SimConfig, simulate
 
     cfg = SimConfig(n_mixtures=args.n, n_speakers=args.speakers, beta=args.beta, split=args.split, seed=args.seed,
                     min_utterances=args.min_utterances, max_utterances=args.max_utterances,
@@ -99,8 +99,8 @@ def _cmd_diarize_simulate(args: argparse.Namespace) -> int:
 def _cmd_diarize_train(args: argparse.Namespace) -> int:
     import torch
 
-    from ..diarization.model import ModelConfig
-    from ..diarization.train import TrainConfig, train_run
+    from ..diarization.models.eend import ModelConfig
+    from ..diarization.training.train import TrainConfig, train_run
 
     torch.set_num_threads(args.threads)
     model_cfg = ModelConfig(d_model=args.d_model, n_layers=args.layers, d_ff=4 * args.d_model, n_speakers=args.speakers,
@@ -124,7 +124,7 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
 def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
     import torch
 
-    from ..diarization.recipe import RecipeConfig, run_recipe
+    from ..diarization.training.recipe import RecipeConfig, run_recipe
 
     torch.set_num_threads(args.threads)
     cfg = RecipeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RecipeConfig)})
@@ -150,8 +150,8 @@ def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub, name: str) -> None:
-    from ..diarization.model import ENCODERS
-    from ..diarization.recipe import RecipeConfig  # its fields are the recipe's options
+    from ..diarization.models.eend import ENCODERS
+    from ..diarization.training.recipe import RecipeConfig  # its fields are the recipe's options
     from ..registry import NORMS, PLACEMENTS
 
     dia = sub.add_parser("diarize", help=HELP["diarize"], description=HELP["diarize"] +

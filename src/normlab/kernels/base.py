@@ -1,11 +1,25 @@
 """The interface every kernel implementation provides, and the reference one.
 
-A kernel works on rows: ``x`` is a contiguous ``N, D`` tensor and the
-statistics are ``N, 1`` tensors in the accumulation dtype (float32, or float64
-for float64 input). The autograd Functions in :mod:`normlab.kernels.autograd`
-call these methods; the dispatcher in :mod:`normlab.kernels` picks the class.
+A kernel has the two entry points of the C++ kernels (``cpu_kernels.cpp``):
+
+* ``fwd(x, residual, w, b, eps, *, rms, s_dtype)`` returns ``(y, s, mean, rstd)``:
+  ``s = x + residual`` (None without a residual), ``y = norm(s)`` in the dtype
+  of ``x``, and the per-row statistics the backward needs (``mean`` is None for
+  RMSNorm);
+* ``bwd(dy, x, mean, rstd, w, ds, *, rms)`` returns ``(dx, dw, db)``:
+  ``dx = norm'(x)^T dy (+ ds)``, where ``x`` is what the forward normalized
+  (``s`` for the add ops) and ``ds`` the gradient reaching ``s`` directly;
+  ``dw`` is None without a weight, ``db`` None for RMSNorm.
+
+Rows are contiguous ``N, D`` tensors; statistics are ``N, 1`` tensors in the
+accumulation dtype (float32, or float64 for float64 input). The one autograd
+Function (:mod:`normlab.kernels.autograd`) calls these; the dispatcher
+(:mod:`normlab.kernels.dispatch`) picks the kernel. The numerics every kernel
+keeps are in ``docs/numerics.md``.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
@@ -16,57 +30,50 @@ Tensor = torch.Tensor
 Opt = Tensor | None
 
 
-class Kernel:
-    """Row-wise LayerNorm/RMSNorm forward and backward; the reference math.
+class Op(NamedTuple):
+    """What an op name means to a kernel."""
 
-    Subclasses override what they do faster. The residual-add variants are
-    composed from the plain ones unless a subclass fuses them.
-    """
+    name: str
+    rms: bool  # RMSNorm (no centring, no bias) rather than LayerNorm
+    add: bool  # a residual is added first and the sum ``s`` is returned too
+
+
+#: the public ops, by name
+OP_SPECS: dict[str, Op] = {
+    o.name: o
+    for o in (Op("layer_norm", False, False), Op("rms_norm", True, False),
+              Op("add_layer_norm", False, True), Op("add_rms_norm", True, True))
+}
+
+
+class Kernel:
+    """Row-wise LayerNorm/RMSNorm forward and backward; the reference math."""
 
     name = "reference"
 
-    def supports(self, op: str, x: torch.Tensor, eps: float) -> bool:
+    def supports(self, op: str, x: Tensor, eps: float) -> bool:
         """Whether this kernel implements ``op`` for ``x`` under the numerics contract."""
         return True
 
-    # -- LayerNorm ---------------------------------------------------------
-    def ln_fwd(self, x: Tensor, w: Opt, b: Opt, eps: float) -> tuple[Tensor, Tensor, Tensor]:
-        y, cache = reference.layer_norm_forward(x, w, b, eps)
-        return y, cache.mean, cache.rstd
+    def fwd(self, x: Tensor, residual: Opt, w: Opt, b: Opt, eps: float, *, rms: bool,
+            s_dtype: torch.dtype | None = None) -> tuple[Tensor, Opt, Opt, Tensor]:
+        """``(y, s, mean, rstd)``; ``s = x + residual`` is stored in ``s_dtype`` (default: the dtype of ``x``)."""
+        s = x if residual is None else add_residual(x, residual, s_dtype or x.dtype)  # N, D
+        if rms:
+            y, cache = reference.rms_norm_forward(s, w, eps)
+        else:
+            y, cache = reference.layer_norm_forward(s, w, b, eps)
+        return y.to(x.dtype), (None if residual is None else s), cache.mean, cache.rstd
 
-    def ln_bwd(self, dy: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, w: Opt) -> tuple[Tensor, Opt, Tensor]:
-        return reference.layer_norm_backward(dy, reference.NormCache(x, w, mean, rstd))
-
-    # -- RMSNorm -----------------------------------------------------------
-    def rms_fwd(self, x: Tensor, w: Opt, eps: float) -> tuple[Tensor, Tensor]:
-        y, cache = reference.rms_norm_forward(x, w, eps)
-        return y, cache.rstd
-
-    def rms_bwd(self, dy: Tensor, x: Tensor, rstd: Tensor, w: Opt) -> tuple[Tensor, Opt]:
-        return reference.rms_norm_backward(dy, reference.NormCache(x, w, None, rstd))
-
-    # -- residual add + norm -------------------------------------------------
-    def add_ln_fwd(self, x: Tensor, r: Tensor, w: Opt, b: Opt, eps: float, s_dtype: torch.dtype):
-        """Returns ``(y, s, mean, rstd)`` with ``s = x + r`` stored in ``s_dtype``."""
-        s = add_residual(x, r, s_dtype)  # N, D
-        y, mean, rstd = self.ln_fwd(s, w, b, eps)
-        return y.to(x.dtype), s, mean, rstd
-
-    def add_rms_fwd(self, x: Tensor, r: Tensor, w: Opt, eps: float, s_dtype: torch.dtype):
-        """Returns ``(y, s, rstd)`` with ``s = x + r`` stored in ``s_dtype``."""
-        s = add_residual(x, r, s_dtype)  # N, D
-        y, rstd = self.rms_fwd(s, w, eps)
-        return y.to(x.dtype), s, rstd
-
-    def add_ln_bwd(self, dy: Tensor, s: Tensor, mean: Tensor, rstd: Tensor, w: Opt, ds: Opt):
-        """Backward of ``add_ln_fwd``: ``(dsum, dw, db)`` where ``dsum = LN'(s)^T dy + ds``."""
-        dsum, dw, db = self.ln_bwd(dy, s, mean, rstd, w)
-        return (dsum if ds is None else dsum + ds), dw, db
-
-    def add_rms_bwd(self, dy: Tensor, s: Tensor, rstd: Tensor, w: Opt, ds: Opt):
-        """Backward of ``add_rms_fwd``: ``(dsum, dw)``."""
-        dsum, dw = self.rms_bwd(dy, s, rstd, w)
-        return (dsum if ds is None else dsum + ds), dw
+    def bwd(self, dy: Tensor, x: Tensor, mean: Opt, rstd: Tensor, w: Opt, ds: Opt, *,
+            rms: bool) -> tuple[Tensor, Opt, Opt]:
+        """``(dx, dw, db)`` with ``dx = norm'(x)^T dy + ds``."""
+        cache = reference.NormCache(x, w, mean, rstd)
+        if rms:
+            (dx, dw), db = reference.rms_norm_backward(dy, cache), None
+        else:
+            dx, dw, db = reference.layer_norm_backward(dy, cache)
+        return (dx if ds is None else dx + ds), dw, db
 
 
 def add_residual(x: Tensor, r: Tensor, s_dtype: torch.dtype) -> Tensor:

@@ -3,9 +3,9 @@
 // Built at first use by normlab/kernels/cpu.py (g++ -O3 -fopenmp) and called through ctypes
 // with raw pointers to contiguous N x D rows. No torch headers: the build takes about a second.
 //
-// Numerics (DESIGN.md): storage type T (float, double, bfloat16, float16); statistics, weights and
-// weight gradients in the accumulation type A (double for double, else float); two passes over the row (mean, then the mean of squared deviations), the row staying
-// in L1 between them; biased variance; eps inside the square root; rstd = 0 for a constant row
+// Numerics (docs/numerics.md): storage type T (float, double, bfloat16, float16); statistics, weights
+// and weight gradients in the accumulation type A (double for double, else float); two passes over the
+// row (mean, then the mean of squared deviations), the row staying in L1 between them; biased variance; eps inside the square root; rstd = 0 for a constant row
 // at eps = 0, so such a row gives bias. Row reductions use LANES independent accumulators in a
 // fixed order (explicit in the source, so no compiler choice or pointer alignment changes them):
 // a row's result is bitwise the same alone or inside any batch, on any number of threads.
@@ -29,15 +29,28 @@ static const i64 SERIAL_WORK = 32768; // below this many elements, run on one th
 // ------------------------------------------------------------------ storage types
 
 struct bf16 { uint16_t bits; };  // bfloat16: the top half of a float32
-typedef _Float16 f16;            // IEEE half (GCC >= 12 on x86-64 and aarch64)
+
+// IEEE half where the compiler has _Float16 in C++ (GCC >= 12, clang on x86-64 and aarch64): the compiler
+// defines __FLT16_MAX__ exactly then. Elsewhere (GCC 11, or -DNORMLAB_NO_FLOAT16) the float16 entry points
+// are left out and the rest of the file builds; normlab_has_f16() tells the caller which.
+#if defined(__FLT16_MAX__) && !defined(NORMLAB_NO_FLOAT16) && (defined(__clang__) || !defined(__GNUC__) || __GNUC__ >= 12)
+#define NORMLAB_HAS_F16 1
+typedef _Float16 f16;
+#else
+#define NORMLAB_HAS_F16 0
+#endif
 
 template <class T> struct Acc { typedef T type; };
 template <> struct Acc<bf16> { typedef float type; };
+#if NORMLAB_HAS_F16
 template <> struct Acc<f16> { typedef float type; };
+#endif
 
 static inline float ld(float v) { return v; }
 static inline double ld(double v) { return v; }
+#if NORMLAB_HAS_F16
 static inline float ld(f16 v) { return (float)v; }
+#endif
 static inline float ld(bf16 v) {
   uint32_t u = uint32_t(v.bits) << 16;
   float f;
@@ -241,6 +254,9 @@ static void norm_bwd(const T* dy, const T* x, const A* mean, const A* rstd, cons
 NORMLAB_ENTRIES(float, f32)
 NORMLAB_ENTRIES(double, f64)
 NORMLAB_ENTRIES(bf16, bf16)
+#if NORMLAB_HAS_F16
 NORMLAB_ENTRIES(f16, f16)
+#endif
 
 extern "C" i64 normlab_rows_per_partial(void) { return ROWS; }
+extern "C" int normlab_has_f16(void) { return NORMLAB_HAS_F16; }

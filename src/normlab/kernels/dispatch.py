@@ -24,10 +24,9 @@ import math
 
 import torch
 
-from .. import reference
 from .._checks import BadValue
-from .autograd import AddNormFunction, NormFunction
-from .base import Kernel, add_residual
+from .autograd import NormFunction
+from .base import OP_SPECS, Kernel
 from .cpu import CpuKernel
 from .fused import CompiledKernel
 from .native import NativeKernel
@@ -39,7 +38,7 @@ _KERNELS: dict[str, Kernel] = {k.name: k for k in (Kernel(), NativeKernel(), Com
 #: names accepted by ``impl=``
 IMPLS: tuple[str, ...] = ("auto", *_KERNELS)
 
-OPS = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
+OPS: tuple[str, ...] = tuple(OP_SPECS)
 
 #: the order ``auto`` tries, per op (measured in docs/performance.md): normlab's C++ kernels
 #: (CPU, every dtype), then torch's LayerNorm kernel (float32/float64), then the compiled
@@ -116,15 +115,9 @@ def resolve(impl: str, op: str, x: Tensor, eps: float, d: int | None = None) -> 
 def traceable(op: str, x: Tensor, r: Tensor | None, w, b, eps: float, s_dtype: torch.dtype | None = None):
     """The op as plain torch ops on ``N, D`` rows (autograd differentiates them): what tracers record.
 
-    Same math as :mod:`normlab.reference`: statistics in the accumulation dtype,
-    two passes, ``rstd = 1/sqrt(var + eps)``.
+    The reference kernel's forward (:mod:`normlab.reference`'s math), called outside any autograd Function.
     """
-    s = x if r is None else add_residual(x, r, s_dtype or x.dtype)  # N, D
-    if op.endswith("layer_norm"):
-        y, _ = reference.layer_norm_forward(s, w, b, eps)
-    else:
-        y, _ = reference.rms_norm_forward(s, w, eps)
-    y = y.to(x.dtype)
+    y, s, _, _ = _KERNELS["reference"].fwd(x, r, w, b, eps, rms=OP_SPECS[op].rms, s_dtype=s_dtype)
     return y if r is None else (y, s)
 
 
@@ -138,7 +131,6 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
     rows = lambda t: None if t is None else t.reshape(-1, d).contiguous()  # noqa: E731  N, D
     w = None if weight is None else weight.reshape(d)
     b = None if bias is None else bias.reshape(d)
-    rms = op.endswith("rms_norm")
     if exporting():
         if impl != "auto":
             get_kernel(impl)  # an unknown name is still an error
@@ -149,10 +141,7 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
             kernel = get_kernel("compiled" if impl in ("auto", "cpu") else impl)
         else:
             kernel = get_kernel(resolve(impl, op, x, eps, d))
-        if residual is None:
-            out = NormFunction.apply(rows(x), w, b, eps, rms, kernel)
-        else:
-            out = AddNormFunction.apply(rows(x), rows(residual), w, b, eps, rms, s_dtype or x.dtype, kernel)
+        out = NormFunction.apply(rows(x), rows(residual), w, b, eps, OP_SPECS[op].rms, s_dtype or x.dtype, kernel)
     if residual is None:
         return out.reshape(x.shape)
     return out[0].reshape(x.shape), out[1].reshape(x.shape)

@@ -56,72 +56,43 @@ def _col_sum(t: torch.Tensor) -> torch.Tensor:
 # the statistics the backward needs are formed from those sums by the caller.
 
 
-def ln_fwd(x, w, b, eps: float):
-    """Returns ``(y, sum_x, sum_sq_dev)``: the row sum and sum of squared deviations."""
-    xf = x.to(_acc(x))  # N, D
-    d = xf.shape[-1]
-    s1 = xf.sum(-1, keepdim=True)  # N, 1   first pass
-    xc = xf - s1 / d  # N, D
-    m2 = (xc * xc).sum(-1, keepdim=True)  # N, 1   second pass, over the row in cache
-    y = xc * rstd_of(m2 / d, eps)  # N, D
+def fwd(x, r, w, b, eps: float, rms: bool, s_dtype: torch.dtype):
+    """Returns ``(y, s, sum_s, m2)``: ``s = x + r`` (None without ``r``), the row sum of ``s``
+    (None for RMSNorm) and its sum of squared deviations (of squares for RMSNorm)."""
+    s = x if r is None else add_residual(x, r, s_dtype)  # N, D   rounded to s_dtype before it is normalized
+    sf = s.to(_acc(s))  # N, D
+    d = sf.shape[-1]
+    if rms:
+        s1 = None
+        m2 = (sf * sf).sum(-1, keepdim=True)  # N, 1
+        y = sf * rstd_of(m2 / d, eps)  # N, D
+    else:
+        s1 = sf.sum(-1, keepdim=True)  # N, 1   first pass
+        xc = sf - s1 / d  # N, D
+        m2 = (xc * xc).sum(-1, keepdim=True)  # N, 1   second pass, over the row in cache
+        y = xc * rstd_of(m2 / d, eps)  # N, D
     if w is not None:
         y = y * w
     if b is not None:
         y = y + b
-    return y.to(x.dtype), s1, m2
+    return y.to(x.dtype), (None if r is None else s), s1, m2
 
 
-def rms_fwd(x, w, eps: float):
-    """Returns ``(y, sum_sq)``."""
-    xf = x.to(_acc(x))  # N, D
-    ss = (xf * xf).sum(-1, keepdim=True)  # N, 1
-    y = xf * rstd_of(ss / xf.shape[-1], eps)  # N, D
-    if w is not None:
-        y = y * w
-    return y.to(x.dtype), ss
-
-
-def add_ln_fwd(x, r, w, b, eps: float, s_dtype: torch.dtype):
-    s = add_residual(x, r, s_dtype)  # N, D   rounded to s_dtype before it is normalized
-    y, s1, m2 = ln_fwd(s, w, b, eps)
-    return y.to(x.dtype), s, s1, m2
-
-
-def add_rms_fwd(x, r, w, eps: float, s_dtype: torch.dtype):
-    s = add_residual(x, r, s_dtype)  # N, D
-    y, ss = rms_fwd(s, w, eps)
-    return y.to(x.dtype), s, ss
-
-
-def ln_bwd(dy, x, mean, rstd, w, ds):
-    """``(dx [+ ds], dw, db)``; see docs/layernorm.md eq. (4)."""
+def bwd(dy, x, mean, rstd, w, ds, rms: bool):
+    """``(dx [+ ds], dw, db)``; docs/layernorm.md eq. (4), and (7) for RMSNorm (no ``mean(g)``, no ``db``)."""
     ad = _acc(x)
     dyf = dy.to(ad)  # N, D
-    xhat = (x.to(ad) - mean) * rstd  # N, D
+    xhat = x.to(ad) * rstd if rms else (x.to(ad) - mean) * rstd  # N, D
     g = dyf * w if w is not None else dyf  # N, D
-    dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))  # N, D
+    c2 = (g * xhat).mean(-1, keepdim=True)  # N, 1
+    if rms:
+        dx = rstd * (g - xhat * c2)  # N, D
+    else:
+        dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * c2)  # N, D
     if ds is not None:
         dx = dx + ds
     dw = _col_sum(dyf * xhat) if w is not None else None  # D
-    return dx.to(x.dtype), dw, _col_sum(dyf)
-
-
-def rms_bwd(dy, x, rstd, w, ds):
-    """``(dx [+ ds], dw)``; docs/layernorm.md eq. (7)."""
-    ad = _acc(x)
-    dyf = dy.to(ad)  # N, D
-    xhat = x.to(ad) * rstd  # N, D
-    g = dyf * w if w is not None else dyf  # N, D
-    dx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))  # N, D
-    if ds is not None:
-        dx = dx + ds
-    dw = _col_sum(dyf * xhat) if w is not None else None  # D
-    return dx.to(x.dtype), dw
-
-
-def _ln_stats(s1, m2, d: int, eps: float):
-    """(mean, rstd) from the forward's row sums: N values, computed eagerly."""
-    return s1 / d, rstd_of(m2 / d, eps)
+    return dx.to(x.dtype), dw, (None if rms else _col_sum(dyf))
 
 
 # ------------------------------------------------------------------ compilation
@@ -154,21 +125,25 @@ def _compiled_fn(fn, key: tuple):
         return c
 
 
-def _run(fn, *args):
-    """Run the compiled ``fn``; the first call per variant compiles (timed per function/dtype/device)."""
+def _run(fn, label: str, *args):
+    """Run the compiled ``fn``; the first call per variant compiles (timed per ``label``/dtype/device)."""
     if torch.compiler.is_compiling():  # inside a user's torch.compile: let it trace the math
         return fn(*args)
     x = args[0]
     key = (fn.__name__, x.dtype, x.device.type,
            *(type(a).__name__ if isinstance(a, (torch.Tensor, type(None))) else a for a in args[1:]))
     c = _compiled_fn(fn, key)
-    label = f"{fn.__name__}/{str(x.dtype).removeprefix('torch.')}/{x.device.type}"
+    label = f"{label}/{str(x.dtype).removeprefix('torch.')}/{x.device.type}"
     if label in COLD_START_S:
         return c(*args)
     t0 = time.perf_counter()
     out = c(*args)
     COLD_START_S[label] = time.perf_counter() - t0
     return out
+
+
+def _label(rms: bool, add: bool, direction: str) -> str:
+    return f"{'add_' if add else ''}{'rms' if rms else 'ln'}_{direction}"  # e.g. add_rms_fwd
 
 
 @functools.cache
@@ -203,30 +178,11 @@ class CompiledKernel(Kernel):
     def supports(self, op: str, x: torch.Tensor, eps: float) -> bool:
         return available()
 
-    def ln_fwd(self, x, w, b, eps):
-        y, s1, m2 = _run(ln_fwd, x, w, b, eps)
-        return (y, *_ln_stats(s1, m2, x.shape[-1], eps))
+    def fwd(self, x, residual, w, b, eps, *, rms, s_dtype=None):
+        y, s, s1, m2 = _run(fwd, _label(rms, residual is not None, "fwd"), x, residual, w, b, eps, rms,
+                            s_dtype or x.dtype)
+        d = x.shape[-1]  # mean and rstd from the row sums: N values, computed eagerly
+        return y, s, (None if rms else s1 / d), rstd_of(m2 / d, eps)
 
-    def ln_bwd(self, dy, x, mean, rstd, w):
-        return _run(ln_bwd, dy, x, mean, rstd, w, None)
-
-    def rms_fwd(self, x, w, eps):
-        y, ss = _run(rms_fwd, x, w, eps)
-        return y, rstd_of(ss / x.shape[-1], eps)
-
-    def rms_bwd(self, dy, x, rstd, w):
-        return _run(rms_bwd, dy, x, rstd, w, None)
-
-    def add_ln_fwd(self, x, r, w, b, eps, s_dtype):
-        y, s, s1, m2 = _run(add_ln_fwd, x, r, w, b, eps, s_dtype)
-        return (y, s, *_ln_stats(s1, m2, x.shape[-1], eps))
-
-    def add_rms_fwd(self, x, r, w, eps, s_dtype):
-        y, s, ss = _run(add_rms_fwd, x, r, w, eps, s_dtype)
-        return y, s, rstd_of(ss / x.shape[-1], eps)
-
-    def add_ln_bwd(self, dy, s, mean, rstd, w, ds):
-        return _run(ln_bwd, dy, s, mean, rstd, w, ds)
-
-    def add_rms_bwd(self, dy, s, rstd, w, ds):
-        return _run(rms_bwd, dy, s, rstd, w, ds)
+    def bwd(self, dy, x, mean, rstd, w, ds, *, rms):
+        return _run(bwd, _label(rms, ds is not None, "bwd"), dy, x, mean, rstd, w, ds, rms)

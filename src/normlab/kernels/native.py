@@ -4,13 +4,13 @@ On CPU these are already close to the memory limit for float32/float64 and
 satisfy the numerics contract there (float32 statistics, Welford-style row
 moments, one thread per row). For float16/bfloat16 the CPU kernel returns its
 statistics in the input dtype, so normlab does not use it for half inputs.
-It has no RMSNorm and no residual-add variant.
+It has no RMSNorm; the residual-add variant is the eager add, then the kernel.
 """
 from __future__ import annotations
 
 import torch
 
-from .base import Kernel
+from .base import OP_SPECS, Kernel, add_residual
 
 
 class NativeKernel(Kernel):
@@ -18,15 +18,16 @@ class NativeKernel(Kernel):
 
     def supports(self, op: str, x: torch.Tensor, eps: float) -> bool:
         # eps == 0 is excluded: torch gives NaN for a constant row there, the contract gives bias.
-        return op in ("layer_norm", "add_layer_norm") and x.dtype in (torch.float32, torch.float64) and eps > 0
+        return not OP_SPECS[op].rms and x.dtype in (torch.float32, torch.float64) and eps > 0
 
-    def ln_fwd(self, x, w, b, eps):
-        y, mean, rstd = torch.native_layer_norm(x, [x.shape[-1]], w, b, eps)  # N, D; N, 1; N, 1
-        return y, mean, rstd
+    def fwd(self, x, residual, w, b, eps, *, rms, s_dtype=None):
+        s = x if residual is None else add_residual(x, residual, s_dtype or x.dtype)  # N, D
+        y, mean, rstd = torch.native_layer_norm(s, [s.shape[-1]], w, b, eps)  # N, D; N, 1; N, 1
+        return y.to(x.dtype), (None if residual is None else s), mean, rstd
 
-    def ln_bwd(self, dy, x, mean, rstd, w):
+    def bwd(self, dy, x, mean, rstd, w, ds, *, rms):
         mask = [True, w is not None, True]
         # torch computes dbias only when given a bias; its values are not used, so any D-vector does
         b = x.new_empty(x.shape[-1])
-        dx, dw, db = torch.ops.aten.native_layer_norm_backward(dy, x, [x.shape[-1]], mean, rstd, w, b, mask)
-        return dx, dw, db
+        dx, dw, db = torch.ops.aten.native_layer_norm_backward(dy.to(x.dtype), x, [x.shape[-1]], mean, rstd, w, b, mask)
+        return (dx if ds is None else dx + ds), dw, db

@@ -1,11 +1,12 @@
-"""Per-layer activation and gradient statistics of an encoder (hooks).
+"""Per-layer activation and gradient statistics of an encoder (forward hooks).
 
 :func:`diagnose` runs one forward (and, with ``backward=True``, one backward)
 pass and returns one plain dict per layer, for the studies to tabulate/plot:
 
 * ``resid_norm``: mean L2 norm of the layer's output tokens; ``resid_norm2_per_d``: mean ``||x||^2 / d``;
 * ``token_mean`` / ``token_std``: per-token mean (absolute) and std of the output, averaged;
-* ``branch_ratio_<unit>``: ``Var[F(x)] / Var[alpha x + F(x)]`` for each residual unit;
+* ``branch_ratio_<unit>``: ``Var[F(x)] / Var[alpha x + F(x)]`` for each residual unit (a post-style unit's
+  only where its norm takes ``residual``: every norm but ``batchnorm`` and ``none``);
 * ``cos_prev``: mean cosine similarity between this layer's and the previous layer's output tokens;
 * ``grad_<group>``: L2 norm of the gradients of the layer's ``attn``/``ffn``/``norm`` parameters;
   ``grad_ffn_w2``: of the FFN's second weight matrix alone (Xiong et al.'s quantity).
@@ -17,9 +18,11 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as TF
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from .._checks import BadValue
-from ..nn.residual import ResidualUnit
+from ..models.stack import Stack
+from ..nn.residual import ResidualUnit, materialize, takes_residual
 
 
 def _valid(t: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -36,6 +39,25 @@ def _group(name: str) -> str:
     return "attn" if name.startswith("attn") else "ffn" if name.startswith("ffn") else "other"
 
 
+def watch_branch(unit: ResidualUnit, fn: Callable[[torch.Tensor, torch.Tensor], None]) -> RemovableHandle | None:
+    """Call ``fn(x, f)`` on each run of ``unit`` with its (alpha-scaled) input stream ``x`` and branch output ``f``.
+
+    A forward hook: on the unit where it leaves its add pending (it returns
+    ``(f, x)``), on its post-norm where that norm does the add
+    (``post_norm(f, residual=x)``). None where neither shows both: a post-norm
+    that cannot take ``residual`` (batchnorm, none) only sees the sum.
+    """
+    if unit.post_norm is None:
+        return unit.register_forward_hook(lambda _m, _args, out: fn(out[1], out[0]))
+    if not takes_residual(unit.post_norm):
+        return None
+
+    def on_post_norm(_m, args, kwargs, _out):
+        if kwargs.get("residual") is not None:
+            fn(kwargs["residual"], args[0])
+    return unit.post_norm.register_forward_hook(on_post_norm, with_kwargs=True)
+
+
 def diagnose(model: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, *,
              backward: bool = True, loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[dict]:
     """Statistics per layer of ``model.layers`` for one batch; see the module docstring.
@@ -43,28 +65,29 @@ def diagnose(model: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor |
     ``loss_fn`` maps the model output to a scalar (default: mean of squares, a
     stand-in for a task loss that gives every layer a gradient).
     """
-    layers = list(getattr(model, "layers", []))
-    if not layers or not hasattr(model, "run_layers"):
+    if not isinstance(model, Stack):
         raise BadValue("model is not a normlab stack with .layers to diagnose")
+    layers = list(model.layers)
     rows = [{"layer": i} for i in range(len(layers))]
     streams: dict[int, torch.Tensor] = {}  # -1: the stack's input; i: layer i's output
-    units = []
 
-    def observe(i, x):
-        streams[i] = x.detach()
-
-    def recorder(i, unit_name):
-        def rec(_unit, x, f):
+    def branch_ratio(i, unit_name):
+        def record(x, f):
             fv, sv = _valid(f, key_padding_mask), _valid(x + f, key_padding_mask)
             rows[i][f"branch_ratio_{unit_name}"] = (fv.var() / sv.var().clamp_min(1e-30)).item()
-        return rec
+        return record
 
+    def output(i):
+        def hook(_m, _args, out):
+            streams[i] = materialize(*out).detach()
+        return hook
+
+    handles = [layers[0].register_forward_pre_hook(lambda _m, args: streams.__setitem__(-1, args[0].detach()))]
     for i, layer in enumerate(layers):
+        handles.append(layer.register_forward_hook(output(i)))
         for name, unit in layer.named_children():
             if isinstance(unit, ResidualUnit):
-                unit.recorder = recorder(i, name)
-                units.append(unit)
-    model.observer = observe
+                handles.append(watch_branch(unit, branch_ratio(i, name)))
     try:
         model.zero_grad(set_to_none=True)
         out = model(x, key_padding_mask)
@@ -72,9 +95,9 @@ def diagnose(model: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor |
             loss = loss_fn(out) if loss_fn is not None else out.float().pow(2).mean()
             loss.backward()
     finally:
-        model.observer = None
-        for u in units:
-            u.recorder = None
+        for h in handles:
+            if h is not None:
+                h.remove()
     outputs = [streams[i] for i in range(len(layers))]
     prev = streams[-1]
     for i, o in enumerate(outputs):

@@ -15,11 +15,10 @@ from torch import nn
 from .._checks import BadValue
 from ..nn.attention import MultiHeadSelfAttention
 from ..nn.feedforward import FeedForward
-from ..nn.positional import PositionalEncoding
-from ..nn.residual import Carry, ResidualUnit, add_norm, apply_norm
+from ..nn.residual import Carry, add_norm, apply_norm
 from ..registry import make_norm
-from .placement import final_norm, init_block, layer_placement, slots
-from .stack import Block, Stack
+from .placement import LayerSpec, init_block, layer_spec
+from .stack import Block, SequenceEncoder
 
 
 class ConvModule(nn.Module):
@@ -59,52 +58,53 @@ class ConformerBlock(Block):
     Args:
         d_model, n_heads: sizes. d_ff: FFN hidden size (default ``4 * d_model``).
         kernel_size: depthwise convolution width (odd). dropout: on every branch.
+        attn_dropout: on attention probabilities only, if given (default: ``dropout``).
         norm: the residual units' norm (``layernorm`` in the paper).
         placement: a name in :data:`normlab.registry.PLACEMENTS` (``pre`` in the paper).
         conv_norm: the norm inside the convolution module (``batchnorm`` in the paper).
         layer_index, n_layers: where this block sits (mixln, deepnorm and admin need them).
-        init: ``"torch"`` or ``"xavier"``.
+        init: ``"torch"`` or ``"xavier"``. norm_kw: extra arguments for the units' norms.
+        spec: set by a :class:`~normlab.models.stack.Stack`, as for :class:`~normlab.TransformerBlock`.
+
+    ``forward(hidden, residual=None, mask=None) -> (hidden, residual)``, the carry of :mod:`normlab.nn.residual`.
     """
+
+    self_closing = True
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, *, kernel_size: int = 15,
-                 dropout: float = 0.0, norm: str = "layernorm", placement: str = "pre", conv_norm: str = "batchnorm",
-                 layer_index: int = 0, n_layers: int = 1, init: str = "torch"):
-        super().__init__()
-        self.placement = layer_placement(placement, layer_index, n_layers)
-        s = slots(placement, layer_index, n_layers)
-        d_ff = d_ff or 4 * d_model
-        self.ffn1 = ResidualUnit(FeedForward(d_model, d_ff, "swish", dropout), d_model, norm, s, scale=0.5)
-        self.attn = ResidualUnit(MultiHeadSelfAttention(d_model, n_heads, dropout), d_model, norm, s)
-        self.conv = ResidualUnit(ConvModule(d_model, kernel_size, dropout, conv_norm), d_model, norm, s)
-        self.ffn2 = ResidualUnit(FeedForward(d_model, d_ff, "swish", dropout), d_model, norm, s, scale=0.5)
-        self.final_norm = final_norm(norm, d_model, self.placement, 1)
-        init_block(self, placement, n_layers, init)
+                 dropout: float = 0.0, attn_dropout: float | None = None, norm: str = "layernorm",
+                 placement: str = "pre", conv_norm: str = "batchnorm", layer_index: int = 0, n_layers: int = 1,
+                 init: str = "torch", norm_kw: dict | None = None, spec: LayerSpec | None = None):
+        alone = spec is None
+        super().__init__(spec or layer_spec(placement, layer_index, n_layers, dim=d_model, norm=norm,
+                                            norm_kw=norm_kw, init=init))
+        s, d_ff = self.spec, d_ff or 4 * d_model
+        self.ffn1 = s.unit(FeedForward(d_model, d_ff, "swish", dropout), scale=0.5)
+        self.attn = s.unit(MultiHeadSelfAttention(d_model, n_heads, dropout if attn_dropout is None else attn_dropout))
+        self.conv = s.unit(ConvModule(d_model, kernel_size, dropout, conv_norm))
+        self.ffn2 = s.unit(FeedForward(d_model, d_ff, "swish", dropout), scale=0.5)
+        self.final_norm = s.make_norm() if s.slots.pre else None
+        if alone:
+            init_block(self, self.spec)
 
-    def step(self, hidden: torch.Tensor | None, residual: torch.Tensor, mask: torch.Tensor | None = None) -> Carry:
+    def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> Carry:
         for unit in (self.ffn1, self.attn, self.conv, self.ffn2):
-            hidden, residual = unit.step(hidden, residual, mask)  # B, T, D
+            hidden, residual = unit(hidden, residual, mask)  # B, T, D
         if self.final_norm is None:
             return hidden, residual
-        return None, add_norm(hidden, residual, self.final_norm, mask)[0]
+        return add_norm(hidden, residual, self.final_norm, mask)[0], None
 
 
-class ConformerEncoder(Stack):
-    """Input projection, sinusoidal positions, ``n_layers`` Conformer blocks.
+class ConformerEncoder(SequenceEncoder):
+    """Optional input projection, sinusoidal positions, ``n_layers`` Conformer blocks.
 
-    Every block closes itself (see :class:`ConformerBlock`), so the stack needs no final norm.
+    The signature is :class:`normlab.TransformerEncoder`'s (``input_dim`` is a
+    keyword); ``**block_kw`` goes to every :class:`ConformerBlock`
+    (``kernel_size``, ``conv_norm``, ``attn_dropout``). Every block closes
+    itself, so the stack needs no final norm.
 
-    Shape: ``x`` ``(B, T, input_dim)``, mask bool ``(B, T)`` (True = padding) -> ``(B, T, D)``.
+    Shape: ``x`` ``(B, T, input_dim or D)``, mask bool ``(B, T)`` (True = padding) -> ``(B, T, D)``.
     """
 
-    def __init__(self, input_dim: int, d_model: int, n_heads: int, n_layers: int, *, placement: str = "pre",
-                 **block_kw):
-        super().__init__()
-        layer_placement(placement, 0, n_layers)
-        self.input_proj = nn.Linear(input_dim, d_model)
-        self.pos = PositionalEncoding("sinusoidal", d_model)
-        self.layers = nn.ModuleList(ConformerBlock(d_model, n_heads, placement=placement, layer_index=i,
-                                                   n_layers=n_layers, **block_kw) for i in range(n_layers))
-        self.final_norm = None
-
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.run_layers(self.pos(self.input_proj(x)), key_padding_mask)  # B, T, D
+    block = ConformerBlock

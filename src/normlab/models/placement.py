@@ -13,21 +13,26 @@ admin                     yes    sqrt((n+1)/ln(n+1) - 1), n=2N
 mixln     post for layers < floor(N/4), pre after
 ========  ======  ======  =====  ==============================
 
-A stack (or a Conformer block) whose last unit is pre-style ends un-normalized,
-so it gets a final norm (:func:`final_norm`). DeepNorm scales the init of the
-"value-like" matrices (value and output projections, FFN, convolution module)
-by ``beta = (8N)^(-1/4)``; queries and keys keep gain 1 (:func:`init_block`).
+:func:`plan` turns a placement into one :class:`LayerSpec` per layer (the
+table above is :data:`SLOTS` and :data:`ALPHAS`); a :class:`~normlab.models.stack.Stack`
+builds its blocks from them. A stack (or a Conformer block) whose last unit
+is pre-style ends un-normalized, so it gets a final norm. DeepNorm scales the
+init of the "value-like" matrices (value and output projections, FFN,
+convolution module) by ``beta = (8N)^(-1/4)``; queries and keys keep gain 1
+(:func:`init_block`).
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
 
-from .._checks import check_choice
+from .._checks import BadValue, check_choice
 from ..nn.residual import ResidualUnit, Slots
-from ..registry import check_placement, make_norm
+from ..registry import check_norm, check_placement, make_norm
 
 #: weight initialisations: torch's defaults, or Xavier-normal with zero biases (Xiong et al.'s setting)
 INITS = ("torch", "xavier")
@@ -49,6 +54,19 @@ def admin_omega(n_layers: int) -> float:
     return math.sqrt((n + 1) / math.log(n + 1) - 1)
 
 
+#: the norm slots of every unit, per plain placement (mixln is post or pre by layer)
+SLOTS: dict[str, Slots] = {
+    "pre": Slots(pre=True),
+    "post": Slots(post=True),
+    "sandwich": Slots(pre=True, branch=True),
+    "deepnorm": Slots(post=True),
+    "admin": Slots(post=True),
+}
+
+#: placements that scale the residual: name -> alpha(n_layers)
+ALPHAS: dict[str, Callable[[int], float]] = {"deepnorm": deepnorm_alpha, "admin": admin_omega}
+
+
 def layer_placement(placement: str, layer_index: int, n_layers: int) -> str:
     """The plain placement used by layer ``layer_index`` (only mixln varies by layer)."""
     check_placement(placement)
@@ -60,25 +78,60 @@ def layer_placement(placement: str, layer_index: int, n_layers: int) -> str:
 def slots(placement: str, layer_index: int = 0, n_layers: int = 1) -> Slots:
     """The norm slots and residual scale of every unit of layer ``layer_index``."""
     p = layer_placement(placement, layer_index, n_layers)
-    if p == "pre":
-        return Slots(True, False, False, 1.0)
-    if p == "sandwich":
-        return Slots(True, True, False, 1.0)
-    if p == "post":
-        return Slots(False, False, True, 1.0)
-    if p == "deepnorm":
-        return Slots(False, False, True, deepnorm_alpha(n_layers))
-    return Slots(False, False, True, admin_omega(n_layers))  # admin
+    alpha = ALPHAS.get(p)
+    return SLOTS[p] if alpha is None else replace(SLOTS[p], alpha=alpha(n_layers))
 
 
-def has_final_norm(placement: str, n_layers: int) -> bool:
-    """Pre-style stacks end un-normalized, so they get a final norm."""
-    return layer_placement(placement, n_layers - 1, n_layers) in ("pre", "sandwich")
+def check_init(init: str) -> None:
+    check_choice(init, INITS, "init")
 
 
-def final_norm(norm: str, dim: int, placement: str, n_layers: int, norm_kw: dict | None = None) -> nn.Module | None:
-    """The norm that closes a stack of ``n_layers`` with ``placement``, or None where it ends normalized."""
-    return make_norm(norm, dim, **(norm_kw or {})) if has_final_norm(placement, n_layers) else None
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layer of a stack, as :func:`plan` decides it; a block builds its units and norms from it."""
+
+    index: int
+    n_layers: int
+    placement: str  # the stack's placement name
+    slots: Slots  # this layer's units' slots and alpha
+    dim: int
+    norm: str
+    norm_kw: dict = field(default_factory=dict)
+    init: str = "torch"
+
+    @property
+    def kind(self) -> str:
+        """This layer's plain placement (mixln resolved)."""
+        return layer_placement(self.placement, self.index, self.n_layers)
+
+    def make_norm(self) -> nn.Module:
+        """One norm of the stack's kind (a block's closing norm, the stack's final norm)."""
+        return make_norm(self.norm, self.dim, **self.norm_kw)
+
+    def unit(self, fn: nn.Module, **kw) -> ResidualUnit:
+        """A residual unit around ``fn`` with this layer's slots; ``kw``: ``scale``, ``dropout``."""
+        return ResidualUnit(fn, self.dim, self.norm, self.slots, norm_kw=self.norm_kw, **kw)
+
+
+def plan(placement: str, n_layers: int, *, dim: int, norm: str = "layernorm", norm_kw: dict | None = None,
+         init: str = "torch") -> list[LayerSpec]:
+    """One :class:`LayerSpec` per layer; every argument is checked here, before anything is built."""
+    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
+        raise BadValue(f"n_layers must be an int >= 1, got {n_layers!r}")
+    check_placement(placement)
+    check_norm(norm)
+    check_init(init)
+    kw = dict(norm_kw or {})
+    return [LayerSpec(i, n_layers, placement, slots(placement, i, n_layers), dim, norm, kw, init)
+            for i in range(n_layers)]
+
+
+def layer_spec(placement: str, layer_index: int, n_layers: int, **kw) -> LayerSpec:
+    """The spec of layer ``layer_index`` of :func:`plan` (a block built alone); ``kw`` as :func:`plan`."""
+    specs = plan(placement, n_layers, **kw)
+    if not 0 <= layer_index < n_layers:
+        raise BadValue(f"layer_index must be in [0, {n_layers}), got {layer_index}")
+    return specs[layer_index]
 
 
 def init_linear(m: nn.Linear, gain: float, scheme: str) -> None:
@@ -92,21 +145,16 @@ def init_linear(m: nn.Linear, gain: float, scheme: str) -> None:
             m.weight.mul_(gain)
 
 
-def check_init(init: str) -> None:
-    check_choice(init, INITS, "init")
-
-
-def init_block(block: nn.Module, placement: str, n_layers: int, init: str) -> None:
-    """Initialise every residual unit's matrices in ``block`` by ``init``, DeepNorm's beta included.
+def init_block(block: nn.Module, spec: LayerSpec) -> None:
+    """Initialise every residual unit's matrices in ``block`` by ``spec.init``, DeepNorm's beta included.
 
     A unit's sublayer declares its matrices through ``init_groups() -> (unscaled, scaled)``.
     """
-    check_init(init)
-    beta = deepnorm_beta(n_layers) if placement == "deepnorm" else 1.0
+    beta = deepnorm_beta(spec.n_layers) if spec.placement == "deepnorm" else 1.0
     for unit in block.modules():
         if isinstance(unit, ResidualUnit) and hasattr(unit.fn, "init_groups"):
             unscaled, scaled = unit.fn.init_groups()
             for m in unscaled:
-                init_linear(m, 1.0, init)
+                init_linear(m, 1.0, spec.init)
             for m in scaled:
-                init_linear(m, beta, init)
+                init_linear(m, beta, spec.init)

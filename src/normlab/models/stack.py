@@ -1,8 +1,16 @@
-"""A stack of blocks that carries ``(hidden, residual)`` and closes with the final-norm rule.
+"""One stack builds every encoder: blocks from one placement plan, DeepNorm/Admin, the final norm.
 
-Every encoder in :mod:`normlab.models` runs its blocks through :class:`Stack`,
-so the junction between two blocks, and the final norm, are one fused
-add+norm wherever the placement allows (see :mod:`normlab.nn.residual`).
+:class:`Stack` asks :func:`normlab.models.placement.plan` for one
+:class:`~normlab.models.placement.LayerSpec` per layer (every argument is
+checked there, once), calls ``make_block(spec)`` for each, initialises the
+block's matrices (DeepNorm's beta included), and adds the final norm where the
+last layer is pre-style. The Transformer, Conformer and video encoders differ
+only in their block and their input layers.
+
+Blocks are called as modules, ``block(hidden, residual, mask) -> (hidden,
+residual)`` (the carry of :mod:`normlab.nn.residual`), so every block's and
+every norm's forward hooks fire, and the junction between two blocks, and the
+final norm, are one fused add+norm wherever the norm takes ``residual``.
 """
 from __future__ import annotations
 
@@ -11,62 +19,132 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ..nn.positional import PositionalEncoding
 from ..nn.residual import Carry, add_norm, materialize
+from .old_keys import refuse_old_keys
+from .placement import LayerSpec, init_block, plan
 
 
 class Block(nn.Module):
-    """A block of residual units; subclasses define ``step(hidden, residual, mask) -> (hidden, residual)``.
+    """A block of residual units for one layer: ``forward(hidden, residual=None, mask=None) -> (hidden, residual)``.
 
-    ``forward(x, mask)`` is the standalone form: the stream in, the stream out.
+    The stream is ``hidden + residual`` (``residual`` None: ``hidden`` alone);
+    ``materialize(*block(x))`` is the block's output stream as one tensor.
     """
 
-    def step(self, hidden: torch.Tensor | None, residual: torch.Tensor, mask: torch.Tensor | None = None) -> Carry:
-        raise NotImplementedError
+    #: True when the block ends every pre-style layer with its own norm (the Conformer): no final norm then
+    self_closing = False
 
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        return materialize(*self.step(None, x, key_padding_mask))
+    def __init__(self, spec: LayerSpec):
+        super().__init__()
+        self.spec = spec
+        self.placement = spec.kind
+
+    def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> Carry:
+        raise NotImplementedError
 
 
 class Stack(nn.Module):
-    """Owns ``layers`` (blocks) and ``final_norm`` (None where the stack ends normalized).
+    """``n_layers`` blocks from ``make_block(spec)``, initialised by ``init``, and the final norm.
 
-    ``observer``, when set (diagnostics), is called as ``observer(i, x)`` with the
-    stack's input (``i = -1``) and each layer's output stream; it observes only.
+    Args:
+        n_layers: blocks. make_block: ``LayerSpec -> Block``.
+        dim: feature size of the norms. norm, placement: registry names; norm_kw: extra norm arguments.
+        init: ``"torch"`` or ``"xavier"`` (see :mod:`normlab.models.placement`).
+        inputs: modules (or parameters) applied to the input by the encoder, registered before the
+            blocks so that a seeded model draws its weights in that order.
+
+    ``forward(x, mask=None)`` runs the blocks and the final norm (``final_norm``,
+    None where the stack ends normalized).
     """
 
-    layers: nn.ModuleList
-    final_norm: nn.Module | None
-    observer: Callable[[int, torch.Tensor], None] | None = None
+    def __init__(self, n_layers: int, make_block: Callable[[LayerSpec], nn.Module], *, dim: int,
+                 norm: str = "layernorm", placement: str = "pre", init: str = "torch", norm_kw: dict | None = None,
+                 inputs: dict[str, nn.Module | nn.Parameter | None] | None = None):
+        super().__init__()
+        specs = plan(placement, n_layers, dim=dim, norm=norm, norm_kw=norm_kw, init=init)
+        self.norm_name, self.placement_name = norm, placement
+        for name, m in (inputs or {}).items():
+            setattr(self, name, m)
+        self.layers = nn.ModuleList()
+        for spec in specs:
+            block = make_block(spec)
+            init_block(block, spec)
+            self.layers.append(block)
+        closes = specs[-1].slots.pre and not getattr(self.layers[-1], "self_closing", False)
+        self.final_norm = specs[-1].make_norm() if closes else None
 
     def run_layers(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, mask_final_norm: bool = True
                    ) -> torch.Tensor:
         """The blocks, then the final norm (given ``mask`` unless ``mask_final_norm`` is False)."""
-        hidden, residual = None, x
-        if self.observer is not None:
-            self.observer(-1, x)
-        for i, layer in enumerate(self.layers):
-            hidden, residual = layer.step(hidden, residual, mask)
-            if self.observer is not None:
-                self.observer(i, materialize(hidden, residual))
+        hidden, residual = x, None
+        for layer in self.layers:
+            hidden, residual = layer(hidden, residual, mask)
         if self.final_norm is None:
             return materialize(hidden, residual)
         return add_norm(hidden, residual, self.final_norm, mask if mask_final_norm else None)[0]
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.run_layers(x, mask)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        refuse_old_keys(state_dict, self, prefix)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class SequenceEncoder(Stack):
+    """``[B, T, F]`` frames -> ``[B, T, D]``: optional input projection, positions, dropout, then the blocks.
+
+    Subclasses name their block (``block``); the signature is shared, so any
+    sequence encoder is built with one call.
+
+    Args:
+        d_model, n_heads, n_layers, d_ff: sizes (``d_ff`` defaults to ``4 * d_model``).
+        norm, placement: names from :mod:`normlab.registry`; norm_kw: extra norm arguments (e.g. ``{"eps": 1e-12}``).
+        dropout: inside the blocks and after the positional encoding. init: ``"torch"`` or ``"xavier"``.
+        input_dim: if given, a linear map from ``input_dim`` features to ``d_model``.
+        pos: ``"sinusoidal"``, ``"learned"`` or ``"none"``; max_len: longest sequence.
+        **block_kw: forwarded to every block.
+
+    Shape:
+        ``x``: ``(B, T, input_dim or D)``; ``key_padding_mask``: bool ``(B, T)``,
+        True = padding. Output ``(B, T, D)``.
+    """
+
+    block: type[Block]
+
+    def __init__(self, d_model: int, n_heads: int, n_layers: int, d_ff: int | None = None, *,
+                 norm: str = "layernorm", placement: str = "pre", dropout: float = 0.0, init: str = "torch",
+                 norm_kw: dict | None = None, input_dim: int | None = None, pos: str = "sinusoidal",
+                 max_len: int = 4096, **block_kw) -> None:
+        inputs = {"input_proj": nn.Linear(input_dim, d_model) if input_dim else None,
+                  "pos": PositionalEncoding(pos, d_model, max_len), "drop": nn.Dropout(dropout)}
+        super().__init__(n_layers, lambda spec: self.block(d_model, n_heads, d_ff, dropout=dropout, spec=spec,
+                                                           **block_kw),
+                         dim=d_model, norm=norm, placement=placement, init=init, norm_kw=norm_kw, inputs=inputs)
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.input_proj is not None:
+            x = self.input_proj(x)  # B, T, D
+        x = self.drop(self.pos(x))  # B, T, D
+        return self.run_layers(x, key_padding_mask)  # B, T, D
 
 
 def compile_blocks(model: nn.Module, **compile_kw) -> nn.Module:
     """Opt-in: compile every block of every :class:`Stack` in ``model`` with ``torch.compile``; returns ``model``.
 
-    Each block's ``step`` (the whole block: its norms, fused add+norms,
-    attention and feed-forward) becomes one compiled graph, so inductor fuses
-    the element-wise work between the GEMMs; the norms inside run normlab's
-    fused math (see :mod:`normlab.kernels.dispatch`). Weights, ``state_dict``
-    and outputs are unchanged (within float rounding). The first call of each
-    shape compiles (seconds to minutes); a compiled model cannot be pickled
-    or deep-copied. ``compile_kw`` goes to ``torch.compile`` (e.g. ``dynamic=False``).
+    Each block module is compiled in place (``nn.Module.compile``): its whole
+    forward (norms, fused add+norms, attention and feed-forward, and any hooks)
+    becomes one compiled graph, so inductor fuses the element-wise work between
+    the GEMMs; the norms inside run normlab's fused math (see
+    :mod:`normlab.kernels.dispatch`). Module names, ``state_dict`` and outputs
+    are unchanged (within float rounding). The first call of each shape
+    compiles (seconds to minutes); a compiled model cannot be pickled or
+    deep-copied. ``compile_kw`` goes to ``torch.compile`` (e.g. ``dynamic=False``).
     """
     for stack in [m for m in model.modules() if isinstance(m, Stack)]:
         for layer in stack.layers:
-            if not getattr(layer, "_normlab_compiled", False):
-                layer.step = torch.compile(layer.step, **compile_kw)  # an instance attribute shadows the method
-                layer._normlab_compiled = True
+            if getattr(layer, "_compiled_call_impl", None) is None:
+                layer.compile(**compile_kw)
     return model

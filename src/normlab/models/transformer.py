@@ -2,15 +2,12 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from .._checks import BadValue
 from ..nn.attention import MultiHeadSelfAttention
 from ..nn.feedforward import FeedForward
-from ..nn.positional import PositionalEncoding
-from ..nn.residual import Carry, ResidualUnit
-from .placement import check_init, final_norm, init_block, layer_placement, slots
-from .stack import Block, Stack
+from ..nn.residual import Carry
+from .placement import LayerSpec, init_block, layer_spec
+from .stack import Block, SequenceEncoder
 
 
 class TransformerBlock(Block):
@@ -28,9 +25,12 @@ class TransformerBlock(Block):
         layer_index, n_layers: where this block sits (mixln, deepnorm and admin need them).
         init: ``"torch"`` (torch's defaults) or ``"xavier"`` (Xavier-normal, zero biases).
         norm_kw: extra arguments for the norms (e.g. ``{"eps": 1e-12}``).
+        spec: set by a :class:`~normlab.models.stack.Stack` (it then initialises
+            the block); replaces norm, placement, layer_index, n_layers, init and norm_kw.
 
-    Shape:
-        ``x``: ``(B, T, D)``; ``key_padding_mask``: bool ``(B, T)``, True = padding.
+    ``forward(hidden, residual=None, mask=None) -> (hidden, residual)``: the
+    carry of :mod:`normlab.nn.residual`; ``materialize(*block(x, mask=mask))``
+    is the output stream. ``x``: ``(B, T, D)``; ``mask``: bool ``(B, T)``, True = padding.
     """
 
     def __init__(
@@ -50,23 +50,25 @@ class TransformerBlock(Block):
         n_layers: int = 1,
         init: str = "torch",
         norm_kw: dict | None = None,
+        spec: LayerSpec | None = None,
     ) -> None:
-        super().__init__()
-        check_init(init)
-        self.placement = layer_placement(placement, layer_index, n_layers)
-        s = slots(placement, layer_index, n_layers)
+        alone = spec is None
+        super().__init__(spec or layer_spec(placement, layer_index, n_layers, dim=d_model, norm=norm,
+                                            norm_kw=norm_kw, init=init))
         attn = MultiHeadSelfAttention(d_model, n_heads, dropout if attn_dropout is None else attn_dropout, bias=bias,
                                       causal=causal)
         ffn = FeedForward(d_model, d_ff or 4 * d_model, activation, dropout, bias=bias)
-        self.attn = ResidualUnit(attn, d_model, norm, s, dropout=dropout, norm_kw=norm_kw)
-        self.ffn = ResidualUnit(ffn, d_model, norm, s, dropout=dropout, norm_kw=norm_kw)
-        init_block(self, placement, n_layers, init)
+        self.attn = self.spec.unit(attn, dropout=dropout)
+        self.ffn = self.spec.unit(ffn, dropout=dropout)
+        if alone:
+            init_block(self, self.spec)
 
-    def step(self, hidden: torch.Tensor | None, residual: torch.Tensor, mask: torch.Tensor | None = None) -> Carry:
-        return self.ffn.step(*self.attn.step(hidden, residual, mask), mask)
+    def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> Carry:
+        return self.ffn(*self.attn(hidden, residual, mask), mask)
 
 
-class TransformerEncoder(Stack):
+class TransformerEncoder(SequenceEncoder):
     """A stack of :class:`TransformerBlock` with one norm type and one placement.
 
     Args:
@@ -74,48 +76,15 @@ class TransformerEncoder(Stack):
         norm, placement: names from :mod:`normlab.registry`; a final norm follows
             the stack where the last block is pre-style (``pre``, ``sandwich``, ``mixln``).
         dropout: inside the blocks and after the positional encoding.
+        init: ``"torch"`` or ``"xavier"``. norm_kw: extra arguments for the norms.
         input_dim: if given, a linear map from ``input_dim`` features to ``d_model``
             (e.g. 80 filterbank channels).
         pos: ``"sinusoidal"``, ``"learned"`` or ``"none"``; max_len: longest sequence.
-        **block_kw: forwarded to every block (activation, attn_dropout, causal, init, norm_kw, bias).
+        **block_kw: forwarded to every block (activation, attn_dropout, causal, bias).
 
     Shape:
         ``x``: ``(B, T, input_dim or D)``; ``key_padding_mask``: bool ``(B, T)``,
         True = padding. Output ``(B, T, D)``.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        n_layers: int,
-        d_ff: int | None = None,
-        *,
-        norm: str = "layernorm",
-        placement: str = "pre",
-        dropout: float = 0.0,
-        input_dim: int | None = None,
-        pos: str = "sinusoidal",
-        max_len: int = 4096,
-        **block_kw,
-    ) -> None:
-        super().__init__()
-        if n_layers < 1:
-            raise BadValue(f"n_layers must be >= 1, got {n_layers}")
-        layer_placement(placement, 0, n_layers)  # a clear error before anything is built
-        self.norm_name, self.placement_name = norm, placement
-        self.input_proj = nn.Linear(input_dim, d_model) if input_dim else None
-        self.pos = PositionalEncoding(pos, d_model, max_len)
-        self.drop = nn.Dropout(dropout)
-        self.layers = nn.ModuleList(
-            TransformerBlock(d_model, n_heads, d_ff, norm=norm, placement=placement, dropout=dropout,
-                             layer_index=i, n_layers=n_layers, **block_kw)
-            for i in range(n_layers)
-        )
-        self.final_norm = final_norm(norm, d_model, placement, n_layers, block_kw.get("norm_kw"))
-
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        if self.input_proj is not None:
-            x = self.input_proj(x)  # B, T, D
-        x = self.drop(self.pos(x))  # B, T, D
-        return self.run_layers(x, key_padding_mask)  # B, T, D
+    block = TransformerBlock

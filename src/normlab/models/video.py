@@ -17,8 +17,8 @@ from .._checks import BadValue, check_choice
 from ..nn.attention import MultiHeadSelfAttention
 from ..nn.feedforward import FeedForward
 from ..nn.positional import sinusoidal_table
-from ..nn.residual import Carry, ResidualUnit
-from .placement import final_norm, init_block, layer_placement, slots
+from ..nn.residual import Carry
+from .placement import LayerSpec
 from .stack import Block, Stack
 from .transformer import TransformerBlock
 
@@ -26,21 +26,18 @@ ATTENTIONS = ("joint", "divided")
 
 
 class DividedBlock(Block):
-    """Time attention, space attention and FFN units on ``[B, T, N, D]``."""
+    """Time attention, space attention and FFN units on ``[B, T, N, D]``; built by :class:`VideoEncoder`."""
 
-    def __init__(self, d_model, n_heads, d_ff=None, *, norm="layernorm", placement="pre", dropout=0.0,
-                 layer_index=0, n_layers=1, init="torch"):
-        super().__init__()
-        self.placement = layer_placement(placement, layer_index, n_layers)
-        s = slots(placement, layer_index, n_layers)
-        self.time = ResidualUnit(MultiHeadSelfAttention(d_model, n_heads, dropout), d_model, norm, s)
-        self.space = ResidualUnit(MultiHeadSelfAttention(d_model, n_heads, dropout), d_model, norm, s)
-        self.ffn = ResidualUnit(FeedForward(d_model, d_ff or 4 * d_model, "gelu", dropout), d_model, norm, s)
-        init_block(self, placement, n_layers, init)
+    def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, *, dropout: float = 0.0,
+                 spec: LayerSpec):
+        super().__init__(spec)
+        self.time = spec.unit(MultiHeadSelfAttention(d_model, n_heads, dropout))
+        self.space = spec.unit(MultiHeadSelfAttention(d_model, n_heads, dropout))
+        self.ffn = spec.unit(FeedForward(d_model, d_ff or 4 * d_model, "gelu", dropout))
 
-    def step(self, hidden: torch.Tensor | None, residual: torch.Tensor, frame_mask: torch.Tensor | None = None
-             ) -> Carry:
-        b, t, n, d = residual.shape
+    def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> Carry:
+        b, t, n, d = hidden.shape
 
         def per_patch(v):  # B, T, N, D -> B*N, T, D   one sequence per patch
             return None if v is None else v.transpose(1, 2).reshape(b * n, t, d)
@@ -48,41 +45,36 @@ class DividedBlock(Block):
         def per_frame(v):  # B*N, T, D -> B*T, N, D   one sequence per frame
             return None if v is None else v.view(b, n, t, d).transpose(1, 2).reshape(b * t, n, d)
 
-        mt = None if frame_mask is None else frame_mask.repeat_interleave(n, dim=0)  # B*N, T
-        hidden, residual = self.time.step(per_patch(hidden), per_patch(residual), mt)
-        hidden, residual = self.space.step(per_frame(hidden), per_frame(residual))
-        hidden, residual = self.ffn.step(hidden, residual)
-        return (None if hidden is None else hidden.reshape(b, t, n, d)), residual.reshape(b, t, n, d)  # B, T, N, D
+        mt = None if mask is None else mask.repeat_interleave(n, dim=0)  # B*N, T
+        hidden, residual = self.time(per_patch(hidden), per_patch(residual), mt)
+        hidden, residual = self.space(per_frame(hidden), per_frame(residual))
+        hidden, residual = self.ffn(hidden, residual)
+        return hidden.reshape(b, t, n, d), (None if residual is None else residual.reshape(b, t, n, d))  # B, T, N, D
 
 
 class VideoEncoder(Stack):
     """Encoder over video tokens ``[B, T, N, D]`` with learned patch and sinusoidal frame positions.
 
     Args:
-        d_model, n_heads, n_layers, d_ff: sizes. n_patches: tokens per frame ``N``.
-        attention: ``"joint"`` or ``"divided"``. norm, placement: registry names.
-        dropout: inside the blocks. max_frames: longest clip. init: ``"torch"`` or ``"xavier"``.
+        d_model, n_heads, n_layers, d_ff: sizes, as :class:`normlab.TransformerEncoder`.
+        n_patches: tokens per frame ``N``. attention: ``"joint"`` or ``"divided"``.
+        norm, placement, init, norm_kw: as :class:`normlab.TransformerEncoder`.
+        dropout: inside the blocks. max_frames: longest clip.
 
     Shape:
         ``x``: ``(B, T, N, D)``; ``frame_mask``: bool ``(B, T)``, True = padded frame.
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_layers: int, n_patches: int, d_ff: int | None = None, *,
+    def __init__(self, d_model: int, n_heads: int, n_layers: int, d_ff: int | None = None, *, n_patches: int,
                  attention: str = "divided", norm: str = "layernorm", placement: str = "pre",
-                 dropout: float = 0.0, max_frames: int = 1024, init: str = "torch"):
-        super().__init__()
-        layer_placement(placement, 0, n_layers)
+                 dropout: float = 0.0, init: str = "torch", norm_kw: dict | None = None, max_frames: int = 1024):
         check_choice(attention, ATTENTIONS, "attention")
-        self.attention, self.n_patches = attention, n_patches
-        self.patch_pos = nn.Parameter(torch.randn(n_patches, d_model) * 0.02)  # N, D
-        self.register_buffer("frame_pos", sinusoidal_table(max_frames, d_model), persistent=False)  # T, D
         block = DividedBlock if attention == "divided" else TransformerBlock
-        self.layers = nn.ModuleList(
-            block(d_model, n_heads, d_ff, norm=norm, placement=placement, dropout=dropout, layer_index=i,
-                  n_layers=n_layers, init=init)
-            for i in range(n_layers)
-        )
-        self.final_norm = final_norm(norm, d_model, placement, n_layers)
+        super().__init__(n_layers, lambda spec: block(d_model, n_heads, d_ff, dropout=dropout, spec=spec),
+                         dim=d_model, norm=norm, placement=placement, init=init, norm_kw=norm_kw,
+                         inputs={"patch_pos": nn.Parameter(torch.randn(n_patches, d_model) * 0.02)})  # N, D
+        self.attention, self.n_patches = attention, n_patches
+        self.register_buffer("frame_pos", sinusoidal_table(max_frames, d_model), persistent=False)  # T, D
 
     def forward(self, x: torch.Tensor, frame_mask: torch.Tensor | None = None) -> torch.Tensor:
         b, t, n, d = x.shape

@@ -4,8 +4,8 @@ The query, key and value maps are one ``qkv_proj`` Linear of ``3 * D`` outputs
 (one GEMM), laid out like torch's ``in_proj_weight``: rows ``[0, D)`` are the
 query map, ``[D, 2D)`` the key map, ``[2D, 3D)`` the value map. ``q_proj``,
 ``k_proj`` and ``v_proj`` remain as views of those rows (for inspection and
-init), and state_dicts written with separate ``q_proj``/``k_proj``/``v_proj``
-keys still load.
+init). A file written with separate ``q_proj``/``k_proj``/``v_proj`` weights
+is refused with the converter's name (:mod:`normlab.models.old_keys`).
 """
 from __future__ import annotations
 
@@ -121,11 +121,3 @@ class MultiHeadSelfAttention(nn.Module):
     def init_groups(self) -> tuple[list, list]:
         """``(query/key maps, value/output maps)``: DeepNorm scales the init of the second group."""
         return [self.q_proj, self.k_proj], [self.v_proj, self.out_proj]
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # files written before the fused projection store q_proj, k_proj and v_proj separately
-        for p in ("weight", "bias"):
-            parts = [prefix + f"{n}_proj.{p}" for n in "qkv"]
-            if all(k in state_dict for k in parts):
-                state_dict[prefix + f"qkv_proj.{p}"] = torch.cat([state_dict.pop(k) for k in parts])  # 3D, ...
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

@@ -9,64 +9,80 @@ A unit computes ``x -> [post_norm](alpha * x + scale * drop([branch_norm](F([pre
 Which slots are filled, and ``alpha``, is the placement; the rules live in
 :mod:`normlab.models.placement`, the only place that decides them.
 
-Data flow between units is an explicit pair ``(hidden, residual)``: the stream
-is ``residual + hidden``, where ``hidden`` is a branch output whose residual add
-is still pending (``None``: nothing pending). A unit that starts with a norm
-does the pending add and its norm in one fused kernel (:func:`add_norm`); a
-unit that ends with a norm does its own add and norm fused and leaves nothing
-pending. A stack of units therefore fuses every junction, block boundaries and
-the final norm included, and nothing (diagnostics included) switches it off.
+Units and blocks pass the stream as a pair ``(hidden, residual)``, vLLM's
+decoder-layer convention: the stream is ``hidden + residual``, where
+``residual`` is None when no add is pending (``hidden`` is then the stream
+itself). ``unit(hidden, residual, mask)`` returns the next pair. A unit that
+starts with a norm hands the pending add to that norm, ``norm(hidden,
+residual=residual)``, which returns ``(normalized, stream)``; a unit that ends
+with a norm hands it its own ``alpha * x + F`` the same way and leaves nothing
+pending. Every norm is called as a module, so its forward hooks fire; norms
+whose ``forward`` takes ``residual`` (LayerNorm and RMSNorm: one fused kernel)
+add it themselves, whatever their class, and the others get the sum.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from .. import functional as F
-from ..norms import LayerNorm, RMSNorm
+from .._checks import BadType
 from ..registry import make_norm
 
-#: ``(hidden, residual)``: the stream is ``residual + hidden``; ``hidden`` None when no add is pending
-Carry = tuple[torch.Tensor | None, torch.Tensor]
+#: ``(hidden, residual)``: the stream is ``hidden + residual``; ``residual`` None when no add is pending
+Carry = tuple[torch.Tensor, torch.Tensor | None]
 
 
 @dataclass(frozen=True)
 class Slots:
-    pre: bool  # norm before the branch
-    branch: bool  # norm on the branch output
-    post: bool  # norm after the residual add
-    alpha: float  # residual scale: s = alpha * x + F(...)
+    pre: bool = False  # norm before the branch
+    branch: bool = False  # norm on the branch output
+    post: bool = False  # norm after the residual add
+    alpha: float = 1.0  # residual scale: s = alpha * x + F(...)
 
 
-def apply_norm(norm: nn.Module | None, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Call ``norm`` (None: identity), passing the padding mask to norms that use one."""
+_TAKES_RESIDUAL: dict[type, bool] = {}
+
+
+def takes_residual(norm: nn.Module) -> bool:
+    """True when ``norm``'s ``forward`` has a ``residual`` parameter: it then does the residual add itself."""
+    cls = type(norm)
+    known = _TAKES_RESIDUAL.get(cls)
+    if known is None:
+        known = _TAKES_RESIDUAL[cls] = "residual" in inspect.signature(cls.forward).parameters
+    return known
+
+
+def apply_norm(norm: nn.Module | None, x: torch.Tensor, mask: torch.Tensor | None, **kw):
+    """Call ``norm`` (None: identity), passing the padding mask to norms that use one, and ``kw``."""
     if norm is None:
         return x
-    return norm(x, mask) if getattr(norm, "needs_mask", False) else norm(x)
+    return norm(x, mask, **kw) if getattr(norm, "needs_mask", False) else norm(x, **kw)
 
 
-def add_norm(hidden: torch.Tensor | None, residual: torch.Tensor, norm: nn.Module | None,
+def add_norm(hidden: torch.Tensor | None, residual: torch.Tensor | None, norm: nn.Module | None,
              mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(norm(s), s)`` with ``s = residual + hidden``; one fused kernel for LayerNorm and RMSNorm.
+    """``(norm(s), s)`` with ``s = hidden + residual`` (either None: the other alone).
 
-    ``hidden`` None means nothing is pending: ``s = residual``.
+    A norm that takes ``residual`` does the add itself (one fused kernel for
+    LayerNorm and RMSNorm); any other norm is called on the sum.
     """
-    if hidden is None:
-        return apply_norm(norm, residual, mask), residual
-    if type(norm) is LayerNorm:
-        return F.add_layer_norm(residual, hidden, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
-    if type(norm) is RMSNorm:
-        return F.add_rms_norm(residual, hidden, norm.normalized_shape, norm.weight, norm.eps)
-    s = residual + hidden
+    if hidden is None or residual is None:
+        s = residual if hidden is None else hidden
+        return apply_norm(norm, s, mask), s
+    if norm is not None and takes_residual(norm):
+        return apply_norm(norm, hidden, mask, residual=residual)
+    s = hidden + residual
     return apply_norm(norm, s, mask), s
 
 
-def materialize(hidden: torch.Tensor | None, residual: torch.Tensor) -> torch.Tensor:
-    """The stream ``residual + hidden`` as one tensor."""
-    return residual if hidden is None else residual + hidden
+def materialize(hidden: torch.Tensor | None, residual: torch.Tensor | None) -> torch.Tensor:
+    """The stream ``hidden + residual`` as one tensor (either None: the other alone)."""
+    if hidden is None or residual is None:
+        return residual if hidden is None else hidden
+    return hidden + residual
 
 
 class ResidualUnit(nn.Module):
@@ -79,9 +95,9 @@ class ResidualUnit(nn.Module):
         dropout: on the branch output, before the add.
         norm_kw: extra arguments for :func:`normlab.make_norm`.
 
-    ``recorder``, when set (diagnostics), is called as ``recorder(unit, x, f)``
-    with the unit's input stream ``x`` and branch output ``f``; it observes and
-    never changes the computation.
+    ``forward(hidden, residual=None, mask=None) -> (hidden, residual)``; where
+    the unit has no post-norm the returned pair is ``(scale * F, alpha * x)``,
+    its add left to the next norm.
     """
 
     def __init__(self, fn: nn.Module, dim: int, norm: str, slots: Slots, *, scale: float = 1.0,
@@ -96,10 +112,11 @@ class ResidualUnit(nn.Module):
         self.post_norm = make_norm(norm, dim, **kw) if slots.post else None
         self.drop = nn.Dropout(dropout)
         self.register_buffer("alpha", torch.tensor(slots.alpha), persistent=False)
-        self.recorder: Callable | None = None
 
-    def step(self, hidden: torch.Tensor | None, residual: torch.Tensor, mask: torch.Tensor | None = None) -> Carry:
-        """The carry form: ``(hidden, residual)`` in, ``(hidden, residual)`` out."""
+    def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> Carry:
+        if residual is not None and residual.dtype == torch.bool:
+            raise BadType("the second argument is the pending residual stream; pass the padding mask as mask=")
         if self.pre_norm is not None:
             h, x = add_norm(hidden, residual, self.pre_norm, mask)  # B, T, D (x2)
         else:
@@ -111,22 +128,9 @@ class ResidualUnit(nn.Module):
             f = f * self.scale
         if self.slots.alpha != 1.0:
             x = x * self.alpha.to(x.dtype)
-        if self.recorder is not None:
-            self.recorder(self, x, f)
         if self.post_norm is None:
             return f, x  # the add is left to whoever norms next
-        return None, add_norm(f, x, self.post_norm, mask)[0]
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        return materialize(*self.step(None, x, mask))
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # files written before the slots were named store the unit's own norm as "norm."
-        old = prefix + "norm."
-        slot = "pre_norm." if self.pre_norm is not None else "post_norm."
-        for key in [k for k in state_dict if k.startswith(old)]:
-            state_dict[prefix + slot + key[len(old):]] = state_dict.pop(key)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        return add_norm(f, x, self.post_norm, mask)[0], None
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}, alpha={self.slots.alpha:.4g}" if self.slots.alpha != 1.0 else f"scale={self.scale}"

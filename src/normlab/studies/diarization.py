@@ -24,7 +24,7 @@ PLACEMENTS = {"pre": ("pre", "layernorm"), "post": ("post", "layernorm"), "none"
 
 def der_cell(cfg: dict) -> dict:
     """Train one placement on ``cfg["data"]`` and score it; a diverged run reads DER = inf."""
-    from ..diarization.recipe import RecipeConfig, score_model, train_model
+    from ..diarization.training.recipe import RecipeConfig, score_model, train_model
 
     data = pathlib.Path(cfg["data"])
     rc = RecipeConfig(**cfg["recipe"], placement=cfg["placement"], norm=cfg["norm"], seed=cfg["seed"])
@@ -63,8 +63,8 @@ CLAIMS = [
 def run(ctx: Context) -> dict:
     if shutil.which("espeak-ng") is None:
         return _skipped("espeak-ng is not installed: no speech to simulate")
-    from ..diarization.dataset import MixtureSet
-    from ..diarization.recipe import RecipeConfig, simulate_splits
+    from ..diarization.data.dataset import MixtureSet
+    from ..diarization.training.recipe import RecipeConfig, simulate_splits
 
     data = ctx.out.parent / "diarization-data" / ctx.scale
     simulate_splits(data, RecipeConfig(**_recipe(ctx)), jobs=ctx.runner.jobs)  # the same data for every cell

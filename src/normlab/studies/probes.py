@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from ..nn.residual import materialize
 from .task import _eager, _model, loss_of, reversal_batch
 
 
@@ -36,11 +37,10 @@ def grad_cell(cfg: dict) -> dict:
         return hook
 
     handles = [layer.ffn.fn.fc2.register_forward_hook(fc2_hook(i)) for i, layer in enumerate(layers)]
-    model.encoder.observer = lambda i, out: last_out.append(out.detach()) if i == len(layers) - 1 else None
+    handles.append(layers[-1].register_forward_hook(lambda _m, _a, out: last_out.append(materialize(*out).detach())))
     try:
         loss_of(model, x, y).backward()
     finally:
-        model.encoder.observer = None
         for h in handles:
             h.remove()
     n_pos = x.numel()

@@ -8,6 +8,7 @@ import torch
 from ..models.conformer import ConformerBlock
 from ..models.placement import deepnorm_alpha, deepnorm_beta
 from ..models.transformer import TransformerBlock
+from ..nn.residual import materialize
 from .base import Context, claim, finish, pyplot
 from .criteria import CRITERIA
 
@@ -38,7 +39,7 @@ def conformer_cell(cfg: dict) -> dict:
     hooks = [getattr(blk, u).fn.register_forward_pre_hook(
         lambda m, args, u=u: seen.__setitem__(u, args[0].detach())) for u in ("ffn1", "attn", "conv", "ffn2")]
     with torch.no_grad():
-        y = blk(x)
+        y = materialize(*blk(x))  # the block's output stream
     for h in hooks:
         h.remove()
     stat = {u: {"max_abs_mean": t.mean(-1).abs().max().item(), "mean_std": t.std(-1, unbiased=False).mean().item()}

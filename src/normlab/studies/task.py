@@ -18,7 +18,7 @@ import torch.nn.functional as TF
 from torch import nn
 
 from .. import kernels, tracking
-from ..lab.diagnostics import diagnose
+from ..lab.diagnostics import diagnose, watch_branch
 from ..models.transformer import TransformerEncoder
 
 VOCAB, LENGTH, BATCH, D, HEADS, D_FF = 32, 16, 32, 64, 4, 128
@@ -130,15 +130,17 @@ def init_cell(cfg: dict) -> dict:
                     loss_fn=lambda out: TF.cross_entropy(model.head(out).reshape(-1, VOCAB), y.reshape(-1)))
     if cfg.get("ln_input"):  # ||x^(post,5)_l||^2 / d: what enters each FFN unit's main norm (Xiong's Lemma 2)
         sums: list[float] = []
-        units = [layer.ffn for layer in model.encoder.layers]
-        for u in units:
-            u.recorder = lambda _u, x, f, *_: sums.append(((x + f).pow(2).sum(-1) / x.shape[-1]).mean().item())
+
+        def norm2_per_d(x, f):
+            sums.append(((x + f).pow(2).sum(-1) / x.shape[-1]).mean().item())
+
+        handles = [w for layer in model.encoder.layers if (w := watch_branch(layer.ffn, norm2_per_d)) is not None]
         try:
             with torch.no_grad():
                 model.encoder(h.detach())
         finally:
-            for u in units:
-                u.recorder = None
+            for handle in handles:
+                handle.remove()
         for row, v in zip(rows, sums):
             row["ffn_sum_norm2_per_d"] = v
     return {"rows": rows}

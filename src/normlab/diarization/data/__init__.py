@@ -1,0 +1,1 @@
+"""Training data: base voices, perturbations, simulated conversations, features and frame labels."""

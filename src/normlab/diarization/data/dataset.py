@@ -1,0 +1,78 @@
+"""Simulated mixtures as training batches: features and frame labels, cached per mixture."""
+from __future__ import annotations
+
+import os
+import pathlib
+
+import torch
+
+from ..._checks import BadValue
+from ..io.audio import read_mono
+from ..io.features import FeatureConfig, extract
+from ..io.rttm import read_rttm
+
+
+def frame_labels(turns, speakers: list[str], frames: int, frame_seconds: float) -> torch.Tensor:
+    """``(frames, len(speakers))`` 0/1: a frame is active if its centre lies inside a turn."""
+    y = torch.zeros(frames, len(speakers))
+    centres = (torch.arange(frames) + 0.5) * frame_seconds
+    for t in turns:
+        y[(centres >= t.start) & (centres < t.end), speakers.index(t.speaker)] = 1
+    return y
+
+
+class MixtureSet:
+    """Features ``(T, dim)`` and labels ``(T, n_speakers)`` of every ``wav/<uri>.wav`` in simulated folders."""
+
+    def __init__(self, folders: str | pathlib.Path | list, n_speakers: int = 2, cfg: FeatureConfig = FeatureConfig()):
+        self.cfg = cfg  # the feature setup (a model trained on this set carries it)
+        folders = [pathlib.Path(f) for f in (folders if isinstance(folders, (list, tuple)) else [folders])]
+        wavs = []
+        for folder in folders:
+            found = sorted((folder / "wav").glob("*.wav"))
+            if not found:
+                raise BadValue(f"{folder} has no wav/*.wav mixtures (run `normlab diarize simulate --out {folder}`)")
+            wavs += found
+        self.items, self.uris = [], [wav.stem for wav in wavs]
+        for wav in wavs:
+            cache = wav.with_suffix(".feats.pt")
+            if cache.exists():
+                feats = torch.load(cache, weights_only=True)
+                feats = feats[0] if isinstance(feats, tuple) else feats  # older caches also held labels
+            else:
+                feats = extract(read_mono(wav, cfg.sample_rate), cfg)
+                tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+                torch.save(feats, tmp)
+                os.replace(tmp, cache)  # atomic: a reader in another process never sees half a file
+            # labels are cheap and depend on n_speakers: made here, never cached
+            turns = read_rttm(wav.with_suffix(".rttm")).get(wav.stem, [])
+            speakers = sorted({t.speaker for t in turns})[:n_speakers]
+            speakers += [f"_absent{k}" for k in range(n_speakers - len(speakers))]
+            labels = frame_labels([t for t in turns if t.speaker in speakers], speakers, feats.shape[0],
+                                  cfg.frame_seconds)
+            self.items.append((feats, labels))
+
+    def joined(self, other: "MixtureSet") -> "MixtureSet":
+        """Both sets' recordings in one (the items are shared, not copied)."""
+        import copy
+
+        both = copy.copy(self)
+        both.items, both.uris = self.items + other.items, self.uris + other.uris
+        return both
+
+    def batches(self, batch: int = 8, frames: int = 500):
+        """A function ``gen -> (feats, labels, pad mask)`` drawing random ``frames``-long windows."""
+
+        def draw(gen: torch.Generator):
+            feats, labels, masks = [], [], []
+            for i in torch.randint(len(self.items), (batch,), generator=gen).tolist():
+                f, y = self.items[i]
+                start = int(torch.randint(max(1, f.shape[0] - frames + 1), (1,), generator=gen))
+                f, y = f[start : start + frames], y[start : start + frames]
+                pad = frames - f.shape[0]
+                feats.append(torch.cat([f, f.new_zeros(pad, f.shape[1])]))
+                labels.append(torch.cat([y, y.new_zeros(pad, y.shape[1])]))
+                masks.append(torch.arange(frames) >= frames - pad)
+            return torch.stack(feats), torch.stack(labels), torch.stack(masks)
+
+        return draw

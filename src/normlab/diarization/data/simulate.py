@@ -1,0 +1,298 @@
+"""Simulated conversations without downloads (EEND's recipe, Fujita et al. 2019).
+
+Per mixture, ``k`` speakers are drawn from the split's base voices
+(``voices.py``: espeak-ng variants, and with ``sources="all"`` the recorded
+flite and festival voices; train, dev and test never share a voice or a
+person). ``k`` is ``n_speakers``, or with ``min_speakers`` set it cycles
+through ``min_speakers..n_speakers`` by index, so every count is equally
+represented. Each speaker gets a mean F0 and a speaking rate (the
+synthesizer's) and, with ``augment``, a spectral warp and a level
+(``augment.py``): one voice, many speakers. Per speaker, ``utterances``
+utterances of random words, each preceded by silence ~ Exponential(beta)
+seconds; with ``beta_by_count`` beta grows with ``k`` as in EEND-EDA's
+simulation (x1, x1, x2.5, x4.5 for 1-4 speakers: 2, 2, 5, 9 s at beta = 2),
+so more speakers do not mean more overlap. The speaker tracks are summed.
+
+Channel: without ``augment``, white noise at an SNR drawn from ``snr_db``,
+and with ``rt60`` set each track is first convolved with its own synthetic
+room response. With ``augment``, a room with probability 0.5, white, pink,
+brown or babble noise (other voices of the same split) at 5-25 dB SNR, a
+telephone channel with probability 0.2 and a random level. No perturbation
+moves a turn. Each mixture is seeded by (seed, split, index), written as
+``wav/<uri>.wav`` with ``ref.rttm`` and ``all.uem``; existing mixtures are
+kept (re-running resumes).
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import pathlib
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..._checks import BadValue
+from ..io.features import FEATURE_RATE
+from ..io.rttm import Turn, read_rttm, write_rttm
+from ..io.uem import write_uem
+from . import augment as aug
+from .augment import reverberate, room_impulse_response  # noqa: F401  (re-exported: older imports)
+from .voices import FLITE_VOICES, SPLITS, Voice, synthesize, voices
+
+WORDS = (
+    "time year people way day man thing woman life child world school state family student group country problem "
+    "hand part place case week company system program question work government number night point home water room "
+    "mother area money story fact month lot right study book eye job word business issue side kind head house "
+    "service friend father power hour game line end member law car city community name president team minute idea "
+    "kid body information back parent face others level office door health person art war history party result "
+    "change morning reason research girl guy moment air teacher force education"
+).split()
+BETA_SCALE = {1: 1.0, 2: 1.0, 3: 2.5, 4: 4.5}  # EEND-EDA's 2, 2, 5, 9 s over its 2 s
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    n_mixtures: int = 100
+    n_speakers: int = 2  # speakers per mixture, or the most with min_speakers
+    beta: float = 2.0  # mean silence before each utterance, seconds (smaller: more overlap)
+    min_utterances: int = 5
+    max_utterances: int = 20
+    snr_db: tuple[float, float] = (10.0, 20.0)  # white noise, without augment
+    sample_rate: int = FEATURE_RATE  # the EEND features' rate
+    split: str = "train"  # "train", "dev", "test" (disjoint voices) or "flite"
+    seed: int = 0
+    rt60: tuple[float, float] | None = None  # reverberation time range, seconds (None: dry)
+    min_speakers: int = 0  # > 0: mixture i has min_speakers + i % (n_speakers - min_speakers + 1) speakers
+    sources: str = "espeak"  # "espeak" or "all" (also the recorded flite and festival voices)
+    augment: bool = False  # speaker warps and levels, rooms, noise types, telephone, gain (augment.Perturbation)
+    beta_by_count: bool = False  # beta x BETA_SCALE[k] for k speakers
+    style: str = "mixture"  # "mixture": EEND's independent timelines; "conversation": turn-taking (conversation.py)
+    real_p: float = 0.7  # conversation style: share of speakers drawn from real people when the pool has them
+
+    def __post_init__(self):
+        if self.style not in ("mixture", "conversation"):
+            raise BadValue(f"style must be mixture or conversation, got {self.style!r}")
+        lo = self.min_speakers or self.n_speakers
+        if not 1 <= lo <= self.n_speakers:
+            raise BadValue(f"need 1 <= min_speakers <= n_speakers, got {self.min_speakers} and {self.n_speakers}")
+
+    def speakers_of(self, index: int) -> int:
+        lo = self.min_speakers or self.n_speakers
+        return lo + index % (self.n_speakers - lo + 1)
+
+
+def variants(split: str) -> list[str]:
+    """Voice names of a split with espeak-ng only (``flite``: flite's voices); see ``voices.voices``."""
+    return [v.name for v in voices(split)]
+
+
+def _as_voice(v: Voice | str) -> Voice:
+    if isinstance(v, Voice):
+        return v
+    return Voice("flite", v, v, (112, 208)) if v in FLITE_VOICES else Voice("espeak-ng", v, f"espeak.{v}", (100, 200))
+
+
+def pick_voices(pool: list[Voice], k: int, rng: np.random.Generator) -> list[Voice]:
+    """``k`` voices of ``k`` different persons; recorded voices as a group are drawn as often as espeak-ng's."""
+    persons = sorted({v.person for v in pool})
+    if k > len(persons):
+        raise BadValue(f"{k} speakers asked, but the split has {len(persons)} distinct voices")
+    recorded = {v.person for v in pool if v.recorded}
+    n_rec, n_esp = len(recorded), len(persons) - len(recorded)
+    w = np.array([(0.5 / n_rec if n_esp else 1 / n_rec) if p in recorded else (0.5 / n_esp if n_rec else 1 / n_esp)
+                  for p in persons])
+    chosen = rng.choice(len(persons), size=k, replace=False, p=w / w.sum())
+    out = []
+    for i in chosen:
+        options = [v for v in pool if v.person == persons[i]]
+        out.append(options[int(rng.integers(len(options)))])
+    return out
+
+
+def _words(rng: np.random.Generator, lo: int = 3, hi: int = 12) -> str:
+    return " ".join(rng.choice(WORDS, size=int(rng.integers(lo, hi + 1))))
+
+
+def mixture(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, list[Turn], str]:
+    """Mixture ``index``: samples, reference turns and its uri."""
+    rng = np.random.default_rng([cfg.seed, index, SPLITS.index(cfg.split)])
+    uri, sr = mixture_uri(cfg, index), cfg.sample_rate
+    pool = [_as_voice(v) for v in pool]
+    pert = aug.Perturbation()
+    k = cfg.speakers_of(index)
+    beta = cfg.beta * (BETA_SCALE.get(k, k / 2) if cfg.beta_by_count else 1.0)
+    tracks, turns = [], []
+    for voice in pick_voices(pool, k, rng):  # the same draws with and without augment: the same turns
+        f0, rate = float(rng.uniform(*voice.f0)), float(rng.uniform(*pert.rate))
+        alpha, level_db = float(rng.uniform(*pert.warp)), float(rng.uniform(*pert.level_db))
+        label = f"{voice.key}.f{f0:.0f}.r{100 * rate:.0f}"
+        n = int(rng.integers(cfg.min_utterances, cfg.max_utterances + 1))
+        silences = [rng.exponential(beta) for _ in range(n)]
+        speech = synthesize(voice, [_words(rng) for _ in range(n)], f0, rate, sr)
+        pieces, t = [], 0.0
+        for silence, s in zip(silences, speech):
+            gap = int(silence * sr)
+            pieces += [np.zeros(gap, np.float32), s]
+            start = t + gap / sr
+            turns.append(Turn(uri, round(start, 3), round(len(s) / sr, 3), label))
+            t = start + len(s) / sr
+        track = np.concatenate(pieces)
+        if cfg.augment:
+            track = aug.warp(track, alpha, sr) * 10 ** (level_db / 20)
+        tracks.append(track)
+    if cfg.rt60 is not None:
+        tracks = [reverberate(x, rng.uniform(*cfg.rt60), sr, rng) for x in tracks]
+    elif cfg.augment and rng.random() < pert.reverb_p:
+        rt60 = rng.uniform(*pert.rt60)
+        tracks = [reverberate(x, rt60, sr, rng) for x in tracks]  # one room, a response per talker position
+    n = max(len(x) for x in tracks)
+    mix = np.zeros(n, np.float32)
+    for x in tracks:
+        mix[: len(x)] += x
+    if not cfg.augment:
+        noise = rng.standard_normal(n).astype(np.float32)
+        mix = aug.add_noise(mix, noise, rng.uniform(*cfg.snr_db))
+        return mix / max(1.0, float(np.abs(mix).max())), turns, uri
+    kind = aug.NOISES[int(rng.choice(len(aug.NOISES), p=pert.noise_p))]
+    if kind == "babble":
+        others = [v for v in pool if v.synth == "espeak-ng"]
+        talkers = [others[int(i)] for i in rng.choice(len(others), size=4, replace=False)]
+        noise = aug.babble([synthesize(v, [_words(rng, 6, 12)], float(rng.uniform(*v.f0)), 1.0, sr)[0]
+                            for v in talkers], n, rng)
+    else:
+        noise = aug.colored_noise(kind, n, rng)
+    mix = aug.add_noise(mix, noise, rng.uniform(*pert.snr_db))
+    if rng.random() < pert.telephone_p:
+        mix = aug.telephone(mix, sr)
+    return aug.gain(mix, rng.uniform(*pert.peak_db)), turns, uri
+
+
+def pick_speakers(pool: list[Voice], k: int, real_p: float, rng: np.random.Generator) -> list[Voice]:
+    """``k`` voices of ``k`` different persons; each is a real person's with probability ``real_p``
+    while any is left."""
+    real = [v for v in pool if v.real]
+    synth = [v for v in pool if not v.real]
+    n_real = min(len(real), int(rng.binomial(k, real_p)) if synth else k)
+    n_real = max(n_real, k - len({v.person for v in synth}))
+    if n_real > len(real):
+        raise BadValue(f"{k} speakers asked, but the split has {len(real) + len({v.person for v in synth})} persons")
+    chosen = [real[int(i)] for i in rng.choice(len(real), size=n_real, replace=False)] if n_real else []
+    return chosen + (pick_voices(synth, k - n_real, rng) if k > n_real else [])
+
+
+def conversation(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, list[Turn], str]:
+    """Conversation ``index``: turn-taking timing (``conversation.schedule``) filled with the speakers' own
+    utterances, then each speaker's warp and level, the room, the noise, the channel."""
+    from . import conversation as conv
+    from .prompts import music
+
+    rng = np.random.default_rng([cfg.seed, index, SPLITS.index(cfg.split), 1])
+    uri, sr = mixture_uri(cfg, index), cfg.sample_rate
+    tt, ch = conv.TurnTaking(), conv.Channel()
+    k = cfg.speakers_of(index)
+    speakers = pick_speakers([_as_voice(v) for v in pool], k, cfg.real_p, rng)
+    utts, short = [], []
+    for v in speakers:
+        u, s = conv.utterances(v, 40 if v.real else 14, rng, sr)
+        utts.append(u)
+        short.append(s)
+    segments = conv.schedule(k, [[len(x) / sr for x in u] for u in utts], short, tt, rng)
+    end = max(seg.start + sum(len(utts[seg.speaker][i]) for i in seg.items) / sr + sum(seg.gaps) for seg in segments)
+    n = int((end + float(rng.uniform(0.0, 1.5))) * sr) + 1
+    tracks = [np.zeros(n, np.float32) for _ in range(k)]
+    labels = []
+    for v in speakers:
+        warp = float(rng.uniform(0.9, 1.12)) if cfg.augment else 1.0
+        labels.append(f"{v.key}.w{100 * warp:.0f}")
+    turns = []
+    for seg in segments:
+        t = seg.start
+        for m, i in enumerate(seg.items):
+            t += seg.gaps[m - 1] if m else 0.0
+            x = utts[seg.speaker][i]
+            a = int(round(t * sr))
+            tracks[seg.speaker][a : a + len(x)] += x[: n - a]
+            turns.append(Turn(uri, round(a / sr, 3), round(len(x) / sr, 3), labels[seg.speaker]))
+            t = a / sr + len(x) / sr
+    if cfg.augment:
+        for j in range(k):
+            alpha = float(labels[j].rsplit(".w", 1)[1]) / 100
+            tracks[j] = aug.warp(tracks[j], alpha, sr) * 10 ** (float(rng.uniform(-6, 6)) / 20)
+        if rng.random() < ch.room_p:
+            rt60, tail = float(rng.uniform(*ch.rt60)), (float(rng.uniform(1.0, 2.0)) if rng.random() < ch.far_p
+                                                         else float(rng.uniform(0.2, 0.5)))
+            tracks = [reverberate(x, rt60, sr, rng, tail) for x in tracks]
+    mix = np.sum(tracks, axis=0).astype(np.float32)
+    kinds = list(conv.NOISE_KINDS)
+    p = np.array(ch.noise_p)
+    if not music(sr):
+        p[kinds.index("music")] = 0.0
+    kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))] if cfg.augment else "white"
+    if kind == "babble":
+        others = [v for v in pool if _as_voice(v).real] or [v for v in pool if _as_voice(v).synth == "espeak-ng"]
+        talkers = [_as_voice(others[int(i)]) for i in rng.integers(len(others), size=5)]
+        noise = aug.babble([conv.utterances(v, 3, rng, sr)[0][0] for v in talkers], n, rng)
+    elif kind == "music":
+        noise = aug.music(list(music(sr)), n, rng)
+    else:
+        noise = aug.colored_noise(kind, n, rng)
+    snr = rng.uniform(*(ch.snr_db if cfg.augment else cfg.snr_db))
+    mix = aug.add_noise(mix, noise, snr)
+    if cfg.augment and rng.random() < ch.telephone_p:
+        mix = aug.telephone(mix, sr)
+    peak = rng.uniform(*ch.peak_db) if cfg.augment else -1.0
+    return aug.gain(mix, peak), sorted(turns, key=lambda t: t.start), uri
+
+
+def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=None, jobs: int = 1) -> pathlib.Path:
+    """Write ``cfg.n_mixtures`` mixtures under ``out`` with ``jobs`` processes; returns ``out``.
+
+    Existing mixtures are reused; each mixture depends only on (seed, split,
+    index), so the result is the same for any ``jobs``.
+    """
+    import soundfile as sf
+
+    out = pathlib.Path(out)
+    (out / "wav").mkdir(parents=True, exist_ok=True)
+    pool = voices(cfg.split, cfg.sources)
+    make = conversation if cfg.style == "conversation" else mixture
+    paths = [(out / "wav" / f"{mixture_uri(cfg, i)}.wav", out / "wav" / f"{mixture_uri(cfg, i)}.rttm")
+             for i in range(cfg.n_mixtures)]
+    todo = [i for i, (wav, rttm) in enumerate(paths) if not (wav.exists() and rttm.exists())]
+
+    def finished():
+        """(index, mixture) as each one is ready, from ``jobs`` processes or this one."""
+        if jobs > 1 and len(todo) > 1:
+            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool_:
+                futures = {pool_.submit(make, cfg, i, pool): i for i in todo}
+                for fut in as_completed(futures):
+                    yield futures[fut], fut.result()
+        else:
+            for i in todo:
+                yield i, make(cfg, i, pool)
+
+    for done, (i, (audio, turns, uri)) in enumerate(finished(), start=cfg.n_mixtures - len(todo) + 1):
+        write_rttm(turns, paths[i][1])
+        sf.write(paths[i][0], audio, cfg.sample_rate)  # written last: its presence marks a finished mixture
+        if progress:
+            progress(done, cfg.n_mixtures, uri)
+    all_turns, uem = [], {}
+    for i, (wav, rttm) in enumerate(paths):
+        uri = mixture_uri(cfg, i)
+        all_turns += read_rttm(rttm).get(uri, [])
+        uem[uri] = [(0.0, sf.info(str(wav)).duration)]
+    write_rttm(all_turns, out / "ref.rttm")
+    write_uem(uem, out / "all.uem")
+    (out / "config.json").write_text(json.dumps({**asdict(cfg), "voices": [v.key for v in pool]}, indent=2) + "\n")
+    return out
+
+
+def mixture_uri(cfg: SimConfig, index: int) -> str:
+    room = f"_rt{cfg.rt60[0]:g}-{cfg.rt60[1]:g}" if cfg.rt60 is not None else ""
+    count = f"{cfg.min_speakers}-{cfg.n_speakers}" if cfg.min_speakers else f"{cfg.n_speakers}"
+    kind = ("_all" if cfg.sources == "all" else "") + ("_aug" if cfg.augment else "") + \
+        ("_bk" if cfg.beta_by_count else "")
+    if cfg.style == "conversation":
+        return f"{cfg.split}_conv_s{count}_{cfg.sources}{'_aug' if cfg.augment else ''}_{cfg.seed}_{index:05d}"
+    return f"{cfg.split}_b{cfg.beta:g}_s{count}{kind}{room}_{cfg.seed}_{index:05d}"

@@ -1,0 +1,166 @@
+"""Base voices for simulated conversations: which synthesizers, which voices, which split.
+
+Three offline synthesizers, all Debian packages:
+
+* ``espeak-ng`` (GPL-3.0-or-later): about 100 English voice variants, formant
+  synthesis. Split by position in the sorted variant list: even positions
+  for train, 1 mod 4 for dev, 3 mod 4 for test.
+* ``flite`` (BSD-style, CMU/Edinburgh): the recorded voices kal, kal16, awb,
+  rms, slt (diphone and cluster-unit synthesis from recordings of people).
+* ``festival`` (BSD-style) with ``festvox-kallpc16k``, ``festvox-kdlpc16k``
+  and ``festvox-us-slt-hts`` (free licences, see docs/diarization.md): kal
+  and ked diphone voices, slt HTS.
+
+The recorded voices come from five people (kal, ked, awb, rms, slt; kal and
+slt are each rendered by two synthesizers). Splits are by *person*: train
+hears kal, awb and slt; dev hears ked; test hears rms. No person, and no
+espeak-ng variant, is in two splits. Each voice becomes many pseudo-speakers
+downstream (pitch, speaking rate, a spectral warp: ``augment.py``).
+"""
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..._checks import BadValue, Unavailable
+from ..io.audio import read_mono
+
+SPLITS = ("train", "dev", "test", "flite")  # "flite": flite's voices only (the older held-out set)
+SOURCES = ("espeak", "all", "real", "mixed")  # "espeak": espeak-ng variants only; "all": also flite and festival
+#            voices; "real": the split's recorded people only (prompts.py); "mixed": "all" and the recorded people
+
+
+@dataclass(frozen=True)
+class Voice:
+    synth: str  # "espeak-ng", "flite" or "festival"
+    name: str  # the synthesizer's voice name
+    person: str  # the recorded person (an espeak-ng variant is its own "person")
+    f0: tuple[int, int] = (90, 150)  # mean F0 range to draw from, Hz (ignored where the voice has no control)
+
+    @property
+    def key(self) -> str:
+        """A label token: no spaces; unique across synthesizers."""
+        return f"{self.synth}.{self.name.replace('!v/', '')}"
+
+    @property
+    def recorded(self) -> bool:
+        """Made from recordings of a person (flite and festival voices, and real prompts)."""
+        return self.synth != "espeak-ng"
+
+    @property
+    def real(self) -> bool:
+        """A real person's own recordings (``prompts.py``), not a synthesizer."""
+        return self.synth == "recorded"
+
+
+FLITE_VOICES = ("awb", "kal16", "rms", "slt")  # the older "flite" split (kal is kal16 at 8 kHz)
+#: recorded voices: (synth, name, person, F0 range); festival's names are its scheme voice functions
+RECORDED = (
+    Voice("flite", "kal", "kal", (85, 140)), Voice("flite", "kal16", "kal", (85, 140)),
+    Voice("festival", "kal_diphone", "kal", (85, 140)),
+    Voice("flite", "awb", "awb", (85, 140)),
+    Voice("flite", "slt", "slt", (150, 230)), Voice("festival", "cmu_us_slt_arctic_hts", "slt", (150, 230)),
+    Voice("festival", "ked_diphone", "ked", (85, 140)),
+    Voice("flite", "rms", "rms", (85, 140)),
+)
+PERSONS = {"train": ("kal", "awb", "slt"), "dev": ("ked",), "test": ("rms",)}
+#: Debian packages that provide each synthesizer or voice (``make system-deps`` installs them)
+PACKAGES = {"espeak-ng": ("espeak-ng",), "flite": ("flite",),
+            "festival": ("festival", "festvox-kallpc16k", "festvox-kdlpc16k", "festvox-us-slt-hts")}
+_FESTIVAL_DIRS = {"kal_diphone": "english/kal_diphone", "ked_diphone": "english/ked_diphone",
+                  "cmu_us_slt_arctic_hts": "us/cmu_us_slt_arctic_hts"}
+
+
+def tool(name: str) -> str:
+    exe = shutil.which(name)
+    if exe is None:
+        raise Unavailable(f"{name} is not installed (Debian package {name}; `make system-deps` installs it)")
+    return exe
+
+
+def available(voice: Voice) -> bool:
+    """Whether ``voice`` can be synthesized on this machine."""
+    if voice.synth == "festival":
+        return shutil.which("festival") is not None and \
+            pathlib.Path("/usr/share/festival/voices", _FESTIVAL_DIRS[voice.name]).is_dir()
+    return shutil.which(voice.synth) is not None
+
+
+def espeak_variants(split: str) -> list[str]:
+    """espeak-ng variant file names of a split (positions in the sorted list: see the module doc)."""
+    out = subprocess.run([tool("espeak-ng"), "--voices=variant"], capture_output=True, text=True, check=True).stdout
+    names = sorted(line.split()[3] for line in out.splitlines()[1:] if len(line.split()) >= 4)
+    return {"train": names[0::2], "dev": names[1::4], "test": names[3::4]}[split]
+
+
+def voices(split: str, sources: str = "espeak") -> list[Voice]:
+    """The base voices of ``split``: espeak-ng variants, plus, with ``sources="all"``, the recorded voices
+    of the split's persons that are installed here."""
+    if split not in SPLITS:
+        raise BadValue(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if sources not in SOURCES:
+        raise BadValue(f"sources must be one of {', '.join(SOURCES)}, got {sources!r}")
+    if split == "flite":
+        tool("flite")
+        return [Voice("flite", v, v) for v in FLITE_VOICES]
+    from .prompts import installed
+
+    real = [Voice("recorded", p.key, p.key) for p in installed(split)] if sources in ("real", "mixed") else []
+    if sources == "real":
+        if not real:
+            raise Unavailable(f"no recorded voices of the {split} split are installed (the asterisk and gcin "
+                               "prompt packages; `make system-deps` installs them)")
+        return real
+    out = [Voice("espeak-ng", v, f"espeak.{v}", (100, 200)) for v in espeak_variants(split)]
+    if sources in ("all", "mixed"):
+        out += [v for v in RECORDED if v.person in PERSONS[split] and available(v)]
+    return out + real
+
+
+def _festival_script(voice: str, texts: list[str], f0: float, stretch: float, folder: pathlib.Path) -> str:
+    lines = [f"(voice_{voice})", f"(Parameter.set 'Duration_Stretch {stretch:.3f})"]
+    if voice.endswith("_diphone"):  # linear-regression intonation: its target mean sets the pitch
+        lines.append(f"(set! int_lr_params '((target_f0_mean {f0:.0f}) (target_f0_std {0.15 * f0:.0f}) "
+                     "(model_f0_mean 170) (model_f0_std 34)))")
+    else:  # HTS: its engine's own speed rate (-r) and shift in half-tones (-fm) from a 180 Hz voice
+        lines.append(f'(set! hts_engine_params (append hts_engine_params (list (list "-r" {1 / stretch:.3f}) '
+                     f'(list "-fm" {12 * np.log2(f0 / 180):.2f}))))')
+    for i, text in enumerate(texts):
+        lines.append(f'(utt.save.wave (SynthText "{text}") "{folder / f"{i}.wav"}" \'riff)')
+    return "\n".join(lines) + "\n"
+
+
+def synthesize(voice: Voice, texts: list[str], f0: float, rate: float, sample_rate: int) -> list[np.ndarray]:
+    """Each text spoken by ``voice`` at mean F0 ``f0`` Hz and ``rate`` times its normal speed, float32 samples
+    at ``sample_rate`` with leading and trailing silence trimmed (a turn is speech)."""
+    texts = [t.replace('"', "") for t in texts]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = pathlib.Path(tmp)
+        if voice.synth == "festival":  # one process for all texts: its start-up dominates
+            script = folder / "say.scm"
+            script.write_text(_festival_script(voice.name, texts, f0, 1 / rate, folder))
+            subprocess.run([tool("festival"), "-b", str(script)], check=True, capture_output=True)
+        for i, text in enumerate(texts):
+            wav = folder / f"{i}.wav"
+            if voice.synth == "espeak-ng":  # -p 0-99 maps about linearly onto 70-230 Hz for the default voice
+                pitch = int(np.clip((f0 - 70) / 1.6, 0, 99))
+                cmd = [tool("espeak-ng"), "-v", f"en+{voice.name}", "-p", str(pitch), "-s", str(int(160 * rate)),
+                       "-w", str(wav), text]
+            elif voice.synth == "flite":
+                cmd = [tool("flite"), "-voice", voice.name, "--setf", f"int_f0_target_mean={f0:.0f}",
+                       "--setf", f"duration_stretch={1 / rate:.3f}", "-t", text, "-o", str(wav)]
+            else:
+                cmd = None
+            if cmd:
+                subprocess.run(cmd, check=True, capture_output=True)
+        out = []
+        for i in range(len(texts)):
+            speech = read_mono(folder / f"{i}.wav", sample_rate).numpy()
+            voiced = np.flatnonzero(np.abs(speech) > 1e-3)
+            out.append(speech[voiced[0] : voiced[-1] + 1] if voiced.size else speech)
+    return out

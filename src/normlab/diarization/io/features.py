@@ -1,0 +1,92 @@
+"""EEND features: log-mel, mean normalization, splicing, subsampling (the training data's and the pipeline's).
+
+Defaults follow EEND (Fujita et al. 2019; docs/diarization.md): 8 kHz audio, 25 ms
+frames every 10 ms (200/80 samples, FFT 256, Hann window), 23 log10-mel bands,
+minus the recording mean, spliced +-7 frames (345 dims), every 10th frame
+kept: one output frame per 100 ms.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+#: EEND's sample rate: the features are made from 8 kHz audio (the pipeline resamples to it)
+FEATURE_RATE = 8000
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    sample_rate: int = FEATURE_RATE  # audio is resampled to this
+    win: int = 200  # 25 ms frame
+    hop: int = 80  # 10 ms step
+    n_fft: int = 256
+    n_mels: int = 23
+    context: int = 7  # frames spliced on each side
+    subsample: int = 10  # keep every 10th frame: 100 ms output frames
+
+    @property
+    def frame_seconds(self) -> float:
+        """Duration of one output frame."""
+        return self.hop * self.subsample / self.sample_rate
+
+    @property
+    def dim(self) -> int:
+        return (2 * self.context + 1) * self.n_mels
+
+
+def mel_filterbank(n_mels: int, n_fft: int, sample_rate: int) -> torch.Tensor:
+    """Triangular filters on the HTK mel scale, ``(n_mels, n_fft // 2 + 1)``."""
+
+    def mel(f):
+        return 2595.0 * np.log10(1.0 + f / 700.0)
+
+    def hz(m):
+        return 700.0 * (10 ** (m / 2595.0) - 1.0)
+
+    freqs = np.linspace(0, sample_rate / 2, n_fft // 2 + 1)
+    edges = hz(np.linspace(mel(0.0), mel(sample_rate / 2), n_mels + 2))
+    fb = np.zeros((n_mels, len(freqs)), dtype=np.float32)
+    for i in range(n_mels):
+        lo, mid, hi = edges[i], edges[i + 1], edges[i + 2]
+        rise = (freqs - lo) / (mid - lo)
+        fall = (hi - freqs) / (hi - mid)
+        fb[i] = np.clip(np.minimum(rise, fall), 0.0, None)
+    return torch.from_numpy(fb)
+
+
+def logmel(wave: torch.Tensor, cfg: FeatureConfig = FeatureConfig()) -> torch.Tensor:
+    """log10 mel power, ``(frames, n_mels)``; a signal shorter than one frame gives 0 frames."""
+    if wave.numel() < cfg.win:
+        return torch.zeros(0, cfg.n_mels)
+    window = torch.hann_window(cfg.win, periodic=True)
+    spec = torch.stft(wave, cfg.n_fft, hop_length=cfg.hop, win_length=cfg.win, window=window, center=False,
+                      return_complex=True)  # F, frames
+    power = spec.abs().pow(2).T  # frames, F
+    return torch.log10((power @ mel_filterbank(cfg.n_mels, cfg.n_fft, cfg.sample_rate).T).clamp_min(1e-10))
+
+
+def extract(wave: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), block: int = 60_000) -> torch.Tensor:
+    """EEND input features ``(T_out, cfg.dim)``, one row per ``cfg.frame_seconds``, in bounded memory.
+
+    The log-mel frames are computed in blocks of ``block`` STFT frames (the
+    same numbers as one call); the recording mean is removed; each kept
+    frame (every ``subsample``-th) is spliced with ``context`` neighbours on
+    each side (edges repeated). Only the kept frames are spliced, so the
+    memory is the log-mel frames plus the output. Fewer samples than one FFT
+    frame give 0 frames.
+    """
+    n, span = wave.numel(), max(cfg.win, cfg.n_fft)  # torch.stft frames span n_fft samples
+    if n < span:
+        return torch.zeros(0, cfg.dim)
+    frames = 1 + (n - span) // cfg.hop
+    parts = []
+    for a in range(0, frames, block):
+        b = min(frames, a + block)
+        parts.append(logmel(wave[a * cfg.hop : (b - 1) * cfg.hop + span], cfg))  # b-a, n_mels
+    f = torch.cat(parts)
+    f = f - f.mean(dim=0, keepdim=True)  # recording mean removed
+    centres = torch.arange(0, frames, cfg.subsample)  # T_out
+    idx = (centres[:, None] + torch.arange(-cfg.context, cfg.context + 1)).clamp(0, frames - 1)  # T_out, 2c+1
+    return f[idx].reshape(len(centres), -1)  # T_out, (2c+1) n_mels

@@ -1,0 +1,59 @@
+"""RTTM files: speaker turns (the format is in docs/diarization.md).
+
+``SPEAKER <uri> 1 <start> <duration> <NA> <NA> <speaker> <NA> <NA>``, times
+in seconds with 3 decimals; other line types are skipped on reading.
+"""
+from __future__ import annotations
+
+import pathlib
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ..._checks import BadValue, existing_file
+
+
+@dataclass(frozen=True, order=True)
+class Turn:
+    """One speaker turn: ``speaker`` talks in ``[start, start + duration)`` of recording ``uri``."""
+
+    uri: str
+    start: float
+    duration: float
+    speaker: str
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
+def _check_token(value: str, what: str) -> None:
+    if not value or any(c.isspace() for c in value):
+        raise BadValue(f"{what} must be non-empty and without spaces, got {value!r}")
+
+
+def read_rttm(path: str | pathlib.Path) -> dict[str, list[Turn]]:
+    """Turns per uri, sorted by start. Raises ValueError naming the file and line on a malformed SPEAKER line."""
+    turns: dict[str, list[Turn]] = defaultdict(list)
+    for n, line in enumerate(existing_file(path).read_text().splitlines(), start=1):
+        fields = line.split()
+        if not fields or fields[0] != "SPEAKER":
+            continue
+        try:
+            if len(fields) < 8:
+                raise ValueError(f"expected 10 fields, got {len(fields)}")
+            start, dur = float(fields[3]), float(fields[4])
+            if dur < 0:
+                raise ValueError(f"negative duration {dur}")
+        except ValueError as e:
+            raise BadValue(f"{path}:{n}: bad RTTM line ({e}): {line!r}") from None
+        turns[fields[1]].append(Turn(fields[1], start, dur, fields[7]))
+    return {uri: sorted(ts) for uri, ts in turns.items()}
+
+
+def write_rttm(turns: list[Turn], path: str | pathlib.Path) -> None:
+    lines = []
+    for t in sorted(turns):
+        _check_token(t.uri, "uri")
+        _check_token(t.speaker, "speaker")
+        lines.append(f"SPEAKER {t.uri} 1 {t.start:.3f} {t.duration:.3f} <NA> <NA> {t.speaker} <NA> <NA>")
+    pathlib.Path(path).write_text("".join(line + "\n" for line in lines))

@@ -1,0 +1,150 @@
+"""A model on a simulated folder: frame probabilities once, then DER for any post-processing.
+
+``frame_probs`` runs the model on a whole recording with its own speakers
+only (at most ``n_speakers``; no clustering): chunks of ``chunk_frames``
+output frames that overlap by ``overlap_frames``; EEND's speaker order is
+arbitrary per chunk, so each chunk's speaker columns are permuted to agree
+best with what is decided on the overlap before the chunks are joined.
+
+``tune`` chooses the threshold and median-filter width on a development
+folder (never on the test folder); ``evaluate`` scores one setting.
+"""
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterable
+
+import torch
+
+from ..._checks import BadValue, NotFound
+from ..data.dataset import MixtureSet
+from ..io.rttm import Turn, read_rttm
+from ..models.eend import EENDModel
+from ..pipeline.postprocess import to_turns
+from ..training.permutation import align
+from .der import DERResult, score
+
+THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7)
+MEDIANS = (1, 5, 11, 21)
+
+
+@torch.no_grad()
+def frame_probs(model: EENDModel, feats: torch.Tensor, chunk_frames: int = 1500,
+                overlap_frames: int = 100) -> torch.Tensor:
+    """Speaker probabilities ``(frames, speakers)`` for features ``(frames, dim)``."""
+    if overlap_frames >= chunk_frames:
+        raise BadValue(f"overlap_frames ({overlap_frames}) must be smaller than chunk_frames ({chunk_frames})")
+    model.eval()
+    n = feats.shape[0]
+    s = model.cfg.n_speakers
+    if n == 0:
+        return torch.zeros(0, s)
+    device = next(model.parameters()).device  # inference follows the model's device; probabilities on the CPU
+    out = torch.sigmoid(model(feats[None, :chunk_frames].to(device)))[0].cpu()  # T0, S
+    start = chunk_frames - overlap_frames
+    while out.shape[0] < n:
+        p = torch.sigmoid(model(feats[None, start : start + chunk_frames].to(device)))[0].cpu()  # Tc, S
+        ov = out.shape[0] - start  # frames shared with what is already decided
+        p = align(out, p, ov)  # this chunk in the speaker order of what is decided
+        out = torch.cat([out[:start], (out[start:] + p[:ov]) / 2, p[ov:]])
+        start += chunk_frames - overlap_frames
+    return out[:n]
+
+
+def folder_probs(model: EENDModel, folder: str | pathlib.Path) -> dict[str, torch.Tensor]:
+    """``{uri: (frames, speakers) probabilities}`` for every mixture of a simulated folder."""
+    data = MixtureSet(folder, n_speakers=model.cfg.n_speakers)
+    return {uri: frame_probs(model, feats) for uri, (feats, _) in zip(data.uris, data.items)}
+
+
+def _hypothesis(probs: dict[str, torch.Tensor], threshold: float, median: int,
+                frame_seconds: float) -> dict[str, list[Turn]]:
+    return {uri: to_turns(p, frame_seconds, uri, threshold=threshold, median=median) for uri, p in probs.items()}
+
+
+def evaluate(probs: dict[str, torch.Tensor], reference: dict[str, list[Turn]], *, threshold: float, median: int,
+             collar: float = 0.25, frame_seconds: float = 0.1) -> DERResult:
+    """DER of the thresholded, median-filtered probabilities against ``reference``."""
+    missing = sorted(set(probs) - set(reference))
+    if missing:
+        raise BadValue(f"no reference turns for {len(missing)} recordings, e.g. {missing[0]!r}")
+    hyp = _hypothesis(probs, threshold, median, frame_seconds)
+    return score({u: reference[u] for u in probs}, hyp, collar=collar)
+
+
+def tune(probs: dict[str, torch.Tensor], reference: dict[str, list[Turn]], *, collar: float = 0.25,
+         thresholds: Iterable[float] = THRESHOLDS, medians: Iterable[int] = MEDIANS,
+         frame_seconds: float = 0.1) -> tuple[dict, list[dict]]:
+    """The (threshold, median) with the lowest DER, and every grid point's DER (ties: the earlier point)."""
+    grid = []
+    for th in thresholds:
+        for med in medians:
+            r = evaluate(probs, reference, threshold=th, median=med, collar=collar, frame_seconds=frame_seconds)
+            grid.append({"threshold": th, "median": med, "der": r.der})
+    best = min(grid, key=lambda g: g["der"])
+    return {"threshold": best["threshold"], "median": best["median"]}, grid
+
+
+def reference_of(folder: str | pathlib.Path) -> dict[str, list[Turn]]:
+    """The ``ref.rttm`` written by ``normlab diarize simulate``."""
+    return read_rttm(pathlib.Path(folder) / "ref.rttm")
+
+
+COLLARS = (0.0, 0.25)
+
+
+def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, out_dir: str | pathlib.Path, *,
+                    uem: str | pathlib.Path | None = None, progress=None, **diarize_kw) -> dict:
+    """Diarize every ``*.wav``/``*.flac`` of ``wav_dir`` into ``out_dir``, then score the written RTTMs.
+
+    Returns ``{"files": [{"uri", "collars": {"0": {...}, "0.25": {...}}}], "total": {...}, "errors": {...}}``
+    with DER components in seconds and ``der`` as a fraction. The RTTMs are read back before scoring,
+    so the numbers are those of ``normlab diarize score REF OUT_DIR --collar C`` on the same files.
+    """
+    from ..io.uem import read_uem
+    from ..pipeline.api import diarize_files
+
+    wav_dir, out_dir = pathlib.Path(wav_dir), pathlib.Path(out_dir)
+    if not wav_dir.is_dir():
+        raise NotFound(f"{wav_dir} is not a folder")
+    paths = sorted(p for p in wav_dir.iterdir() if p.suffix.lower() in (".wav", ".flac"))
+    if not paths:
+        raise NotFound(f"{wav_dir} has no .wav or .flac files")
+    reference = read_rttm(ref_rttm)
+    regions = read_uem(uem) if uem else None
+    status = diarize_files(paths, out_dir, progress=progress, **diarize_kw)
+    hyp: dict[str, list[Turn]] = {}
+    for p in paths:
+        if status[str(p)] == "ok":
+            hyp.update(read_rttm(out_dir / f"{p.stem}.rttm"))
+    ref = {p.stem: reference.get(p.stem, []) for p in paths}
+    files, total = [], {}
+    for p in paths:
+        u = p.stem
+        row = {"uri": u, "collars": {}}
+        for c in COLLARS:
+            r = score({u: ref[u]}, {u: hyp.get(u, [])}, collar=c, uem=regions)
+            row["collars"][f"{c:g}"] = _as_dict(r)
+        files.append(row)
+    for c in COLLARS:
+        total[f"{c:g}"] = _as_dict(score(ref, hyp, collar=c, uem=regions))
+    return {"files": files, "total": total, "errors": {k: v for k, v in status.items() if v != "ok"},
+            "out": str(out_dir)}
+
+
+def _as_dict(r: DERResult) -> dict:
+    return {"der": r.der, "false_alarm": r.false_alarm, "missed": r.missed, "confusion": r.confusion,
+            "total": r.total}
+
+
+def format_evaluation(result: dict) -> str:
+    """Per-file and total DER at each collar, one table."""
+    cs = list(result["total"])
+    head = f"{'recording':<24s}" + "".join(f"  DER@{c:<5s}" for c in cs)
+    lines = [head]
+    for row in result["files"]:
+        lines.append(f"{row['uri'][:24]:<24s}" + "".join(f"  {100 * row['collars'][c]['der']:8.2f}%" for c in cs))
+    lines.append(f"{'TOTAL':<24s}" + "".join(f"  {100 * result['total'][c]['der']:8.2f}%" for c in cs))
+    for path, err in result["errors"].items():
+        lines.append(f"{path}: error: {err}")
+    return "\n".join(lines)

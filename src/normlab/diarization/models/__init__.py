@@ -1,0 +1,1 @@
+"""The networks: EEND segmentation (``eend``), GE2E speaker embeddings (``embed``), Silero VAD (``vad``)."""

@@ -1,0 +1,92 @@
+"""EEND-style model: a normlab encoder over frame features, one sigmoid per speaker."""
+from __future__ import annotations
+
+import pathlib
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from ..._checks import BadValue, NotFound, check_choice
+from ...models.conformer import ConformerEncoder
+from ...models.transformer import TransformerEncoder
+from ..io.features import FeatureConfig
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    input_dim: int = 345  # spliced log-mel (23 x 15)
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int = 512
+    n_speakers: int = 2
+    norm: str = "layernorm"
+    placement: str = "pre"  # the lesson's Pre-Norm
+    encoder: str = "transformer"  # or "conformer"
+    dropout: float = 0.1  # FFN hidden and branch outputs
+    attn_dropout: float = 0.0  # on attention probabilities (0: half the training time on CPU)
+
+
+#: encoders an EEND model can be built on
+ENCODERS = ("transformer", "conformer")
+
+#: the model shipped in the package (``normlab diarize recipe`` writes it; docs/diarization.md has its numbers)
+SHIPPED = pathlib.Path(__file__).parent.parent / "assets" / "eend_pre_ln.pt"
+
+#: post-processing used when a model file does not carry its own (EEND's defaults)
+DEFAULT_POSTPROCESS = {"threshold": 0.5, "median": 11}
+
+
+class EENDModel(nn.Module):
+    """``features (batch, frames, input_dim) -> logits (batch, frames, speakers)``; no positional encoding (EEND).
+
+    ``postprocess`` (threshold, median filter width) travels with the saved
+    model: it is chosen on a development set for these weights. So does
+    ``features``, the feature setup it was trained on (files without it: the
+    default ``FeatureConfig``).
+    """
+
+    features: FeatureConfig = FeatureConfig()
+
+    def __init__(self, cfg: ModelConfig = ModelConfig()):
+        super().__init__()
+        self.cfg = cfg
+        self.postprocess = dict(DEFAULT_POSTPROCESS)
+        check_choice(cfg.encoder, ENCODERS, "encoder")
+        # one signature for every encoder; EEND's Transformer has no positions, the Conformer its sinusoidal table
+        encoder, pos = {"transformer": (TransformerEncoder, "none"), "conformer": (ConformerEncoder, "sinusoidal")}[
+            cfg.encoder]
+        self.encoder = encoder(cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, norm=cfg.norm, placement=cfg.placement,
+                               dropout=cfg.dropout, attn_dropout=cfg.attn_dropout, input_dim=cfg.input_dim, pos=pos)
+        self.head = nn.Linear(cfg.d_model, cfg.n_speakers)
+
+    def forward(self, feats: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.head(self.encoder(feats, key_padding_mask))  # B, T, S
+
+    def save(self, path: str | pathlib.Path) -> None:
+        """Config, post-processing, features, weights and ``provenance`` (versions, commit, machine), atomically."""
+        from ...provenance import record
+
+        path = pathlib.Path(path)
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save({"config": asdict(self.cfg), "postprocess": self.postprocess, "features": asdict(self.features),
+                    "state_dict": self.state_dict(), "provenance": record()}, tmp)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | pathlib.Path | None = None) -> "EENDModel":
+        """Load a saved model; ``None`` loads the one shipped in the package."""
+        path = pathlib.Path(path) if path is not None else SHIPPED
+        if not path.is_file():
+            raise NotFound(f"no model file at {path}" + (" (the package was installed without its model; "
+                                    "`normlab diarize recipe` trains it)" if path == SHIPPED else ""))
+        try:
+            blob = torch.load(path, map_location="cpu", weights_only=True)
+            model = cls(ModelConfig(**blob["config"]))
+            model.load_state_dict(blob["state_dict"])
+            model.features = FeatureConfig(**blob.get("features", {}))
+        except Exception as e:  # a truncated file, another format, a config from elsewhere
+            raise BadValue(f"{path} is not a normlab EEND model file: {e}") from e
+        model.postprocess.update(blob.get("postprocess", {}))
+        return model.eval()

@@ -1,0 +1,92 @@
+"""Agglomerative clustering of speaker embeddings across a recording.
+
+Average-linkage agglomerative clustering on cosine distance; the tree is cut
+at a distance threshold (tuned on a development set), or at a given number
+of speakers, or at the threshold's count clipped to ``[min_speakers,
+max_speakers]``. Clusters that carry little speech (less than
+``min_weight``: a few stray windows) are folded into the nearest large
+cluster, unless that would go below the requested count.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..._checks import BadValue
+
+
+def check_speaker_counts(num_speakers: int | None = None, min_speakers: int | None = None,
+                         max_speakers: int | None = None) -> tuple[int, int | None]:
+    """Validate the speaker-count options; returns ``(lo, hi)`` (``hi`` None: unbounded). One-line ValueErrors."""
+    for name, v in (("num_speakers", num_speakers), ("min_speakers", min_speakers), ("max_speakers", max_speakers)):
+        if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
+            raise BadValue(f"{name} must be a positive integer, got {v!r}")
+    if num_speakers is not None:
+        if (min_speakers is not None and min_speakers != num_speakers) or \
+                (max_speakers is not None and max_speakers != num_speakers):
+            raise BadValue(f"num_speakers={num_speakers} contradicts min_speakers={min_speakers}, "
+                             f"max_speakers={max_speakers}")
+        return int(num_speakers), int(num_speakers)
+    lo = 1 if min_speakers is None else int(min_speakers)
+    if max_speakers is not None and lo > max_speakers:
+        raise BadValue(f"min_speakers ({lo}) is greater than max_speakers ({max_speakers})")
+    return lo, None if max_speakers is None else int(max_speakers)
+
+
+def _centroids(x: np.ndarray, labels: np.ndarray, w: np.ndarray) -> np.ndarray:
+    ks = np.unique(labels)
+    c = np.stack([(x[labels == k] * w[labels == k, None]).sum(0) for k in ks])
+    return c / np.maximum(np.linalg.norm(c, axis=1, keepdims=True), 1e-12)
+
+
+def _relabel(labels: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Labels 0..K-1, the cluster with the most weight first."""
+    ks = np.unique(labels)
+    order = sorted(ks, key=lambda k: -weights[labels == k].sum())
+    mapping = {k: i for i, k in enumerate(order)}
+    return np.array([mapping[k] for k in labels], dtype=np.int64)
+
+
+def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | None = None,
+            num_speakers: int | None = None, min_speakers: int | None = None, max_speakers: int | None = None,
+            min_weight: float = 0.0) -> np.ndarray:
+    """Cluster labels ``(n,)`` in 0..K-1 for embeddings ``(n, dim)``.
+
+    Parameters
+    ----------
+    embeddings : (n, dim) float; rows are L2-normalized here
+    threshold : cosine distance (1 - cosine similarity) at which the average-linkage tree is cut
+    weights : (n,) float, e.g. seconds of speech behind each embedding (default 1)
+    num_speakers, min_speakers, max_speakers : the speaker count, exact or bounded
+    min_weight : clusters with less total weight are merged into the nearest bigger cluster
+    """
+    from scipy.cluster.hierarchy import fcluster, linkage
+
+    lo, hi = check_speaker_counts(num_speakers, min_speakers, max_speakers)
+    x = np.asarray(embeddings, dtype=np.float64)
+    n = x.shape[0]
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if n == 1:
+        return np.zeros(1, dtype=np.int64)
+    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    tree = linkage(x, method="average", metric="cosine")
+    labels = fcluster(tree, t=threshold, criterion="distance")
+    k = len(np.unique(labels))
+    target = min(max(k, lo), n) if hi is None else min(max(min(k, hi), lo), n)
+    if target != k:
+        labels = fcluster(tree, t=target, criterion="maxclust")
+    # fold clusters with little speech into the nearest large one, never below the requested minimum
+    while min_weight > 0:
+        ks = np.unique(labels)
+        mass = np.array([w[labels == c].sum() for c in ks])
+        small = [i for i in np.argsort(mass) if mass[i] < min_weight]
+        if not small or len(ks) <= lo or len(small) == len(ks):
+            break
+        i = small[0]
+        cents = _centroids(x, labels, w)
+        sims = cents @ cents[i]
+        sims[i] = -np.inf
+        sims[[j for j in range(len(ks)) if mass[j] < min_weight]] = -np.inf  # into a large cluster
+        labels[labels == ks[i]] = ks[int(np.argmax(sims))]
+    return _relabel(labels, w)

@@ -1,0 +1,66 @@
+"""``PipelineConfig``: the pipeline's settings, from its defaults, the model file, the mode and the caller's options."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..._checks import BadValue, check_choice
+
+#: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
+TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
+           "piece", "speakers", "vad", "vad_threshold", "weighting")
+
+
+#: each speakers mode's own defaults, tuned on its development data (docs/diarization.md): speech at 0.5 in
+#: 1.5 s pieces judged by their embeddings, on real speech and the natural-voice dev conversations; the
+#: model's local speakers over a whole window (and the model file's threshold), on the dev conversations
+MODE_DEFAULTS = {"speech": {"threshold": 0.5, "piece": 1.5, "cluster_threshold": 0.3, "min_cluster": 3.0},
+                 "eend": {"piece": 10.0, "cluster_threshold": 0.25, "min_cluster": 2.0}}
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    window: float = 10.0  # seconds per local segmentation window (a few turns, few local speakers)
+    step: float = 5.0  # seconds between window starts: each frame is seen by ~window/step windows
+    threshold: float = 0.5  # speaker activity threshold on the aggregated probabilities (the model file's)
+    median: int = 11  # median filter width, frames (the model file's)
+    cluster_threshold: float = 0.3  # cosine distance where the tree is cut (per mode: MODE_DEFAULTS)
+    min_embed: float = 0.5  # seconds of a local speaker's speech needed for its embedding
+    max_embed: float = 3.0  # seconds of it used at most (two 1.6 s partials)
+    min_cluster: float = 3.0  # seconds: clusters with less speech fold into the nearest larger one (per mode)
+    piece: float = 1.5  # seconds: a local speaker gets one embedding per piece of its window (per mode)
+    speakers: str = "speech"  # "speech": the model's speech (any local speaker), cut into pieces, each piece's
+    #                           speaker from its embedding; "eend": the model's local speakers (overlap kept)
+    silence_db: float = -70.0  # frames quieter than this (dBFS) are never speech, whatever the model says
+    vad: str = "gate"  # "gate": frames Silero VAD calls non-speech are silence whatever the model says;
+    #                    "speech": the VAD's probability is the speech activity (speakers="speech"); "off"
+    vad_threshold: float = 0.5  # speech probability above which a frame is speech for the VAD
+    weighting: str = "hamming"  # how the windows covering a frame are averaged: "hamming" trusts a window's
+    #                             middle more than its edges (pyannote's aggregation); "mean" weighs them alike
+    batch: int = 16  # windows per model call
+
+    @classmethod
+    def for_model(cls, model, **overrides) -> "PipelineConfig":
+        """The pipeline's defaults, the model file's ``postprocess``, the mode's, then ``overrides`` (None ignored).
+
+        The model file's post-processing was chosen for the model's own local
+        speakers, so in ``eend`` mode it wins over ``MODE_DEFAULTS["eend"]``;
+        ``speech`` mode reads the model differently (any speaker, gated) and its
+        own settings (``MODE_DEFAULTS["speech"]``) win over the file's.
+        ``overrides`` win over everything.
+        """
+        stored = {k: v for k, v in getattr(model, "postprocess", {}).items() if k in TUNABLE}
+        given = {k: v for k, v in overrides.items() if v is not None}
+        mode = given.get("speakers", stored.get("speakers", cls.speakers))
+        mode_kw = MODE_DEFAULTS.get(mode, {})
+        kw = {**stored, **mode_kw, **given} if mode == "speech" else {**mode_kw, **stored, **given}
+        unknown = set(kw) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise BadValue(f"unknown pipeline option(s) {sorted(unknown)}")
+        cfg = cls(**kw)
+        if cfg.window <= 0 or not 0 < cfg.step <= cfg.window:
+            raise BadValue(f"need 0 < step <= window, got window={cfg.window}, step={cfg.step}")
+        check_choice(cfg.speakers, ("eend", "speech"), "speakers mode")
+        check_choice(cfg.vad, ("off", "gate", "speech"), "vad mode")
+        check_choice(cfg.weighting, ("hamming", "mean"), "window weighting")
+        return cfg

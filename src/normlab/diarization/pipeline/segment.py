@@ -1,0 +1,163 @@
+"""Local segmentation: EEND windows, speech gating, and one speaker embedding per piece of speech."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..io.audio import SAMPLE_RATE, resample
+from ..io.features import FeatureConfig, extract
+from ..models.embed import EMBED_DIM, HOP, N_FFT
+from .config import PipelineConfig
+
+
+def frame_level_db(wave: torch.Tensor, hop: int, frames: int) -> torch.Tensor:
+    """RMS level in dBFS of each of ``frames`` consecutive ``hop``-sample frames ``(frames,)`` (-inf when silent)."""
+    x = torch.nn.functional.pad(wave, (0, max(0, frames * hop - wave.numel())))[: frames * hop]
+    return 10 * torch.log10(x.view(frames, hop).pow(2).mean(1))
+
+
+def window_starts(frames: int, size: int, step: int) -> list[int]:
+    """Start frames of windows of ``size`` every ``step`` covering ``frames`` (the last one ends at the end)."""
+    if frames <= size:
+        return [0]
+    starts = list(range(0, frames - size + 1, step))
+    if starts[-1] + size < frames:
+        starts.append(frames - size)
+    return starts
+
+
+@torch.no_grad()
+def local_activity(model, feats: torch.Tensor, starts: list[int], size: int, batch: int = 16) -> torch.Tensor:
+    """Speaker probabilities per window, ``(windows, size, local speakers)`` (short recordings: one shorter window)."""
+    model.eval()
+    size = min(size, feats.shape[0])
+    out = []
+    device = next(model.parameters()).device  # inference follows the model's device; results come back to the CPU
+    for i in range(0, len(starts), batch):
+        x = torch.stack([feats[s : s + size] for s in starts[i : i + batch]])  # b, size, dim
+        out.append(torch.sigmoid(model(x.to(device))).cpu())
+    return torch.cat(out)
+
+
+def speaker_pieces(probs: torch.Tensor, threshold: float, min_frames: int,
+                   piece: int) -> list[tuple[int, int, int, torch.Tensor | None]]:
+    """Where to embed each local speaker of one window ``(size, S)``.
+
+    The window is cut into pieces of ``piece`` frames; for each local speaker
+    and each piece where it is active: ``(speaker, start, end, frames)`` with
+    the frames to embed (where it is the only active speaker; all its active
+    frames when those are fewer than ``min_frames``), or ``None`` when it has
+    fewer than ``min_frames`` there (the piece then follows the speaker's
+    nearest embedded piece).
+    """
+    active = probs > threshold  # size, S
+    alone = active & (active.sum(1, keepdim=True) == 1)
+    out = []
+    size = probs.shape[0]
+    n_pieces = max(1, round(size / piece))
+    edges = [round(i * size / n_pieces) for i in range(n_pieces + 1)]
+    for s in range(probs.shape[1]):
+        for a, b in zip(edges, edges[1:]):
+            if not bool(active[a:b, s].any()):
+                continue
+            chosen = None
+            for mask in (alone[a:b, s], active[a:b, s]):
+                if int(mask.sum()) >= min_frames:
+                    chosen = a + mask.nonzero().squeeze(1)
+                    break
+            out.append((s, a, b, chosen))
+    return out
+
+
+def long_mel(encoder, wave16k: torch.Tensor, block: int = 6000) -> torch.Tensor:
+    """The encoder's mel frames ``(frames, 40)`` for a whole recording, in blocks of ``block`` frames."""
+    wave = encoder.normalize_volume(wave16k)
+    padded = torch.nn.functional.pad(wave, (N_FFT // 2, N_FFT // 2))  # centred frames, zero padding
+    frames = 1 + wave.numel() // HOP
+    parts = []
+    for a in range(0, frames, block):
+        b = min(frames, a + block)
+        seg = padded[a * HOP : (b - 1) * HOP + N_FFT]
+        spec = torch.stft(seg, N_FFT, hop_length=HOP, window=encoder.frontend.window, center=False,
+                          return_complex=True)  # F, b-a
+        parts.append(spec.abs().pow(2).T @ encoder.frontend.fbank.T)
+    return torch.cat(parts).float()
+
+
+@dataclass
+class Segmentation:
+    """What the model and the encoder say about one recording; clustering and stitching start from here."""
+
+    uri: str
+    frames: int  # model frames in the recording
+    frame_seconds: float
+    starts: list[int]  # first frame of each window
+    probs: torch.Tensor  # (windows, window frames, local speakers)
+    pieces: list[tuple[int, int, int, int, int]]  # (window, local speaker, start, end, embedding row)
+    embeddings: torch.Tensor  # (n, dim), L2-normalized
+    weights: np.ndarray  # (n,) seconds of speech behind each embedding
+
+
+def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig,
+            feature_cfg: FeatureConfig = FeatureConfig(), vad=None) -> Segmentation:
+    """Local segmentation of every window and one embedding per (window, local speaker, piece) with enough speech."""
+    fs = feature_cfg.frame_seconds
+    wave8k = torch.from_numpy(resample(wave16k.numpy(), SAMPLE_RATE, feature_cfg.sample_rate))
+    feats = extract(wave8k, feature_cfg)  # T, dim
+    T = feats.shape[0]
+    if T == 0:
+        return Segmentation(uri, 0, fs, [], torch.zeros(0, 0, 0), [], torch.zeros(0, EMBED_DIM), np.zeros(0))
+    size = max(1, round(cfg.window / fs))
+    starts = window_starts(T, size, max(1, round(cfg.step / fs)))
+    probs = local_activity(model, feats, starts, size, cfg.batch)  # W, size', S
+    if cfg.speakers == "speech":  # speech activity from the model, speaker identity from the embeddings alone
+        probs = probs.max(dim=2, keepdim=True).values  # W, size', 1
+    windowed = lambda x: torch.stack([x[s0 : s0 + probs.shape[1]] for s0 in starts])[..., None]  # noqa: E731
+    loud = frame_level_db(wave8k, round(fs * feature_cfg.sample_rate), T) > cfg.silence_db  # T
+    if cfg.vad != "off":
+        from ..models.vad import default_vad, speech_probability
+
+        speech = speech_probability(vad if vad is not None else default_vad(), wave16k, T, fs)  # T
+        if cfg.vad == "speech" and cfg.speakers == "speech":
+            probs = windowed(speech)  # W, size', 1
+        else:
+            loud &= speech > cfg.vad_threshold
+    probs = probs * windowed(loud)  # digital silence (and the VAD's non-speech)
+    del feats, wave8k
+    mel = long_mel(encoder, wave16k)  # M, 40
+    per = round(fs * SAMPLE_RATE / HOP)  # mel frames (10 ms) per model frame
+    found, groups, weights = [], [], []
+    min_frames, piece = max(1, round(cfg.min_embed / fs)), max(1, round(cfg.piece / fs))
+    max_frames = max(min_frames, round(cfg.max_embed / fs))
+    for w, s0 in enumerate(starts):
+        for s, a, b, idx in speaker_pieces(probs[w], cfg.threshold, min_frames, piece):
+            row = None
+            if idx is not None:
+                idx = idx[: max_frames]  # the first max_embed seconds are enough for one voice (and bound the cost)
+                m = ((s0 + idx)[:, None] * per + torch.arange(per)).reshape(-1)
+                row = len(groups)
+                groups.append(m[m < mel.shape[0]])
+                weights.append(idx.numel() * fs)
+            found.append((w, s, a, b, row))
+    emb = encoder.embed_frames(mel, groups) if groups else torch.zeros(0, EMBED_DIM)
+    del mel
+    ok = ~torch.isnan(emb).any(1)
+    new_row = (ok.long().cumsum(0) - 1).tolist()
+    # pieces without an embedding follow the nearest embedded piece of the same (window, speaker)
+    pieces = []
+    for w, s, a, b, row in found:
+        if row is not None and not bool(ok[row]):
+            row = None
+        pieces.append((w, s, a, b, None if row is None else new_row[row]))
+    out = []
+    for w, s, a, b, row in pieces:
+        if row is None:
+            same = [(abs(a2 - a), r2) for w2, s2, a2, _, r2 in pieces if w2 == w and s2 == s and r2 is not None]
+            if not same:
+                continue  # this local speaker never had enough speech in this window
+            row = min(same)[1]
+        out.append((w, s, a, b, row))
+    return Segmentation(uri, T, fs, starts, probs, out, emb[ok], np.array(weights)[ok.numpy()] if groups else
+                        np.zeros(0))

@@ -1,0 +1,59 @@
+"""Clustering and stitching: local speakers of every window to global speakers, then turns."""
+from __future__ import annotations
+
+import torch
+
+from ..io.features import FeatureConfig
+from ..io.rttm import Turn
+from .cluster import check_speaker_counts, cluster
+from .config import PipelineConfig
+from .postprocess import median_filter, to_turns
+from .segment import Segmentation, segment
+
+
+def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None = None,
+           min_speakers: int | None = None, max_speakers: int | None = None) -> list[Turn]:
+    """Cluster the embeddings, map local speakers to global ones, average over windows, threshold: turns."""
+    lo, _ = check_speaker_counts(num_speakers, min_speakers, max_speakers)
+    if not seg.pieces:
+        return []
+    labels = cluster(seg.embeddings.numpy(), threshold=cfg.cluster_threshold, weights=seg.weights,
+                     num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers,
+                     min_weight=cfg.min_cluster)
+    k_total = max(int(labels.max()) + 1, lo)
+    size = seg.probs.shape[1]
+    total = torch.zeros(seg.frames, k_total)
+    count = torch.zeros(seg.frames, 1)
+    speakers = torch.zeros(seg.frames, 1)  # sum over windows of the local speaker count
+    # a window's frames near its edges saw little context: with "hamming" they count less (never zero)
+    wgt = (torch.hamming_window(size, periodic=False) if cfg.weighting == "hamming" and size > 2
+           else torch.ones(size)).clamp_min(1e-3)[:, None]  # size, 1
+    by_window: dict[int, list] = {}
+    for w, s, a, b, row in seg.pieces:
+        by_window.setdefault(w, []).append((s, a, b, int(labels[row])))
+    for w, s0 in enumerate(seg.starts):
+        local = torch.zeros(size, k_total)
+        for s, a, b, k in by_window.get(w, []):  # local speakers sharing a cluster merge by maximum
+            local[a:b, k] = torch.maximum(local[a:b, k], seg.probs[w, a:b, s])
+        n = min(size, seg.frames - s0)
+        total[s0 : s0 + n] += (local * wgt)[:n]
+        count[s0 : s0 + n] += wgt[:n]
+        speakers[s0 : s0 + n] += ((local > cfg.threshold).sum(1, keepdim=True) * wgt)[:n]  # one per distinct cluster
+    covered = count.clamp_min(1e-9)  # frames no window covers have zero totals
+    glob = total / covered  # weighted average over the windows covering each frame
+    # how many speakers talk in each frame: the windows' mean count; then that many global speakers, the likeliest
+    n_active = (speakers / covered + 0.5).floor().clamp(max=k_total).long().squeeze(1)  # T
+    rank = glob.argsort(dim=1, descending=True).argsort(dim=1)  # T, K: 0 for the likeliest
+    active = ((rank < n_active[:, None]) & (glob > 0)).to(torch.uint8)
+    active = median_filter(active, cfg.median)
+    return to_turns(active.float(), seg.frame_seconds, seg.uri, threshold=0.5, median=1,
+                    labels=[f"spk{k}" for k in range(k_total)])
+
+
+def diarize_waveform(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig, *,
+                     num_speakers: int | None = None, min_speakers: int | None = None,
+                     max_speakers: int | None = None, feature_cfg: FeatureConfig = FeatureConfig()) -> list[Turn]:
+    """Speaker turns of one mono 16 kHz recording (labels ``spk0``, ``spk1``... by decreasing speech)."""
+    check_speaker_counts(num_speakers, min_speakers, max_speakers)
+    seg = segment(model, encoder, wave16k, uri, cfg, feature_cfg)
+    return stitch(seg, cfg, num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers)

@@ -1,0 +1,80 @@
+"""What a model file was made from: its recipe, data sources with licences, and software versions.
+
+``write`` adds a ``meta`` entry to a saved model file (``EENDModel.load``
+ignores it) and ``read`` returns it: ``meta["max_local_speakers"]`` (also
+the model config's ``n_speakers``) and ``meta["window_seconds"]`` say how the
+model was trained to be used; the rest says how to make it again (the
+file's ``provenance`` entry, written by ``EENDModel.save``, adds the commit
+and the machine).
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+from importlib import metadata
+
+import torch
+
+#: licences of the synthesizers and voices the simulation can use (Debian packages; see docs/diarization.md)
+LICENCES = {
+    "espeak-ng": "GPL-3.0-or-later (the program; used as a tool, its audio output is not a derived work)",
+    "flite": "BSD-style CMU Flite licence (program and its voices kal, kal16, awb, rms, slt)",
+    "festival": "BSD-style Festival licence (University of Edinburgh, CMU)",
+    "festvox-kallpc16k": "MIT-style CSTR/CMU voice licence (use, modify, distribute; keep the notice)",
+    "festvox-kdlpc16k": "MIT-style CSTR voice licence (use, modify, distribute; keep the notice)",
+    "festvox-us-slt-hts": "BSD-3-clause and EST (CMU ARCTIC slt data, HTS voice)",
+    "sox": "GPL-2.0-or-later (used as a tool for spectral warping)",
+}
+
+
+def debian_versions(packages: list[str]) -> dict[str, str]:
+    """Installed version of each Debian package ("" where unknown)."""
+    out = {}
+    for p in packages:
+        try:
+            out[p] = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", p], capture_output=True, text=True,
+                                    timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            out[p] = ""
+    return out
+
+
+def versions() -> dict[str, str]:
+    """normlab, torch, Python (``normlab.provenance``) and numpy versions."""
+    from ...provenance import versions as core
+
+    return {**core(), "numpy": metadata.version("numpy")}
+
+
+def sources(voice_keys: list[str]) -> dict:
+    """The synthesizers and voices used, their Debian packages' versions and licences."""
+    from ..data.prompts import MUSIC_LICENCE, MUSIC_PACKAGE, person
+    from ..data.voices import PACKAGES
+
+    synths = {k.split(".", 1)[0] for k in voice_keys}
+    packages = sorted({p for s in synths for p in PACKAGES.get(s, ())} | {"sox"})
+    licences = {p: LICENCES[p] for p in packages}
+    for key in voice_keys:  # real people: each package's own licence, from its copyright file
+        if key.startswith("recorded."):
+            who = person(key.split(".", 1)[1])
+            licences.update({pkg: who.licence for pkg in who.packages})
+    if any(k.startswith("recorded.") for k in voice_keys):
+        licences[MUSIC_PACKAGE] = MUSIC_LICENCE
+    packages = sorted(licences)
+    return {"voices": sorted(voice_keys), "packages": debian_versions(packages), "licences": licences}
+
+
+def write(path: str | pathlib.Path, meta: dict) -> None:
+    """Add ``meta`` to the model file at ``path`` (atomically)."""
+    path = pathlib.Path(path)
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    blob["meta"] = meta
+    tmp = path.with_suffix(".meta.tmp")
+    torch.save(blob, tmp)
+    os.replace(tmp, path)
+
+
+def read(path: str | pathlib.Path) -> dict:
+    """The ``meta`` entry of a model file (empty for files written before it existed)."""
+    return torch.load(pathlib.Path(path), map_location="cpu", weights_only=True).get("meta", {})

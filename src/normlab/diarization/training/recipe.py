@@ -1,0 +1,221 @@
+"""One command from nothing to a scored model: simulate, train, tune on dev, score on test.
+
+``normlab diarize recipe --out DIR`` runs it; with the defaults it produces
+the 4-local-speaker model shipped in the package (``assets/eend_local4.pt``;
+``make model``). Every stage is
+cached or checkpointed under ``DIR``, so a killed run resumes where it
+stopped. The model is a local segmentation model: trained on 10 s windows
+of 1-4 speaker conversations with 4 outputs (PIT: outputs beyond the
+speakers present learn silence), scored per window (``metrics/windows.py``). The
+threshold and median width are chosen on the dev split (voices disjoint from
+train and test) and each test split is scored once, with them. The model file
+records the recipe, the training voices with their packages and licences,
+and the software versions (``provenance.py``).
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ..data.dataset import MixtureSet
+from ..data.simulate import SimConfig, simulate
+from ..metrics.evaluate import evaluate, tune
+from ..metrics.windows import speaker_counts, window_probs
+from ..models.eend import EENDModel, ModelConfig
+from . import provenance
+from .train import TrainConfig, train
+
+Progress = Callable[[int, int, str], None]
+REVERB_RT60 = (0.2, 0.6)  # seconds; the reverberant sets use seed + 1: other conversations than the dry ones
+
+
+@dataclass(frozen=True)
+class RecipeConfig:
+    n_train: int = 400  # simulated training conversations, 1-4 speakers: real people and synthesizers, perturbed
+    n_train_real: int = 1000  # more training conversations of real people only (prompts.py), perturbed
+    n_dev: int = 40  # for the threshold and median width: conversations of the dev split's real people
+    n_test: int = 40  # scored once: conversations of the test split's real people, perturbed like train
+    n_test_dry: int = 0  # scored once (test voices), no perturbation: white noise at 10-20 dB only
+    n_train_synth: int = 300  # EEND-style mixtures of synthesizer voices (the previous recipe's training set)
+    synth_from: int = 2400  # ... which join the training data at this step (a second stage: the model keeps
+    #                         what it knew of synthetic voices while real people stay most of what it hears)
+    n_test_synth: int = 40  # scored once: EEND-style mixtures of the test split's synthesizer voices, 1-4 speakers
+    n_flite: int = 0  # scored once, flite's voices (the older held-out set; flite voices are now in train)
+    n_train_reverb: int = 0  # extra training mixtures, every one in a room (RT60 in REVERB_RT60)
+    n_test_reverb: int = 0  # scored once, test voices, every one in a room
+    n_speakers: int = 4  # most speakers in a mixture and in a window: the model's outputs
+    min_speakers: int = 1  # mixtures cycle through min_speakers..n_speakers speakers
+    beta: float = 2.0  # mean silence before an utterance for 1-2 speakers (more speakers: EEND-EDA's scale)
+    min_utterances: int = 4
+    max_utterances: int = 10
+    sources: str = "mixed"  # voices.SOURCES: "mixed": real people, espeak-ng, flite and festival; "all": no real
+    style: str = "conversation"  # "conversation": turn-taking (conversation.py); "mixture": EEND's timelines
+    real_p: float = 0.7  # in "mixed" conversations, share of speakers who are real people
+    augment: int = 1  # 1: speaker warps and levels, rooms, noise types, telephone, gain (augment.Perturbation)
+    steps: int = 3200
+    lr: float = 1e-3
+    warmup: int = 200
+    decay: str = "cosine"
+    batch: int = 32
+    frames: int = 100  # 100 ms frames per training window: the window the model is made for (10 s)
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    norm: str = "layernorm"
+    placement: str = "pre"
+    encoder: str = "transformer"  # or "conformer"
+    dropout: float = 0.0  # none: it costs ~13% of a CPU step, and 13 h of varied audio over a few thousand steps
+    #                       does not overfit (train and dev losses stay together)
+    seed: int = 0
+
+    def model_config(self) -> ModelConfig:
+        return ModelConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
+                           d_ff=4 * self.d_model, n_speakers=self.n_speakers, norm=self.norm,
+                           placement=self.placement, encoder=self.encoder, dropout=self.dropout)
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(steps=self.steps, lr=self.lr, warmup=self.warmup, decay=self.decay,
+                           ckpt_every=max(1, min(100, self.steps // 10)), seed=self.seed)
+
+
+def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
+    """(folder name, simulation) of every set the recipe uses; train first."""
+    def sim(split: str, n: int, rt60=None, seed: int = cfg.seed, augment: bool = bool(cfg.augment),
+            sources: str = cfg.sources, style: str = cfg.style, speakers: int = cfg.n_speakers) -> SimConfig:
+        return SimConfig(n_mixtures=n, n_speakers=speakers, beta=cfg.beta, split=split, seed=seed, rt60=rt60,
+                         min_speakers=min(cfg.min_speakers, speakers), min_utterances=cfg.min_utterances,
+                         max_utterances=cfg.max_utterances, sources=sources if split != "flite" else "espeak",
+                         augment=augment, beta_by_count=True, style=style, real_p=cfg.real_p)
+
+    real = cfg.sources in ("real", "mixed")
+    # dev and test hold two real people each (prompts.SPLIT_PERSONS): their conversations have 1-2 speakers
+    held = {"sources": "real", "speakers": min(2, cfg.n_speakers)} if real else {}
+    sets = [("train", sim("train", cfg.n_train))]
+    if cfg.n_train_synth:
+        sets.append(("train_synth", sim("train", cfg.n_train_synth, sources="all", style="mixture")))
+    if real and cfg.n_train_real:
+        sets.append(("train_real", sim("train", cfg.n_train_real, sources="real", seed=cfg.seed + 2)))
+    sets += [("dev", sim("dev", cfg.n_dev, **held)), ("test", sim("test", cfg.n_test, **held))]
+    if cfg.n_test_synth:
+        sets.append(("test_synth", sim("test", cfg.n_test_synth, sources="all", style="mixture")))
+    if cfg.n_test_dry:
+        sets.append(("test_dry", sim("test", cfg.n_test_dry, seed=cfg.seed + 1, augment=False)))
+    if cfg.n_train_reverb:
+        sets.append(("train_reverb", sim("train", cfg.n_train_reverb, REVERB_RT60, cfg.seed + 1, False)))
+    if cfg.n_test_reverb:
+        sets.append(("test_reverb", sim("test", cfg.n_test_reverb, REVERB_RT60, cfg.seed + 1, False)))
+    if cfg.n_flite and shutil.which("flite"):
+        sets.append(("flite", sim("flite", cfg.n_flite, augment=False)))
+    return sets
+
+
+def simulate_splits(data: str | pathlib.Path, cfg: RecipeConfig, progress: Progress | None = None,
+                    jobs: int = 1, which: str = "all") -> pathlib.Path:
+    """``data/{train,dev,test,...}`` for ``cfg`` with ``jobs`` processes (existing mixtures are reused);
+    ``which``: "all", "train" (the training sets) or "eval" (the others)."""
+    data = pathlib.Path(data)
+    for name, sim in _splits(cfg):
+        if which == "all" or (which == "train") == name.startswith("train"):
+            simulate(data / name, sim, progress=(lambda i, n, uri, s=name: progress(i - 1, n, f"simulate {s} {uri}"))
+                     if progress else None, jobs=jobs)
+    return data
+
+
+def train_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig,
+                progress: Progress | None = None) -> tuple[EENDModel, list[float]]:
+    """Train on the ``data/train*`` sets with checkpoints in ``out/ckpt`` (resumes); ``train_synth`` joins at
+    step ``cfg.synth_from``."""
+    names = [name for name, _ in _splits(cfg) if name.startswith("train")]
+    first = MixtureSet([data / n for n in names if n != "train_synth"], n_speakers=cfg.n_speakers)
+    torch.manual_seed(cfg.seed)
+    model = EENDModel(cfg.model_config())
+    model.features = first.cfg
+    draw = first.batches(cfg.batch, cfg.frames)
+    if "train_synth" in names and cfg.synth_from < cfg.steps:
+        every = first.joined(MixtureSet(data / "train_synth", n_speakers=cfg.n_speakers)).batches(cfg.batch, cfg.frames)
+        last = out / "ckpt" / "last.pt"
+        done = [torch.load(last, weights_only=False)["step"] if last.exists() else 0]  # steps drawn so far
+
+        def staged(gen: torch.Generator):
+            done[0] += 1
+            return (draw if done[0] <= cfg.synth_from else every)(gen)
+    else:
+        staged = draw
+    losses = train(model, staged, cfg.train_config(), out / "ckpt",
+                   (lambda s, n, loss: progress(s - 1, n, f"train loss {loss:.4f}")) if progress else None)
+    return model.eval(), losses
+
+
+def _der(probs: dict, ref: dict, post: dict) -> dict:
+    out = {}
+    for collar in (0.25, 0.0):
+        r = evaluate(probs, ref, collar=collar, **post)
+        out[f"collar_{collar:g}"] = {"der": r.der, "false_alarm": r.false_alarm / r.total,
+                                     "missed": r.missed / r.total, "confusion": r.confusion / r.total}
+    return out
+
+
+def score_model(model: EENDModel, data: pathlib.Path, frames: int = 100) -> dict:
+    """Local (per-window, ``metrics/windows.py``) DER: post-processing tuned on ``data/dev`` (sets
+    ``model.postprocess``), then each test set scored once with it."""
+    dev_probs, dev_ref = window_probs(model, data / "dev", frames)
+    best, grid = tune(dev_probs, dev_ref, collar=0.25, medians=(1, 5, 11))
+    model.postprocess.update(best)
+    result = {"postprocess": best, "dev_grid": grid, "dev_der": min(g["der"] for g in grid),
+              "window_frames": frames}
+    for name in ("test", "test_synth", "test_dry", "test_reverb", "flite"):  # scored once each, dev-tuned setting
+        if (data / name / "ref.rttm").exists():
+            probs, ref = window_probs(model, data / name, frames)
+            result[name] = _der(probs, ref, best)
+            result[f"{name}_recordings"] = len({w.rsplit("_w", 1)[0] for w in probs})
+            result[f"{name}_windows_by_speakers"] = speaker_counts(ref)
+    return result
+
+
+def _meta(cfg: RecipeConfig, data: pathlib.Path, train_seconds: float) -> dict:
+    """The model file's provenance (``provenance.py``)."""
+    voice_keys = []
+    for name, _ in _splits(cfg):
+        conf = data / name / "config.json"
+        if name.startswith("train") and conf.exists():
+            voice_keys += json.loads(conf.read_text()).get("voices", [])
+    return {"max_local_speakers": cfg.n_speakers, "window_seconds": cfg.frames * 0.1,
+            "recipe": asdict(cfg), "train_sources": provenance.sources(sorted(set(voice_keys))),
+            "versions": provenance.versions(), "train_seconds": round(train_seconds, 1),
+            "torch_threads": torch.get_num_threads()}
+
+
+def run_recipe(out: str | pathlib.Path, cfg: RecipeConfig = RecipeConfig(), *, data: str | pathlib.Path | None = None,
+               progress: Progress | None = None, jobs: int = 1) -> dict:
+    """Simulate (into ``data``, default ``out/data``), train, tune, score; write ``out/model.pt`` and
+    ``out/results.json``. Every stage resumes: mixtures and features on disk are reused, training restarts
+    from its last checkpoint, and a finished training is not repeated."""
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    data = simulate_splits(data or out / "data", cfg, progress, jobs, which="train")
+    t1 = time.time()
+    model, losses = train_model(data, out, cfg, progress)
+    t2 = time.time()
+    simulate_splits(data, cfg, progress, jobs, which="eval")
+    t3 = time.time()
+    train_seconds = torch.load(out / "ckpt" / "last.pt", weights_only=False).get("seconds", t2 - t1)
+    result = {"config": asdict(cfg), **score_model(model, data, cfg.frames),
+              "final_loss": sum(losses[-50:]) / len(losses[-50:]),
+              "parameters": sum(p.numel() for p in model.parameters()),
+              "seconds": {"simulate": round(t1 - t0 + t3 - t2, 1), "train": round(train_seconds, 1),
+                          "score": round(time.time() - t3, 1)}}
+    meta = _meta(cfg, data, train_seconds)
+    result["meta"] = meta
+    tmp = out / "model.pt.tmp"
+    model.save(tmp)
+    provenance.write(tmp, meta)
+    tmp.replace(out / "model.pt")  # never a half-written model file
+    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result

@@ -1,0 +1,198 @@
+"""Training loop for :class:`EENDModel`: PIT loss, warmup, clipping, checkpoints, resume after a kill.
+
+Also data-parallel (``normlab.distributed``): under a process group every
+rank trains on its share of each global batch with DDP, only rank 0 writes
+the checkpoint and ``metrics.csv``, and a checkpoint resumes with any number
+of processes.
+"""
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ... import provenance, tracking
+from ..._checks import BadValue
+from ...distributed import mean_over_ranks, shard, world
+from .pit import pit_bce
+
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # feats (B,T,F), labels (B,T,S), pad mask (B,T)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 2000  # optimizer steps in total (a resumed run continues to this)
+    lr: float = 1e-3  # peak learning rate (Adam 0.9, 0.98)
+    warmup: int = 200  # linear warmup steps
+    clip: float = 5.0  # gradient-norm clip
+    ckpt_every: int = 100  # steps between checkpoints
+    seed: int = 0  # seeds the batch generator and dropout
+    decay: str = "none"  # after warmup: "none" (constant) or "cosine" (to 5% of lr at the last step)
+
+    def __post_init__(self):
+        if self.decay not in ("none", "cosine"):
+            raise BadValue(f"decay must be 'none' or 'cosine', got {self.decay!r}")
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of optimizer step ``step`` (0-based)."""
+        warm = min(1.0, (step + 1) / max(self.warmup, 1))
+        if self.decay == "none" or step < self.warmup:
+            return self.lr * warm
+        frac = (step - self.warmup) / max(self.steps - self.warmup, 1)
+        return self.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+def _save(path: pathlib.Path, state: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)  # atomic: a kill never leaves a half-written checkpoint
+
+
+def _config_diff(saved: dict, now: dict, prefix: str = "") -> list[str]:
+    """``key: saved -> now`` for every setting that differs (nested dicts flattened)."""
+    out = []
+    for k in sorted(set(saved) | set(now)):
+        a, b = saved.get(k), now.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _config_diff(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}: {a!r} -> {b!r}")
+    return out
+
+
+def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], cfg: TrainConfig,
+          ckpt_dir: str | pathlib.Path, progress: Callable[[int, int, float], None] | None = None, *,
+          config: dict | None = None, tensorboard: str | pathlib.Path | None = None) -> list[float]:
+    """Train ``model`` in place (on the device of its parameters); returns the loss of every step.
+
+    ``batches(gen)`` draws one global batch using ``gen``. ``ckpt_dir/last.pt``
+    holds the model, optimizer, step, losses and both random states; if it
+    exists, training resumes from it, so a run killed at any moment repeats at
+    most ``ckpt_every`` steps and ends bitwise where an uninterrupted run ends.
+    ``config`` (the settings a resume must share: model, data, batch, seed) is
+    kept in the checkpoint with the world size and :func:`normlab.provenance.record`;
+    a resume whose ``config`` differs raises ValueError naming the settings.
+    ``ckpt_dir/metrics.csv`` gets one row per step (``normlab.tracking``),
+    and TensorBoard scalars go to ``tensorboard`` when given.
+
+    Under a torch.distributed process group, each rank computes the sequences
+    ``rank::world`` of every global batch (DDP averages the gradients); the
+    returned losses are the global batch's. Every rank returns them; rank 0
+    alone writes files.
+    """
+    ckpt_dir = pathlib.Path(ckpt_dir)
+    rank, size = world()
+    if rank == 0:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+    last = ckpt_dir / "last.pt"
+    device = next(model.parameters()).device
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98))
+    gen = torch.Generator().manual_seed(cfg.seed)  # the global batch stream: the same on every rank
+    torch.manual_seed(cfg.seed)
+    step, losses, seconds = 0, [], 0.0
+    if last.exists():
+        state = torch.load(last, map_location="cpu", weights_only=False)  # RNG states must stay on the CPU
+        if config is not None and state.get("config") is not None and state["config"] != config:
+            diff = _config_diff(state["config"], config)
+            raise BadValue(f"{last} was trained with other settings ({'; '.join(diff[:3])}"
+                             f"{'; ...' if len(diff) > 3 else ''}): use the same options, or another --out")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        gen.set_state(state["gen"])
+        torch.set_rng_state(state["torch_rng"])
+        step, losses, seconds = state["step"], state["losses"], state.get("seconds", 0.0)
+    if rank:  # dropout masks differ per rank (each rank sees other sequences)
+        torch.manual_seed(cfg.seed + 1_000_003 * rank + step)
+    net = model
+    if size > 1:
+        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                                        else None)
+    metrics = tracking.MetricsLog(ckpt_dir / "metrics.csv", step, tensorboard) if rank == 0 else None
+    model.train()
+    t0 = time.perf_counter() - seconds  # wall time of all sessions of this run, kept in the checkpoint
+    try:
+        while step < cfg.steps:
+            lr = cfg.lr_at(step)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            global_batch = batches(gen)
+            if size > 1 and global_batch[0].shape[0] % size:
+                raise BadValue(f"the batch ({global_batch[0].shape[0]} sequences) must be a multiple of the "
+                                 f"number of processes ({size})")
+            feats, labels, mask = (None if t is None else t.to(device) for t in shard(global_batch, rank, size))
+            loss, _ = pit_bce(net(feats, mask), labels, mask)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip))
+            opt.step()
+            step += 1
+            losses.append(mean_over_ranks(loss, size).item())
+            elapsed = time.perf_counter() - t0
+            if metrics is not None:
+                metrics.log(step, losses[-1], lr, grad_norm, elapsed)
+            tracking.log_step(step, losses[-1], lr, grad_norm, elapsed)
+            if rank == 0 and (step % cfg.ckpt_every == 0 or step == cfg.steps):
+                _save(last, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                             "losses": losses, "gen": gen.get_state(), "torch_rng": torch.get_rng_state(),
+                             "seconds": elapsed, "config": config, "world_size": size,
+                             "provenance": provenance.record()})
+            if progress and rank == 0:
+                progress(step, cfg.steps, losses[-1])
+    except RuntimeError as e:
+        if size == 1:
+            raise
+        done = (step // cfg.ckpt_every) * cfg.ckpt_every
+        raise RuntimeError(f"rank {rank} of {size} stopped at step {step + 1}: {str(e).splitlines()[0]} (a rank "
+                           f"that died is named by the launcher); run the same command again to resume from the "
+                           f"checkpoint at step {done}") from e
+    finally:
+        if metrics is not None:
+            metrics.close()
+    return losses
+
+
+def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, batch: int = 8, frames: int = 500,
+              device: str = "auto", tensorboard: str | pathlib.Path | None = None,
+              progress: Callable[[int, int, float], None] | None = None) -> dict:
+    """``normlab diarize train``: one process, or one rank of ``torchrun`` (``normlab.distributed``).
+
+    Trains an :class:`EENDModel` of ``model_cfg`` on the simulated folders ``data``
+    (``batch`` mixtures of ``frames`` frames per optimizer step, split over the
+    ranks), checkpointing to ``out/ckpt`` (with ``metrics.csv``) and resuming
+    from it; rank 0 writes ``out/model.pt``. Returns the losses, the world size
+    and the training throughput of this session (sequences per second).
+    """
+    from dataclasses import asdict
+
+    from ...devices import resolve
+    from ...distributed import process_group
+    from ..data.dataset import MixtureSet
+    from ..models.eend import EENDModel
+
+    out = pathlib.Path(out)
+    dev = resolve(device)
+    with process_group(dev) as (rank, size):
+        mixtures = MixtureSet(data, n_speakers=model_cfg.n_speakers)
+        torch.manual_seed(cfg.seed)
+        model = EENDModel(model_cfg).to(dev)
+        model.features = mixtures.cfg
+        settings = {"model": asdict(model_cfg), "data": [str(d) for d in (data if isinstance(data, (list, tuple))
+                                                                          else [data])],
+                    "batch": batch, "frames": frames, "seed": cfg.seed, "lr": cfg.lr, "warmup": cfg.warmup,
+                    "decay": cfg.decay, "clip": cfg.clip}
+        last = out / "ckpt" / "last.pt"
+        start = torch.load(last, map_location="cpu", weights_only=False)["step"] if last.exists() else 0
+        t0 = time.perf_counter()
+        losses = train(model, mixtures.batches(batch, frames), cfg, out / "ckpt", progress if rank == 0 else None,
+                       config=settings, tensorboard=tensorboard if rank == 0 else None)
+        seconds = time.perf_counter() - t0
+        if rank == 0:
+            model.save(out / "model.pt")
+    steps = len(losses) - start
+    return {"rank": rank, "world_size": size, "device": str(dev), "losses": losses, "mixtures": len(mixtures.items),
+            "steps": steps, "seconds": seconds, "samples_per_s": batch * steps / seconds if steps else 0.0}

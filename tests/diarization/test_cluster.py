@@ -1,0 +1,114 @@
+"""Clustering recovers 3 and 4 speakers from synthetic embeddings; speaker-count options; stitching of windows
+whose local speaker order flips into global speakers with overlap kept."""
+import numpy as np
+import pytest
+import torch
+
+from normlab.diarization.pipeline.cluster import check_speaker_counts, cluster
+from normlab.diarization.pipeline.config import PipelineConfig
+from normlab.diarization.pipeline.segment import Segmentation, window_starts
+from normlab.diarization.pipeline.stitch import stitch
+
+
+def _speakers(k: int, per: int, noise: float, seed: int = 0):
+    """``per`` embeddings around each of ``k`` random directions (256-dim), shuffled; returns x and true labels."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((k, 256))
+    truth = np.repeat(np.arange(k), per)
+    x = centres[truth] + noise * rng.standard_normal((k * per, 256)) * np.linalg.norm(centres, axis=1).mean() / 16
+    order = rng.permutation(len(truth))
+    return x[order], truth[order]
+
+
+def _same_partition(a, b) -> bool:
+    pairs = set(zip(a.tolist(), b.tolist()))
+    return len(pairs) == len(set(a.tolist())) == len(set(b.tolist()))
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_threshold_recovers_speakers(k):
+    x, truth = _speakers(k, 12, noise=0.3, seed=k)
+    labels = cluster(x, threshold=0.5)
+    assert len(set(labels.tolist())) == k and _same_partition(labels, truth)
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_num_speakers_and_bounds(k):
+    x, truth = _speakers(k, 10, noise=0.3, seed=10 + k)
+    assert _same_partition(cluster(x, threshold=1.9, num_speakers=k), truth)  # threshold alone would merge all
+    assert _same_partition(cluster(x, threshold=1.9, min_speakers=k), truth)
+    assert len(set(cluster(x, threshold=0.01, max_speakers=k).tolist())) == k  # threshold alone would split all
+    assert len(set(cluster(x, threshold=0.5, max_speakers=2).tolist())) == 2
+
+
+def test_small_clusters_fold_into_large_ones():
+    x, truth = _speakers(3, 10, noise=0.3, seed=3)
+    w = np.where(truth == 2, 0.1, 1.0)  # speaker 2 has almost no speech
+    labels = cluster(x, threshold=0.5, weights=w, min_weight=2.0)
+    assert len(set(labels.tolist())) == 2
+    assert len(set(cluster(x, threshold=0.5, weights=w, min_weight=2.0, min_speakers=3).tolist())) == 3
+
+
+def test_speaker_count_errors():
+    for bad in (dict(num_speakers=0), dict(min_speakers=3, max_speakers=2), dict(max_speakers=-1),
+                dict(num_speakers=2, max_speakers=3)):
+        with pytest.raises(ValueError):
+            check_speaker_counts(**bad)
+    assert check_speaker_counts() == (1, None)
+    assert check_speaker_counts(min_speakers=2, max_speakers=2) == (2, 2)  # equal bounds: exactly that many
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_equal_bounds_give_that_many_speakers(k):
+    x, truth = _speakers(3, 10, noise=0.3, seed=20 + k)
+    labels = cluster(x, threshold=0.5, min_speakers=k, max_speakers=k)
+    assert len(set(labels.tolist())) == k
+    assert cluster(np.zeros((0, 4)), threshold=0.5).shape == (0,)
+
+
+def test_stitching_maps_flipped_local_speakers_to_global_ones():
+    """Windows of 20 frames every 10, 2 local speakers, 3 global speakers; the local order flips between windows.
+    The embeddings say who is who; the result must follow them (overlap kept), not the local column order."""
+    frames, size, step = 60, 20, 10
+    truth = torch.zeros(frames, 3)
+    truth[0:22, 0] = 1
+    truth[15:45, 1] = 1  # overlaps speaker 0 on 15-22 and speaker 2 on 42-45
+    truth[42:60, 2] = 1
+    starts = window_starts(frames, size, step)
+    rng = np.random.default_rng(0)
+    centres = np.eye(3, 8)
+    probs, pieces, emb = [], [], []
+    for w, s0 in enumerate(starts):
+        present = [k for k in range(3) if truth[s0 : s0 + size, k].any()]
+        assert len(present) <= 2
+        present = present[::-1] if w % 2 else present  # the local order flips
+        local = torch.zeros(size, 2)
+        for j, k in enumerate(present):
+            local[:, j] = truth[s0 : s0 + size, k] * 0.9
+            pieces.append((w, j, 0, size, len(emb)))
+            emb.append(centres[k] + 0.05 * rng.standard_normal(8))
+        probs.append(local)
+    seg = Segmentation("rec", frames, 0.1, starts, torch.stack(probs), pieces, torch.tensor(np.array(emb)).float(),
+                       np.ones(len(emb)) * 2.0)
+    turns = stitch(seg, PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=0.0))
+    got = torch.zeros(frames, 3)
+    names = sorted({t.speaker for t in turns})
+    assert len(names) == 3
+    for t in turns:
+        got[round(t.start / 0.1) : round(t.end / 0.1), names.index(t.speaker)] = 1
+    order = [max(range(3), key=lambda j: (got[:, j] * truth[:, k]).sum().item()) for k in range(3)]
+    assert sorted(order) == [0, 1, 2]
+    assert torch.equal(got[:, order], truth)  # every frame right, both overlaps kept
+
+
+def test_speaker_count_per_frame_is_the_rounded_mean_over_windows():
+    """Frames 10-19 are seen by two windows: the first hears its two local speakers there, the second nobody.
+    The mean count is 1, so one global speaker (the likelier) talks there; the maximum (2) would switch both on."""
+    size, starts = 20, [0, 10]
+    probs = torch.zeros(2, size, 2)
+    probs[0, :, 0], probs[0, :, 1] = 0.9, 0.8  # window 0 (frames 0-19): both local speakers throughout
+    pieces = [(0, 0, 0, size, 0), (0, 1, 0, size, 1)]  # window 1 (frames 10-29): no speech, no pieces
+    seg = Segmentation("rec", 30, 0.1, starts, probs, pieces, torch.eye(2, 8), np.array([3.0, 2.0]))  # spk0 first
+    turns = stitch(seg, PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=0.0))
+    got = sorted((t.speaker, round(t.start, 3), round(t.end, 3)) for t in turns)
+    assert got == [("spk0", 0.0, 2.0), ("spk1", 0.0, 1.0)], got  # both on 0-9 (one window: 2); the likelier on 10-19

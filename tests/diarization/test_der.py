@@ -1,0 +1,157 @@
+"""DER against hand-computed cases and pyannote.metrics; RTTM/UEM round trips; PIT loss."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from normlab.diarization import Turn, diarization_error_rate, pit_bce, read_rttm, read_uem, write_rttm, write_uem
+from normlab.diarization.metrics.der import score
+
+
+def T(s, e, spk, uri="a"):
+    return Turn(uri, s, e - s, spk)
+
+
+def test_perfect_and_relabelled_hypothesis_is_zero():
+    ref = [T(0, 5, "A"), T(5, 9, "B"), T(7, 8, "A")]
+    hyp = [T(0, 5, "x"), T(5, 9, "y"), T(7, 8, "x")]
+    r = diarization_error_rate(ref, hyp)
+    assert r.der == 0 and r.total == pytest.approx(10.0)  # overlap 7-8 counted for both speakers
+
+
+def test_hand_computed_components():
+    ref = [T(0, 10, "A"), T(10, 20, "B")]
+    hyp = [T(0, 8, "s1"), T(8, 20, "s2"), T(20, 22, "s2")]
+    r = diarization_error_rate(ref, hyp)
+    # mapping A->s1, B->s2: 8-10 is confusion (2 s), 20-22 false alarm (2 s), no miss; total 20 s
+    assert (r.confusion, r.false_alarm, r.missed, r.total) == pytest.approx((2, 2, 0, 20))
+    assert r.der == pytest.approx(0.2)
+
+
+def test_overlap_miss_and_collar():
+    ref = [T(0, 10, "A"), T(5, 10, "B")]
+    hyp = [T(0, 10, "h")]
+    r = diarization_error_rate(ref, hyp)
+    assert (r.missed, r.total) == pytest.approx((5, 15))  # B's 5 s missed inside the overlap
+    c = diarization_error_rate(ref, hyp, collar=1.0)  # removes [-1,1], [4,6], [9,11]
+    assert c.total == pytest.approx(2 * 3 + 1 * 3 + 0)  # 6-9 twice (A, B) + 1-4 once (A)
+    s = diarization_error_rate(ref, hyp, skip_overlap=True)
+    assert (s.missed, s.total) == pytest.approx((0, 5))
+
+
+def test_uem_restricts_scoring():
+    ref = [T(0, 10, "A")]
+    hyp = [T(0, 4, "h")]
+    r = diarization_error_rate(ref, hyp, uem=[(0, 5)])
+    assert (r.missed, r.total) == pytest.approx((1, 5))
+
+
+def test_missing_hypothesis_uri_is_all_miss():
+    r = score({"a": [T(0, 3, "A")], "b": [T(0, 2, "B", "b")]}, {"a": [T(0, 3, "x")]})
+    assert (r.missed, r.total) == pytest.approx((2, 5))
+
+
+def _random_annotation(rng, uri, n_spk, dur=60.0):
+    turns = []
+    for k in range(n_spk):
+        t = rng.uniform(0, 3)
+        while t < dur:
+            d = rng.uniform(0.3, 4.0)
+            turns.append(Turn(uri, round(t, 3), round(d, 3), f"s{k}"))
+            t += d + rng.expovariate(1 / 2.0)  # same-speaker turns never overlap; speakers do
+    return turns
+
+
+def _to_pyannote(turns):
+    from pyannote.core import Annotation, Segment
+
+    ann = Annotation()
+    for i, t in enumerate(turns):
+        ann[Segment(t.start, t.end), i] = t.speaker
+    return ann
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("collar,skip", [(0.0, False), (0.25, False), (0.25, True), (0.0, True)])
+def test_matches_pyannote_metrics(seed, collar, skip):
+    pytest.importorskip("pyannote.metrics")
+    from pyannote.core import Segment, Timeline
+    from pyannote.metrics.diarization import DiarizationErrorRate
+
+    rng = random.Random(seed)
+    ref = _random_annotation(rng, "a", rng.randint(1, 4))
+    hyp = _random_annotation(rng, "a", rng.randint(1, 4))
+    uem = [(1.0, 50.0)] if seed % 2 else None
+    ours = diarization_error_rate(ref, hyp, collar=collar, skip_overlap=skip, uem=uem)
+    metric = DiarizationErrorRate(collar=2 * collar, skip_overlap=skip)  # pyannote's collar is the total width
+    kw = {} if uem is None else {"uem": Timeline([Segment(*uem[0])])}
+    theirs = metric(_to_pyannote(ref), _to_pyannote(hyp), detailed=True, **kw)
+    assert ours.total == pytest.approx(theirs["total"], abs=1e-6)
+    assert ours.missed == pytest.approx(theirs["missed detection"], abs=1e-6)
+    assert ours.false_alarm == pytest.approx(theirs["false alarm"], abs=1e-6)
+    assert ours.confusion == pytest.approx(theirs["confusion"], abs=1e-6)
+
+
+def test_rttm_and_uem_round_trip(tmp_path):
+    turns = [T(0.5, 1.25, "A"), T(0.0, 2.0, "B"), T(3.0, 4.5, "A", "b")]
+    write_rttm(turns, tmp_path / "x.rttm")
+    back = read_rttm(tmp_path / "x.rttm")
+    assert sorted(back["a"] + back["b"]) == sorted(turns)
+    lines = (tmp_path / "x.rttm").read_text().splitlines()
+    assert lines[0].split() == ["SPEAKER", "a", "1", "0.000", "2.000", "<NA>", "<NA>", "B", "<NA>", "<NA>"]
+    uem = {"a": [(0.0, 10.5)], "b": [(1.0, 2.0), (3.0, 4.0)]}
+    write_uem(uem, tmp_path / "x.uem")
+    assert read_uem(tmp_path / "x.uem") == uem
+    (tmp_path / "bad.rttm").write_text("SPEAKER a 1 zero 1.0 <NA> <NA> A <NA> <NA>\n")
+    with pytest.raises(ValueError, match="bad.rttm:1"):
+        read_rttm(tmp_path / "bad.rttm")
+    with pytest.raises(ValueError, match="spaces"):
+        write_rttm([Turn("a b", 0, 1, "A")], tmp_path / "y.rttm")
+
+
+def test_pit_is_invariant_to_swapping_label_columns():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 20, 2, requires_grad=True)
+    labels = (torch.rand(3, 20, 2) > 0.5).float()
+    mask = torch.zeros(3, 20, dtype=torch.bool)
+    mask[1, 15:] = True
+    a, perm_a = pit_bce(logits, labels, mask)
+    b, perm_b = pit_bce(logits, labels.flip(-1), mask)
+    assert torch.allclose(a, b)
+    assert torch.equal(perm_a, perm_b.flip(-1))
+    a.backward()
+    assert logits.grad[1, 15:].abs().max() == 0  # padded frames get no gradient
+    perfect = pit_bce(torch.where(labels.bool(), 20.0, -20.0)[..., [1, 0]], labels)[0]
+    assert perfect < 1e-6
+    with pytest.raises(ValueError, match="shape"):
+        pit_bce(logits, labels[..., :1])
+
+
+def test_cli_score(tmp_path, capsys):
+    from normlab.cli import main
+
+    write_rttm([T(0, 10, "A"), T(10, 20, "B")], tmp_path / "ref.rttm")
+    write_rttm([T(0, 8, "s1"), T(8, 20, "s2"), T(20, 22, "s2")], tmp_path / "hyp.rttm")
+    assert main(["diarize", "score", str(tmp_path / "ref.rttm"), str(tmp_path / "hyp.rttm"), "--collar", "0"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "DER: 20.00%" and "confusion:   2.000 s" in out[3]
+    assert main(["diarize", "score", str(tmp_path / "nope.rttm"), str(tmp_path / "hyp.rttm")]) == 2
+    assert "nope.rttm" in capsys.readouterr().err
+
+
+def test_cli_score_reads_folders_of_rttm(tmp_path, capsys):
+    from normlab.cli import main
+
+    ref = [Turn("a", 0, 10, "A"), Turn("b", 0, 10, "B")]
+    write_rttm(ref, tmp_path / "ref.rttm")
+    (tmp_path / "hyp").mkdir()
+    write_rttm([Turn("a", 0, 10, "x")], tmp_path / "hyp" / "a.rttm")  # one file per recording, as diarize writes
+    write_rttm([Turn("b", 0, 5, "y")], tmp_path / "hyp" / "b.rttm")
+    assert main(["diarize", "score", str(tmp_path / "ref.rttm"), str(tmp_path / "hyp"), "--collar", "0"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "DER: 25.00%"
+    (tmp_path / "empty").mkdir()
+    assert main(["diarize", "score", str(tmp_path / "ref.rttm"), str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert "has no .rttm files" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,250 @@
+"""normlab.diarization.diarize: inputs of every accepted kind, API and CLI settings, bad input, bounded memory.
+
+A debug-sized EEND model and a speaker encoder with random weights keep this fast and independent of the
+installed speaker-encoder weights; quality is tested in test_diarize_quality.py."""
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from normlab import UserError
+from normlab.cli import main
+from normlab.diarization import (
+    EENDModel,
+    ModelConfig,
+    Turn,
+    diarize,
+    diarize_files,
+    from_annotation,
+    to_annotation,
+    write_rttm,
+)
+from normlab.diarization.io.features import FeatureConfig
+from normlab.diarization.models.embed import MissingWeightsError, SpeakerEncoder, weights_path
+from normlab.diarization.pipeline.config import PipelineConfig
+from normlab.diarization.pipeline.segment import long_mel
+
+SR = 16000
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("api")
+    torch.manual_seed(0)
+    model = EENDModel(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, n_speakers=3, dropout=0.0))
+    with torch.no_grad():
+        model.head.bias.fill_(2.0)  # says "speech" often, so that there is something to cluster
+    # tones, not speech: the model's own local speakers, without the speech-activity gate
+    model.postprocess.update({"threshold": 0.55, "median": 5, "window": 4.0, "step": 2.0, "cluster_threshold": 0.3,
+                              "speakers": "eend", "vad": "off"})
+    model.save(d / "m.pt")
+    SpeakerEncoder().save(d / "enc.pt")  # random weights
+    rng = np.random.default_rng(0)
+    t = np.arange(12 * SR) / SR
+    voices = [0.3 * np.sin(2 * np.pi * f * t) * (rng.random(len(t)) > 0.2) for f in (180.0, 900.0)]
+    audio = np.where((t % 4) < 2, voices[0], voices[1]).astype(np.float32) + 0.01 * rng.standard_normal(len(t))
+    sf.write(d / "talk.wav", audio.astype(np.float32), SR)
+    return d, audio.astype(np.float32)
+
+
+def _turns(d, audio, **kw):
+    return diarize(audio, model=d / "m.pt", encoder=d / "enc.pt", **kw)
+
+
+def test_inputs_of_every_kind_agree(files):
+    d, audio = files
+    from_path = diarize(d / "talk.wav", model=d / "m.pt", encoder=d / "enc.pt")
+    assert from_path and {t.uri for t in from_path} == {"talk"}
+    shifted = lambda ts: [(t.start, t.duration, t.speaker) for t in ts]  # noqa: E731
+    for a in (audio, audio[None], torch.from_numpy(audio)[None], {"waveform": torch.from_numpy(audio)[None],
+                                                                    "sample_rate": SR}):
+        got = _turns(d, a, **({} if isinstance(a, dict) else {"sample_rate": SR}))
+        assert shifted(got) == shifted(from_path)
+    stereo = np.stack([audio, audio])  # two identical channels: the same recording
+    assert shifted(_turns(d, stereo, sample_rate=SR)) == shifted(from_path)
+
+
+def test_model_file_sets_the_post_processing(files):
+    d, _ = files
+    cfg = PipelineConfig.for_model(EENDModel.load(d / "m.pt"))
+    assert (cfg.threshold, cfg.median, cfg.window, cfg.step, cfg.cluster_threshold) == (0.55, 5, 4.0, 2.0, 0.3)
+    assert PipelineConfig.for_model(EENDModel.load(d / "m.pt"), threshold=0.7).threshold == 0.7
+    with pytest.raises(ValueError, match="step"):
+        PipelineConfig.for_model(EENDModel.load(d / "m.pt"), step=9.0)
+
+
+def test_each_mode_reads_its_own_settings(files):
+    """eend: the model file's post-processing beats the mode's defaults; speech: the mode's beat the file's
+    (they were chosen for another reading of the model); an explicit option beats both."""
+    from normlab.diarization.pipeline.config import MODE_DEFAULTS
+
+    d, _ = files
+    m = EENDModel.load(d / "m.pt")  # its file: speakers eend, threshold 0.55, median 5, cluster_threshold 0.3
+    eend = PipelineConfig.for_model(m)
+    assert (eend.threshold, eend.cluster_threshold, eend.piece) == (0.55, 0.3, MODE_DEFAULTS["eend"]["piece"])
+    speech = PipelineConfig.for_model(m, speakers="speech")
+    mode = MODE_DEFAULTS["speech"]
+    assert (speech.threshold, speech.cluster_threshold, speech.piece) == (mode["threshold"], mode["cluster_threshold"],
+                                                                          mode["piece"])
+    assert speech.median == 5  # what the mode does not set still comes from the file
+    assert PipelineConfig.for_model(m, speakers="speech", threshold=0.7).threshold == 0.7
+
+
+class _Built(UserError):
+    """Stops a run as soon as its pipeline settings are made (a ``UserError``: with ``NORMLAB_DEBUG`` set the CLI
+    passes it on instead of printing it)."""
+
+
+def test_cli_and_api_build_the_same_pipeline_config(files, tmp_path, monkeypatch):
+    """``PipelineConfig.for_model`` is the one builder of the settings: the API, ``diarize_files``, the CLI's run and
+    evaluate all call it, and with the same options (and with none: each CLI default must mean "the model file's",
+    which this model file sets to something else than every pipeline default) they get the same settings."""
+    d, _ = files
+    stored = EENDModel.load(d / "m.pt").postprocess
+    assert all(stored[k] != getattr(PipelineConfig, k) for k in ("threshold", "median", "speakers", "vad"))
+    real = PipelineConfig.for_model.__func__
+    built = []
+
+    def spy(cls, model, **options):
+        built.append(real(cls, model, **options))
+        raise _Built
+
+    monkeypatch.setattr(PipelineConfig, "for_model", classmethod(spy))
+    monkeypatch.setenv("NORMLAB_DEBUG", "1")
+    wav, m, enc, ref = d / "talk.wav", d / "m.pt", d / "enc.pt", tmp_path / "ref.rttm"
+    ref.write_text("")
+    cli_options = {(): {}, ("--threshold", "0.7", "--median", "3", "--local-speakers", "speech", "--vad", "gate"):
+                   {"threshold": 0.7, "median": 3, "speakers": "speech", "vad": "gate"}}
+    for argv, options in cli_options.items():
+        built.clear()
+        for run in (lambda argv=argv: main(["diarize", str(wav), "--model", str(m), "--embedding", str(enc),
+                                            "--out", str(tmp_path / "cli"), *argv]),
+                    lambda argv=argv: main(["diarize", "evaluate", str(d), str(ref), "--model", str(m),
+                                            "--embedding", str(enc), "--out", str(tmp_path / "ev"), *argv]),
+                    lambda options=options: diarize(wav, model=m, encoder=enc, **options),
+                    lambda options=options: diarize_files([wav], tmp_path / "api", model=m, encoder=enc, **options)):
+            with pytest.raises(_Built):
+                run()
+        assert len(built) == 4 and built[1:] == built[:-1], (argv, built)
+    assert built[0].speakers == "speech" and built[0].threshold == 0.7
+
+
+def test_evaluate_prints_what_score_prints(files, tmp_path, capsys):
+    d, _ = files
+    # evaluate prints the same numbers as score on the written RTTMs
+    ref = tmp_path / "ref.rttm"
+    write_rttm([Turn("talk", s, 2.0, f"v{int(s) // 2 % 2}") for s in range(0, 12, 2)], ref)
+    capsys.readouterr()
+    rc = main(["diarize", "evaluate", str(d), str(ref), "--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt"),
+               "--max-speakers", "3", "--out", str(tmp_path / "ev"), "--json"])
+    import json
+
+    result = json.loads(capsys.readouterr().out)
+    assert rc == 0 and [f["uri"] for f in result["files"]] == ["talk"]
+    for collar in ("0", "0.25"):
+        main(["diarize", "score", str(ref), str(tmp_path / "ev"), "--collar", collar])
+        line = capsys.readouterr().out.splitlines()[0]
+        assert line == f"DER: {100 * result['total'][collar]['der']:.2f}%"
+        assert result["files"][0]["collars"][collar]["der"] == result["total"][collar]["der"]
+
+
+def test_short_silent_and_resampled_audio(files):
+    d, audio = files
+    short = _turns(d, audio[: 3 * SR], sample_rate=SR)  # shorter than one window
+    assert all(t.end <= 3.0 + 1e-6 for t in short)
+    assert _turns(d, np.zeros(20 * SR, dtype=np.float32), sample_rate=SR) == []  # all silence: no speakers
+    assert _turns(d, np.zeros(100, dtype=np.float32), sample_rate=SR) == []  # shorter than one frame
+    tel = _turns(d, audio[::2], sample_rate=8000)  # 8 kHz telephone rate
+    assert tel and max(t.end for t in tel) <= 12.0 + 1e-6
+    up = np.repeat(audio, 3)  # 48 kHz stereo
+    hi = _turns(d, np.stack([up, up]), sample_rate=48000)
+    assert hi and max(t.end for t in hi) <= 12.0 + 1e-6
+
+
+def test_bad_input_is_one_clear_error(files, tmp_path, capsys):
+    d, audio = files
+    bad = [
+        (dict(audio=audio), "sample_rate is required"),
+        (dict(audio=audio, sample_rate=SR, num_speakers=0), "num_speakers must be a positive integer"),
+        (dict(audio=audio, sample_rate=SR, min_speakers=3, max_speakers=2), "greater than max_speakers"),
+        (dict(audio=audio[:, None].repeat(2, 1), sample_rate=SR), "looks like .samples, channels."),
+        (dict(audio=np.full(100, np.nan, dtype=np.float32), sample_rate=SR), "NaN"),
+        (dict(audio={"waveform": audio}), "'waveform' and 'sample_rate'"),
+        (dict(audio=str(tmp_path / "missing.wav")), "missing.wav"),
+    ]
+    for kw, message in bad:
+        with pytest.raises((ValueError, TypeError, OSError), match=message):
+            diarize(**kw, model=d / "m.pt", encoder=d / "enc.pt")
+    with pytest.raises(TypeError, match="audio must be"):
+        diarize([1.0, 2.0], sample_rate=SR, model=d / "m.pt", encoder=d / "enc.pt")
+    # the model and the encoder weights: errors that name the file
+    with pytest.raises(FileNotFoundError, match="nope.pt"):
+        diarize(audio, sample_rate=SR, model=tmp_path / "nope.pt", encoder=d / "enc.pt")
+    (tmp_path / "junk.pt").write_bytes(b"junk")
+    with pytest.raises(ValueError, match="junk.pt is not a normlab EEND model"):
+        diarize(audio, sample_rate=SR, model=tmp_path / "junk.pt", encoder=d / "enc.pt")
+    EENDModel(ModelConfig(input_dim=40, d_model=16, n_heads=2, n_layers=1, d_ff=32)).save(tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="other.pt expects 40-dim features"):
+        diarize(audio, sample_rate=SR, model=tmp_path / "other.pt", encoder=d / "enc.pt")
+    # a model trained on another feature setup of the same size (23 bands, 15 frames, but 16 kHz and every 5th
+    # frame kept): refused at load, naming both setups
+    odd = EENDModel(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32))
+    odd.features = FeatureConfig(sample_rate=16000, win=400, hop=160, n_fft=512, subsample=5)
+    odd.save(tmp_path / "odd.pt")
+    assert EENDModel.load(tmp_path / "odd.pt").features == odd.features  # the file keeps its setup
+    with pytest.raises(ValueError, match=r"^\S*odd.pt was trained on features with sample_rate=16000, win=400, "
+                       r"hop=160, "
+                       r"n_fft=512, subsample=5; this pipeline makes sample_rate=8000, win=200, hop=80, n_fft=256, "
+                       r"subsample=10$"):
+        diarize(audio, sample_rate=SR, model=tmp_path / "odd.pt", encoder=d / "enc.pt")
+    with pytest.raises(ValueError, match="junk.pt is not a GE2E speaker encoder"):
+        diarize(audio, sample_rate=SR, model=d / "m.pt", encoder=tmp_path / "junk.pt")
+    # the CLI: one line on stderr, non-zero exit
+    for argv in (["--num-speakers", "0"], ["--min-speakers", "3", "--max-speakers", "2"],
+                 ["--model", str(tmp_path / "nope.pt")], ["--model", str(tmp_path / "odd.pt")]):
+        capsys.readouterr()
+        rc = main(["diarize", str(d / "talk.wav"), "--embedding", str(d / "enc.pt"), "--out", str(tmp_path), *argv])
+        err = capsys.readouterr().err.strip()
+        assert rc != 0 and len(err.splitlines()) == 1 and "error" in err, (argv, err)
+
+
+def test_missing_encoder_weights_name_the_file_and_the_package(monkeypatch):
+    import importlib.metadata
+    import importlib.util
+
+    def no_dist(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", no_dist)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(MissingWeightsError, match=r"resemblyzer/pretrained.pt.*resemblyzer==0.1.4"):
+        weights_path()
+
+
+def test_long_recordings_are_processed_in_blocks():
+    """Block-wise mel frames equal the one-shot ones: memory is bounded by the block, not the file (features: in
+    test_eend_features.py)."""
+    torch.manual_seed(0)
+    enc = SpeakerEncoder()
+    w16 = torch.randn(SR * 7 + 5) * 0.1
+    assert torch.allclose(long_mel(enc, w16, block=150), enc.mel(w16), rtol=1e-4, atol=1e-6)
+
+
+def test_annotation_round_trip():
+    pytest.importorskip("pyannote.core")
+    turns = [Turn("rec", 0.5, 2.0, "spk0"), Turn("rec", 1.5, 1.0, "spk1")]
+    ann = to_annotation(turns)
+    assert ann.uri == "rec" and sorted(ann.labels()) == ["spk0", "spk1"]
+    back = from_annotation(ann)
+    assert [(t.uri, t.speaker, round(t.start, 6), round(t.duration, 6)) for t in back] == \
+        [(t.uri, t.speaker, t.start, t.duration) for t in turns]
+
+
+def test_speech_mode_has_one_speaker_at_a_time(files):
+    """speakers="speech": the model says where speech is, the embeddings of 1.5 s pieces say who; never overlap."""
+    d, audio = files
+    turns = sorted(_turns(d, audio, sample_rate=SR, speakers="speech", piece=1.5), key=lambda t: t.start)
+    assert turns
+    assert all(a.end <= b.start + 1e-6 for a, b in zip(turns, turns[1:]))
+    with pytest.raises(ValueError, match="unknown speakers mode"):
+        _turns(d, audio, sample_rate=SR, speakers="both")

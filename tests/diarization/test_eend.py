@@ -1,0 +1,93 @@
+"""EEND model, post-processing to turns, and the training loop with resume."""
+import pytest
+import torch
+
+from normlab.diarization.io.rttm import Turn
+from normlab.diarization.models.eend import EENDModel, ModelConfig
+from normlab.diarization.pipeline.postprocess import median_filter, to_turns
+from normlab.diarization.training.train import TrainConfig, train
+
+DEBUG = ModelConfig(input_dim=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.1)
+
+
+def toy_batches(gen: torch.Generator):
+    """Learnable toy data: speaker k is active where feature k is positive."""
+    feats = torch.randn(4, 30, 8, generator=gen)
+    labels = (feats[..., :2] > 0).float()
+    mask = torch.zeros(4, 30, dtype=torch.bool)
+    mask[0, 25:] = True
+    return feats, labels, mask
+
+
+def test_median_filter_and_turns():
+    active = torch.tensor([[0, 1], [1, 1], [0, 1], [1, 0], [1, 0], [1, 0], [0, 0]], dtype=torch.uint8)
+    assert median_filter(active, 3)[:, 0].tolist() == [0, 0, 1, 1, 1, 1, 0]  # the 1-frame blip at t=1 is gone
+    probs = torch.tensor([[0.9, 0.1]] * 3 + [[0.2, 0.8]] * 4 + [[0.1, 0.1]] * 2)
+    turns = to_turns(probs, 0.1, "rec", median=1)
+    assert turns == [Turn("rec", 0.0, pytest.approx(0.3), "spk0"),
+                     Turn("rec", pytest.approx(0.3), pytest.approx(0.4), "spk1")]
+    with pytest.raises(ValueError, match="odd"):
+        median_filter(active, 4)
+
+
+def test_model_shapes_padding_and_save_load(tmp_path):
+    torch.manual_seed(0)
+    for enc in ("transformer", "conformer"):
+        m = EENDModel(ModelConfig(**{**DEBUG.__dict__, "encoder": enc})).eval()
+        x = torch.randn(2, 12, 8)
+        mask = torch.zeros(2, 12, dtype=torch.bool)
+        mask[1, 9:] = True
+        y = m(x, mask)
+        assert y.shape == (2, 12, 2)
+        torch.testing.assert_close(y[1:, :9], m(x[1:, :9]), rtol=1e-5, atol=1e-5)
+        m.save(tmp_path / f"{enc}.pt")
+        torch.testing.assert_close(EENDModel.load(tmp_path / f"{enc}.pt")(x, mask), y)
+    with pytest.raises(ValueError, match="encoder"):
+        EENDModel(ModelConfig(encoder="lstm"))
+
+
+def test_training_loss_falls(tmp_path):
+    torch.manual_seed(0)
+    m = EENDModel(DEBUG)
+    losses = train(m, toy_batches, TrainConfig(steps=60, lr=3e-3, warmup=10, ckpt_every=20), tmp_path)
+    assert len(losses) == 60
+    assert sum(losses[-10:]) / 10 < 0.7 * sum(losses[:10]) / 10
+
+
+def test_resume_after_a_kill_ends_bitwise_where_an_uninterrupted_run_ends(tmp_path):
+    cfg = TrainConfig(steps=12, lr=3e-3, warmup=4, ckpt_every=4)
+    torch.manual_seed(1)
+    straight = EENDModel(DEBUG)
+    init = {k: v.clone() for k, v in straight.state_dict().items()}
+    full = train(straight, toy_batches, cfg, tmp_path / "a")
+    killed = EENDModel(DEBUG)
+    killed.load_state_dict(init)
+    train(killed, toy_batches, TrainConfig(**{**cfg.__dict__, "steps": 8}), tmp_path / "b")  # "killed" at step 8
+    resumed = EENDModel(DEBUG)  # a new process: fresh model, state comes from the checkpoint
+    losses = train(resumed, toy_batches, cfg, tmp_path / "b")
+    assert losses == full
+    for k, v in straight.state_dict().items():
+        assert torch.equal(v, resumed.state_dict()[k]), k
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_only_rank_0_writes_checkpoints_and_metrics(tmp_path, monkeypatch, rank):
+    """One rank of two (the process group faked: DDP is the bare model, the loss mean is the rank's own):
+    rank 0 writes the checkpoint and metrics.csv into the folder it made, every other rank writes nothing."""
+    import normlab.diarization.training.train as training
+
+    monkeypatch.setattr(training, "world", lambda: (rank, 2))
+    monkeypatch.setattr(training, "mean_over_ranks", lambda value, world: value)
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", lambda model, device_ids=None: model)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()  # as rank 0 makes it for everyone
+    called = []
+    torch.manual_seed(0)
+    losses = train(EENDModel(DEBUG), toy_batches, TrainConfig(steps=4, warmup=1, ckpt_every=2), ckpt,
+                   lambda step, total, loss: called.append(step))
+    assert len(losses) == 4
+    written = sorted(p.name for p in ckpt.iterdir())
+    if rank == 0:
+        assert written == ["last.pt", "metrics.csv"] and called == [1, 2, 3, 4]
+    else:
+        assert written == [] and called == []

@@ -1,0 +1,78 @@
+"""Audio files (the one reader, ``io.audio.read_mono``) and EEND features (the one extractor,
+``io.features.extract``)."""
+import math
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from normlab.diarization.io.audio import AudioError, read_mono
+from normlab.diarization.io.features import FeatureConfig, extract, logmel, mel_filterbank
+
+
+def _tone(freq, seconds, sr):
+    t = np.arange(int(seconds * sr)) / sr
+    return (0.5 * np.sin(2 * math.pi * freq * t)).astype(np.float32)
+
+
+def test_load_resamples_and_downmixes(tmp_path):
+    stereo = np.stack([_tone(440, 1.0, 16000), np.zeros(16000, np.float32)], axis=1)
+    sf.write(tmp_path / "a.flac", stereo, 16000)
+    x = read_mono(tmp_path / "a.flac", 8000)
+    assert x.dtype == torch.float32 and abs(x.numel() - 8000) <= 1
+    assert x.abs().max() == pytest.approx(0.25, rel=0.05)  # mean of the two channels
+
+
+def test_bad_files_name_themselves(tmp_path):
+    (tmp_path / "corrupt.wav").write_bytes(b"RIFF not really")
+    with pytest.raises(AudioError, match="corrupt.wav"):
+        read_mono(tmp_path / "corrupt.wav", 8000)
+    sf.write(tmp_path / "empty.wav", np.zeros((0, 1), np.float32), 8000)
+    with pytest.raises(AudioError, match="empty.wav"):
+        read_mono(tmp_path / "empty.wav", 8000)
+    with pytest.raises(AudioError, match="missing.wav"):
+        read_mono(tmp_path / "missing.wav", 8000)
+
+
+def test_mel_filterbank_shape_and_coverage():
+    fb = mel_filterbank(23, 256, 8000)
+    assert fb.shape == (23, 129) and (fb >= 0).all() and (fb.max(dim=1).values > 0.5).all()
+    centres = fb.argmax(dim=1)
+    assert torch.all(centres[1:] >= centres[:-1])  # increasing centre frequencies
+
+
+def test_tone_lands_in_its_band():
+    cfg = FeatureConfig()
+    f = logmel(torch.from_numpy(_tone(1000, 1.0, 8000)), cfg)
+    assert f.shape == (1 + (8000 - 256) // 80, 23)  # frames of n_fft samples (the 200-sample window, zero-padded)
+    band = f.mean(0).argmax().item()
+    fb = mel_filterbank(23, 256, 8000)
+    assert fb[band, round(1000 / (8000 / 256))] > 0  # the loudest band contains 1 kHz
+
+
+def test_extract_shapes_mean_and_splice():
+    cfg = FeatureConfig()
+    wave = torch.from_numpy(_tone(300, 3.0, 8000)) + 0.01 * torch.randn(24000)
+    x = extract(wave, cfg)
+    frames = 1 + (24000 - 256) // 80
+    assert x.shape == (math.ceil(frames / 10), 345) and cfg.frame_seconds == pytest.approx(0.1)
+    centre = x[:, 7 * 23 : 8 * 23]  # the unspliced frame sits in the middle block
+    full = logmel(wave, cfg)
+    torch.testing.assert_close(centre, (full - full.mean(0))[::10])
+    ctx = full - full.mean(0)  # kept frames come with 7 neighbours a side, edges repeated
+    rows = lambda i: x[i].reshape(15, 23)  # noqa: E731
+    torch.testing.assert_close(rows(0)[:8], ctx[:1].expand(8, -1))  # the first frame: its left context is itself
+    torch.testing.assert_close(rows(0)[8:], ctx[1:8])
+    torch.testing.assert_close(rows(5), ctx[50 - 7 : 50 + 8])
+    last = (frames - 1) // 10 * 10
+    torch.testing.assert_close(rows(-1), ctx[torch.arange(last - 7, last + 8).clamp(max=frames - 1)])
+    assert extract(torch.zeros(50), cfg).shape == (0, 345)
+    assert extract(torch.zeros(230), cfg).shape == (0, 345)  # more than one window (200), less than one FFT (256)
+
+
+def test_features_in_blocks_equal_one_block():
+    """The blocked extractor (bounded memory on long recordings) gives the numbers of one block, bit for bit."""
+    torch.manual_seed(0)
+    w8 = torch.randn(8000 * 31 + 77)
+    assert torch.equal(extract(w8, block=500), extract(w8, block=10**9))

@@ -1,0 +1,163 @@
+"""Simulation with espeak-ng, the dataset, and the simulate/train commands."""
+import shutil
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from normlab.cli import main
+from normlab.diarization.data.dataset import MixtureSet, frame_labels
+from normlab.diarization.data.simulate import SimConfig, simulate, variants
+from normlab.diarization.io.rttm import Turn, read_rttm
+from normlab.diarization.io.uem import read_uem
+
+pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed (make install does)")
+SMALL = dict(n_mixtures=2, min_utterances=3, max_utterances=4)
+
+
+def test_splits_use_disjoint_voices():
+    train, dev, test = variants("train"), variants("dev"), variants("test")
+    assert len(train) > 40 and len(dev) > 20 and len(test) > 20
+    assert not set(train) & set(test) and not set(train) & set(dev) and not set(dev) & set(test)
+    with pytest.raises(ValueError, match="split"):
+        variants("eval")
+
+
+def test_simulation_is_reproducible_and_labels_match_audio(tmp_path):
+    a = simulate(tmp_path / "a", SimConfig(**SMALL))
+    b = simulate(tmp_path / "b", SimConfig(**SMALL))
+    assert (a / "ref.rttm").read_text() == (b / "ref.rttm").read_text()
+    wav = sorted((a / "wav").glob("*.wav"))[0]
+    audio, sr = sf.read(wav)
+    assert sr == 8000 and np.array_equal(audio, sf.read(sorted((b / "wav").glob("*.wav"))[0])[0])
+    ref = read_rttm(a / "ref.rttm")
+    assert len(ref) == 2 and all(len({t.speaker for t in ts}) == 2 for ts in ref.values())
+    assert read_uem(a / "all.uem")[wav.stem][0][1] == pytest.approx(len(audio) / sr, abs=1e-3)
+    turns = ref[wav.stem]
+    speech = np.zeros(len(audio), bool)
+    for t in turns:
+        speech[int(t.start * sr) : int(t.end * sr)] = True
+    assert np.mean(audio[speech] ** 2) > 10 * np.mean(audio[~speech] ** 2)  # labelled speech carries the energy
+    test = simulate(tmp_path / "t", SimConfig(**SMALL, split="test"))
+    train_spk = {t.speaker.split(".")[1] for ts in ref.values() for t in ts}
+    test_spk = {t.speaker.split(".")[1] for ts in read_rttm(test / "ref.rttm").values() for t in ts}
+    assert not train_spk & test_spk
+
+
+def test_frame_labels():
+    y = frame_labels([Turn("a", 0.0, 0.25, "x"), Turn("a", 0.2, 0.2, "y")], ["x", "y"], 5, 0.1)
+    assert y[:, 0].tolist() == [1, 1, 0, 0, 0] and y[:, 1].tolist() == [0, 0, 1, 1, 0]
+
+
+def test_dataset_batches_and_cli_train(tmp_path, capsys):
+    assert main(["diarize", "simulate", "--out", str(tmp_path / "sim"), "--n", "2", "--min-utterances", "3",
+                 "--max-utterances", "4"]) == 0
+    data = MixtureSet(tmp_path / "sim")
+    feats, labels, mask = data.batches(batch=3, frames=80)(torch.Generator().manual_seed(0))
+    assert feats.shape == (3, 80, 345) and labels.shape == (3, 80, 2) and mask.shape == (3, 80)
+    assert labels.sum() > 0
+    args = ["diarize", "train", "--data", str(tmp_path / "sim"), "--out", str(tmp_path / "model"), "--steps", "6",
+            "--d-model", "32", "--layers", "1", "--frames", "80", "--batch", "2", "--ckpt-every", "3", "--warmup", "2"]
+    assert main(args) == 0
+    assert (tmp_path / "model" / "model.pt").exists() and (tmp_path / "model" / "ckpt" / "last.pt").exists()
+    assert main(args[:7] + ["8"] + args[8:]) == 0  # resumes at step 6, runs 2 more
+    assert "trained 8 steps" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="no wav"):
+        MixtureSet(tmp_path / "model")
+
+
+def test_room_impulse_response_decays_60_db_over_rt60():
+    from normlab.diarization.data.simulate import reverberate, room_impulse_response
+
+    rng = np.random.default_rng(0)
+    h = room_impulse_response(0.4, 8000, rng)
+    assert h.size == 3200 and np.sum(h**2) == pytest.approx(1.0, rel=1e-5)
+    head, tail = np.sqrt(np.mean(h[1:400] ** 2)), np.sqrt(np.mean(h[-400:] ** 2))
+    assert 20 * np.log10(head / tail) > 40
+    x = rng.standard_normal(4000).astype(np.float32)
+    assert reverberate(x, 0.3, 8000, rng).shape == x.shape
+    with pytest.raises(ValueError, match="rt60"):
+        room_impulse_response(0.0, 8000, rng)
+
+
+def test_reverberation_changes_audio_not_turns():
+    from normlab.diarization.data.simulate import mixture
+
+    dry = SimConfig(**SMALL)
+    wet = SimConfig(**SMALL, rt60=(0.3, 0.6))
+    voices = variants("train")
+    a, turns_a, uri_a = mixture(dry, 0, voices)
+    b, turns_b, uri_b = mixture(wet, 0, voices)
+    assert [(t.start, t.duration, t.speaker) for t in turns_a] == [(t.start, t.duration, t.speaker) for t in turns_b]
+    assert uri_a != uri_b and a.shape == b.shape and not np.allclose(a, b)
+
+
+@pytest.mark.skipif(shutil.which("flite") is None, reason="flite not installed")
+def test_flite_split_is_another_synthesizer(tmp_path):
+    assert variants("flite") == ["awb", "kal16", "rms", "slt"]
+    out = simulate(tmp_path / "f", SimConfig(**SMALL, split="flite"))
+    speakers = {t.speaker.split(".")[1] for ts in read_rttm(out / "ref.rttm").values() for t in ts}
+    assert speakers <= set(variants("flite")) and len(speakers) >= 2
+    assert all(p.name.startswith("flite_") for p in (out / "wav").glob("*.wav"))
+
+
+def _windows_by_speakers(folder):
+    from normlab.diarization.metrics.windows import crop, spans, speaker_counts
+
+    refs = {}
+    for uri, turns in read_rttm(folder / "ref.rttm").items():
+        end = max(t.end for t in turns)
+        for k, (s, e) in enumerate(spans(int(end * 10) + 1, 100)):
+            refs[f"{uri}_w{k}"] = crop(turns, uri, s / 10, e / 10)
+    return speaker_counts(refs)
+
+
+def test_mixtures_and_windows_hold_1_to_4_speakers(tmp_path):
+    cfg = SimConfig(n_mixtures=4, n_speakers=4, min_speakers=1, beta=0.5, min_utterances=3, max_utterances=4)
+    out = simulate(tmp_path / "s", cfg)
+    ref = read_rttm(out / "ref.rttm")
+    assert sorted(len({t.speaker for t in ts}) for ts in ref.values()) == [1, 2, 3, 4]  # one mixture per count
+    windows = _windows_by_speakers(out)  # the model's 10 s windows
+    assert {1, 2, 3, 4} <= set(windows)
+    with pytest.raises(ValueError, match="min_speakers"):
+        SimConfig(n_speakers=2, min_speakers=3)
+
+
+def test_more_speakers_more_silence_with_beta_by_count():
+    from normlab.diarization.data.simulate import BETA_SCALE
+
+    a = SimConfig(n_speakers=4, min_speakers=1, beta_by_count=True)
+    assert [a.speakers_of(i) for i in range(5)] == [1, 2, 3, 4, 1]
+    assert [2 * BETA_SCALE[k] for k in (1, 2, 3, 4)] == [2, 2, 5, 9]  # EEND-EDA's simulation
+
+
+@pytest.mark.skipif(shutil.which("sox") is None, reason="sox not installed (make system-deps)")
+def test_augmentation_changes_audio_not_turns():
+    from dataclasses import replace
+
+    from normlab.diarization.data.simulate import mixture
+    from normlab.diarization.data.voices import voices
+
+    plain = SimConfig(n_mixtures=4, n_speakers=4, min_speakers=1, min_utterances=2, max_utterances=3,
+                      split="test", sources="all", beta_by_count=True)
+    pool = voices("test", "all")
+    for i in (1, 3):  # 2 and 4 speakers
+        a, turns_a, uri_a = mixture(plain, i, pool)
+        b, turns_b, uri_b = mixture(replace(plain, augment=True), i, pool)
+        timing = [(t.start, t.duration, t.speaker) for t in turns_a]
+        assert timing == [(t.start, t.duration, t.speaker) for t in turns_b]
+        assert uri_a != uri_b and "_aug" in uri_b and a.shape == b.shape
+        assert np.corrcoef(a, b)[0, 1] < 0.9  # warped, levelled, other noise, maybe a room or a telephone
+        assert np.abs(b).max() <= 10 ** (-1 / 20) + 1e-6  # the random level peaks at -24..-1 dBFS
+
+
+def test_cli_simulate_with_recorded_voices_and_perturbations(tmp_path, capsys):
+    out = tmp_path / "cli"
+    assert main(["diarize", "simulate", "--out", str(out), "--n", "2", "--speakers", "2", "--min-speakers", "1",
+                 "--sources", "all", "--augment", "--beta-by-count", "--min-utterances", "2", "--max-utterances", "2",
+                 "--jobs", "1"]) == 0
+    ref = read_rttm(out / "ref.rttm")
+    assert sorted(len({t.speaker for t in ts}) for ts in ref.values()) == [1, 2]
+    assert all("_all_aug_bk_" in uri for uri in ref)
+    assert "wrote 2 mixtures" in capsys.readouterr().out

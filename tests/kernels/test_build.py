@@ -1,0 +1,144 @@
+"""The C++ kernels' build cannot strand a user: each failure falls back with one warning and right numbers.
+
+Every case runs in a fresh process with its own empty kernel cache
+(``NORMLAB_CACHE_DIR``), so the build really happens there. Builds use
+``-O0`` (a later flag wins over the build's ``-O3``): these tests are about
+how the build fails, and ``-O0`` builds several times faster. The compiled
+path is switched off in the child (``use_compiled(False)``) so a fallback
+lands on torch's kernel or the reference without an inductor compile.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+import normlab
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++")
+
+CHILD = r"""
+import json, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch
+    from normlab import functional as F, kernels
+    from normlab.kernels import cpu
+    g = torch.Generator().manual_seed(0)
+    impls, errs = {}, {}
+    with kernels.use_compiled(False):
+        for dtype in (torch.float32, torch.float16):
+            x = torch.randn(70, 24, generator=g).to(dtype).requires_grad_()
+            r = torch.randn(70, 24, generator=g).to(dtype)
+            w = (1 + torch.randn(24, generator=g)).to(dtype).requires_grad_()
+            for op in kernels.OPS:
+                def run(impl):
+                    fn = getattr(F, op)
+                    y = fn(x, r, 24, w, impl=impl)[0] if op.startswith("add_") else fn(x, 24, w, impl=impl)
+                    return (y, *torch.autograd.grad(y.float().square().sum(), (x, w)))
+                key = f"{op}/{str(dtype).removeprefix('torch.')}"
+                impls[key] = kernels.resolve("auto", op, x, 1e-5)
+                errs[key] = max(((a.double() - b.double()).abs().max() / b.double().abs().max().clamp(min=1)).item()
+                                for a, b in zip(run("auto"), run("reference")))  # relative to the largest value
+        run("auto")  # more calls: still no further warning
+msgs = [str(c.message) for c in caught if str(c.message).startswith("normlab")]
+print(json.dumps({"impls": impls, "errs": errs, "warnings": msgs, "dtypes": sorted(map(str, cpu.dtypes()))}))
+"""
+
+
+def _env(tmp_path: pathlib.Path, **extra: str) -> dict:
+    src = str(pathlib.Path(normlab.__file__).resolve().parents[1])
+    env = dict(os.environ, NORMLAB_CACHE_DIR=str(tmp_path / "cache"), NORMLAB_CXXFLAGS="-O0",
+               PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]), OMP_NUM_THREADS="1")
+    env.pop("CXX", None)
+    env.update(extra)
+    return env
+
+
+def _child(env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", CHILD], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _result(p: subprocess.Popen) -> dict:
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err[-2000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _check_numbers(res: dict) -> None:
+    tol = {"float32": 1e-5, "float16": 2e-2}
+    for key, err in res["errs"].items():
+        assert err <= tol[key.split("/")[1]], (key, err)
+
+
+def _script(tmp_path: pathlib.Path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["false", "hangs"])
+def test_broken_compiler_falls_back_with_one_warning(case, tmp_path):
+    if case == "false":
+        env = _env(tmp_path, CXX="/bin/false")
+        reason = "exited with 1"
+    else:  # a compiler that never answers is killed after NORMLAB_BUILD_TIMEOUT seconds
+        env = _env(tmp_path, CXX=_script(tmp_path, "slow-cxx", "sleep 60"), NORMLAB_BUILD_TIMEOUT="1")
+        reason = "timed out after 1 s"
+    res = _result(_child(env))
+    assert "cpu" not in res["impls"].values() and res["dtypes"] == []
+    assert len(res["warnings"]) == 1 and reason in res["warnings"][0], res["warnings"]
+    _check_numbers(res)
+
+
+@needs_gxx
+@pytest.mark.parametrize("how", ["under-a-file", "mode-0555"])
+def test_unwritable_cache_builds_in_a_temporary_directory(how, tmp_path):
+    cache = tmp_path / "cache"
+    if how == "under-a-file":  # the cache path goes through a regular file: nothing can be created there
+        cache.write_text("not a directory")
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a mode-0555 directory")
+        (cache / "kernels").mkdir(parents=True)
+        (cache / "kernels").chmod(0o555)
+    res = _result(_child(_env(tmp_path)))
+    assert res["impls"]["rms_norm/float32"] == "cpu" and res["impls"]["layer_norm/float16"] == "cpu"
+    assert len(res["warnings"]) == 1 and "not writable" in res["warnings"][0], res["warnings"]
+    _check_numbers(res)
+
+
+@needs_gxx
+@pytest.mark.parametrize("flag", ["-DNORMLAB_NO_FLOAT16", "-U__FLT16_MAX__"])
+def test_build_without_float16_keeps_the_other_dtypes(flag, tmp_path):
+    """``-U__FLT16_MAX__`` is what a compiler without ``_Float16`` (GCC 11) looks like to the source."""
+    res = _result(_child(_env(tmp_path, NORMLAB_CXXFLAGS=f"-O0 {flag}")))
+    assert res["dtypes"] == ["torch.bfloat16", "torch.float32", "torch.float64"]
+    assert all(impl == "cpu" for key, impl in res["impls"].items() if key.endswith("float32") and "rms" in key)
+    assert all(impl != "cpu" for key, impl in res["impls"].items() if key.endswith("float16"))
+    assert len(res["warnings"]) == 1 and "_Float16" in res["warnings"][0], res["warnings"]
+    _check_numbers(res)
+
+
+@needs_gxx
+def test_concurrent_first_use_builds_once(tmp_path):
+    """Two processes meet an empty cache at once: one compiles, the other waits for it; neither warns."""
+    log = tmp_path / "compiles.log"
+    cxx = _script(tmp_path, "logging-cxx", f'case "$*" in *--version*) ;; *) echo build >> "{log}";; esac\n'
+                                           'exec g++ "$@"')
+    env = _env(tmp_path, CXX=cxx)
+    children = [_child(env), _child(env)]
+    results = [_result(p) for p in children]
+    assert log.read_text().splitlines() == ["build"]
+    assert len(list((tmp_path / "cache" / "kernels").glob("normlab_cpu_*.so"))) == 1
+    for res in results:
+        assert res["warnings"] == [] and res["impls"]["rms_norm/float16"] == "cpu"
+        _check_numbers(res)

@@ -1,0 +1,186 @@
+"""Kernel dispatch, the kernels' own properties, and composability with torch.compile."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import normlab
+from normlab import functional as F
+from normlab import kernels
+from normlab.kernels import cpu, fused
+from normlab.kernels.native import NativeKernel
+
+HAS_CPU = cpu.available()
+
+
+def test_auto_policy():
+    """On CPU: normlab's C++ kernels for every dtype, except plain LayerNorm rows narrower than
+    NATIVE_BELOW_D in float32/float64 (torch's kernel measured faster there); without a compiler,
+    torch's LayerNorm kernel (float32/float64), else the compiled path."""
+    half = "compiled" if fused.available() else "reference"
+    for d in (8, 768):
+        x32, x64, xbf = torch.randn(4, d), torch.randn(4, d).double(), torch.randn(4, d).bfloat16()
+        for op in kernels.OPS:
+            full = "cpu" if HAS_CPU else ("native" if "layer" in op else half)
+            if op == "layer_norm" and d < kernels.NATIVE_BELOW_D:
+                full = "native"
+            assert kernels.resolve("auto", op, x32, 1e-5) == full, (op, d)
+            assert kernels.resolve("auto", op, x64, 1e-5) == full, (op, d)
+            assert kernels.resolve("auto", op, xbf, 1e-5) == ("cpu" if HAS_CPU else half), (op, d)
+            assert kernels.resolve("auto", op, x32, 0.0) != "native"  # torch gives NaN on constant rows at eps = 0
+    # the row length is prod(normalized_shape), not the last dim
+    expected = "cpu" if HAS_CPU else "native"
+    assert kernels.resolve("auto", "layer_norm", torch.randn(4, 30, 30), 1e-5, d=900) == expected
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no C++ compiler: both sides of the boundary are native")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_native_below_d_boundary_is_exact(dtype):
+    """Rows of exactly NATIVE_BELOW_D go to normlab's kernel; one element fewer, to torch's."""
+    d = kernels.NATIVE_BELOW_D
+    assert kernels.resolve("auto", "layer_norm", torch.randn(2, d - 1, dtype=dtype), 1e-5) == "native"
+    assert kernels.resolve("auto", "layer_norm", torch.randn(2, d, dtype=dtype), 1e-5) == "cpu"
+    x = torch.randn(2, 8, d // 8, dtype=dtype)  # the row length is prod(normalized_shape)
+    assert kernels.resolve("auto", "layer_norm", x, 1e-5, d=d) == "cpu"
+    assert kernels.resolve("auto", "layer_norm", x, 1e-5, d=d - 1) == "native"
+
+
+def test_forced_impl_that_cannot_run_raises():
+    with pytest.raises(ValueError, match="native.*rms_norm"):
+        F.rms_norm(torch.randn(2, 8), 8, impl="native")
+    with pytest.raises(ValueError, match="native"):
+        F.layer_norm(torch.randn(2, 8).half(), 8, impl="native")
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="cpu"):
+            F.rms_norm(torch.randn(2, 8, device="cuda"), 8, impl="cpu")
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "add_layer_norm"])
+def test_native_kernel_methods_are_what_native_runs(op, monkeypatch):
+    """functional reaches torch's kernel only through dispatch and NativeKernel.fwd/bwd."""
+    calls = []
+    for name in ("fwd", "bwd"):
+        orig = getattr(NativeKernel, name)
+        monkeypatch.setattr(NativeKernel, name,
+                            lambda self, *a, _n=name, _o=orig, **kw: calls.append(_n) or _o(self, *a, **kw))
+    x = torch.randn(3, 8, requires_grad=True)
+    y = F.layer_norm(x, 8, impl="native") if op == "layer_norm" else F.add_layer_norm(x, x, 8, impl="native")[0]
+    y.sum().backward()
+    assert calls == ["fwd", "bwd"]
+
+
+def test_use_compiled_is_local_to_the_block_and_thread(monkeypatch):
+    x = torch.randn(4, 8).bfloat16()
+    if not fused.available():
+        pytest.skip("no compiler")
+    monkeypatch.setattr(cpu.CpuKernel, "supports", lambda *a: False)  # as on a machine without g++
+    seen = {}
+
+    def other_thread():
+        seen["other"] = kernels.resolve("auto", "rms_norm", x, 1e-5)
+
+    with kernels.use_compiled(False):
+        assert kernels.resolve("auto", "rms_norm", x, 1e-5) == "reference"
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+    assert seen["other"] == "compiled"
+    assert kernels.resolve("auto", "rms_norm", x, 1e-5) == "compiled"
+
+
+@pytest.mark.skipif(not fused.available(), reason="no compiler")
+def test_compiled_leaves_torch_configuration_alone():
+    """Many variants (dtypes, with/without weight, eps) compile without touching dynamo's global limits."""
+    import torch._dynamo
+
+    before = dict(torch._dynamo.config.get_config_copy())
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        for eps in (1e-5, 1e-6):
+            x = torch.randn(3, 5, dtype=dtype)
+            F.rms_norm(x, 5, eps=eps, impl="compiled")
+            F.rms_norm(x, 5, torch.ones(5, dtype=dtype), eps=eps, impl="compiled")
+    assert dict(torch._dynamo.config.get_config_copy()) == before
+    assert any(k.startswith("rms_fwd/float64/cpu") for k in fused.COLD_START_S)
+
+
+def test_col_sum_is_blocked_and_exact_in_float64():
+    t = torch.randn(fused.ROW_BLOCK * 3 + 5, 7, dtype=torch.float64)
+    torch.testing.assert_close(fused._col_sum(t), t.sum(0), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no C++ compiler")
+@pytest.mark.parametrize("op", kernels.OPS)
+def test_cpu_weight_gradients_do_not_depend_on_thread_count(op):
+    """The partial rows come from a fixed block partition, so 1 and 2 threads give the same bits."""
+    g = torch.Generator().manual_seed(0)
+    x, r = (torch.randn(1000, 96, generator=g, requires_grad=True) for _ in range(2))
+    w, b = torch.randn(96, requires_grad=True), torch.randn(96, requires_grad=True)
+    dy = torch.randn(1000, 96, generator=g)
+
+    def run():
+        if op == "layer_norm":
+            y = F.layer_norm(x, 96, w, b, impl="cpu")
+        elif op == "rms_norm":
+            y = F.rms_norm(x, 96, w, impl="cpu")
+        else:
+            y = getattr(F, op)(x, r, 96, w, *([b] if "layer" in op else []), impl="cpu")[0]
+        return torch.autograd.grad(y, [w, b] if "layer" in op else [w], dy)
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = run()
+        torch.set_num_threads(2)
+        two = run()
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(a, c) for a, c in zip(one, two))
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no C++ compiler")
+def test_cpu_build_is_cached_under_the_user_cache_dir():
+    built = sorted(cpu.cache_dir().glob("normlab_cpu_*.so"))
+    assert built and cpu.cache_dir().is_dir()
+
+
+def test_kernels_save_no_more_than_torch():
+    """Backward keeps only the input and per-row statistics (plus the weight)."""
+    from normlab.lab.bench import saved_bytes
+
+    x = torch.randn(512, 256, requires_grad=True)
+    w = torch.randn(256, requires_grad=True)
+    for impl in ("auto", "compiled", "cpu"):
+        if impl != "auto" and not kernels.get_kernel(impl).supports("rms_norm", x, 1e-5):
+            continue
+        ours = saved_bytes(lambda: F.rms_norm(x, 256, w, impl=impl))  # noqa: B023
+        assert ours <= x.numel() * 4 + 512 * 4 + 256 * 4, impl
+        assert ours <= saved_bytes(lambda: torch.nn.functional.rms_norm(x, [256], w)), impl
+
+
+class _Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ln, self.rms, self.lin = normlab.LayerNorm(d), normlab.RMSNorm(d), nn.Linear(d, d)
+
+    def forward(self, x):
+        h = x + self.lin(self.ln(x))
+        y, s = F.add_rms_norm(self.lin(h), h, h.shape[-1], self.rms.weight)
+        return self.rms(y + s)
+
+
+@pytest.mark.skipif(not fused.available(), reason="no compiler")
+def test_model_compiles_fullgraph_and_matches_eager():
+    torch.manual_seed(0)
+    m = _Block(32)
+    x = torch.randn(4, 6, 32, requires_grad=True)
+    y_eager = m(x)
+    g_eager = torch.autograd.grad(y_eager.sum(), [x, *m.parameters()])
+    compiled = torch.compile(m, fullgraph=True)  # raises on any graph break (a ctypes call would be one)
+    y = compiled(x)
+    g = torch.autograd.grad(y.sum(), [x, *m.parameters()])
+    torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g, g_eager):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)

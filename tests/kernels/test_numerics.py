@@ -1,0 +1,214 @@
+"""The numerics contract (docs/numerics.md), on every op and every implementation."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import ATOL, DTYPES, HALF, max_err
+from normlab import kernels
+from numerics_ops import OPS, grads, has_bias, make_inputs, ours, torchs
+
+
+def _double(t):
+    return None if t is None else t.detach().double().requires_grad_()
+
+
+def baseline(op, x, w, b, r, impl):
+    """What our error is held against: torch's eager op in the same dtype, unless our path *is*
+    torch's kernel (native, or auto resolving to it): then normlab's reference in the same dtype,
+    so the rule never compares torch with itself."""
+    eps = 1e-5 if has_bias(op) else torch.finfo(torch.float32).eps
+    if kernels.resolve(impl, op, x, eps) == "native":
+        return ours(op, x, w, b, impl="reference", r=r)
+    return torchs(op, x, w, b, r=r)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scale,shift", [(1.0, 0.0), (4.0, 10.0)])
+def test_accuracy_rule(op, dtype, scale, shift, impl):
+    """Error vs float64 is at most 2x the baseline's (torch's own) error in the same dtype, plus a small atol."""
+    x, w, b, r = make_inputs(op, 64, 768, dtype, scale=scale, shift=shift)
+    dy = torch.randn(64, 768, generator=torch.Generator().manual_seed(1)).to(dtype)
+    y = ours(op, x, w, b, impl=impl, r=r)
+    yt = baseline(op, x, w, b, r, impl)
+    x64, w64, b64, r64 = map(_double, (x, w, b, r))
+    y64 = torchs(op, x64, w64, b64, r=r64)
+    assert y.dtype == dtype
+    assert max_err(y, y64) <= 2 * max_err(yt, y64) + ATOL[dtype]
+    g, gt, g64 = (grads(o, dy.to(o.dtype), ins) for o, ins in ((y, (x, w, b)), (yt, (x, w, b)), (y64, (x64, w64, b64))))
+    for name, a, t, ref in zip(("dx", "dw", "db"), g, gt, g64):
+        scale_ = max(1.0, ref.abs().max().item())
+        assert a.dtype == dtype, name
+        assert max_err(a, ref) <= 2 * max_err(t, ref) + ATOL[dtype] * scale_, name
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [33, 70])
+def test_weight_gradients_include_the_last_partial_block(op, dtype, n, impl):
+    """N > 32 and not a multiple of the 32-row block: dw/db (float64 reference) still sum every row."""
+    x, w, b, r = make_inputs(op, n, 40, dtype, seed=n)
+    dy = torch.randn(n, 40, generator=torch.Generator().manual_seed(2)).to(dtype)
+    y, yt = ours(op, x, w, b, impl=impl, r=r), baseline(op, x, w, b, r, impl)
+    x64, w64, b64, r64 = map(_double, (x, w, b, r))
+    y64 = torchs(op, x64, w64, b64, r=r64)
+    params, params64 = [t for t in (w, b) if t is not None], [t for t in (w64, b64) if t is not None]
+    g, gt, g64 = grads(y, dy, params), grads(yt, dy, params), grads(y64, dy.double(), params64)
+    for name, a, t, ref in zip(("dw", "db"), g, gt, g64):
+        assert max_err(a, ref) <= 2 * max_err(t, ref) + ATOL[dtype] * max(1.0, ref.abs().max().item()), name
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_large_mean_small_std_float32(op, impl):
+    """Rows with mean 1e4 and std 1e-2: two-pass statistics stay accurate (E[x^2]-E[x]^2 would not)."""
+    x, w, b, r = make_inputs(op, 32, 1024, torch.float32, scale=1e-2, shift=1e4)
+    if r is not None:
+        r = (r.detach() * 1e-2).requires_grad_()
+    y = ours(op, x, w, b, impl=impl, r=r)
+    yt = baseline(op, x, w, b, r, impl)
+    y64 = torchs(op, *map(_double, (x, w, b)), r=_double(r))
+    assert max_err(y, y64) <= 2 * max_err(yt, y64) + ATOL[torch.float32]
+    if has_bias(op):
+        # float32 rounds the mean to ~5e-4 (5% of the std), so O(0.1) errors are inherent;
+        # E[x^2] - E[x]^2 loses the variance (1e-4) entirely next to E[x^2] = 1e8 (ulp 8).
+        assert max_err(y, y64) < 0.5
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_float16_near_max_gives_no_overflow(op, impl):
+    x, w, b, r = make_inputs(op, 8, 4096, torch.float16, scale=2e3, shift=6e4)
+    x = x.detach().clamp(max=65000).requires_grad_()
+    if r is not None:
+        r = torch.zeros_like(r, requires_grad=True)
+    y = ours(op, x, w, b, impl=impl, r=r)
+    dx = grads(y, torch.ones_like(y), (x,))[0]
+    assert torch.isfinite(y).all() and torch.isfinite(dx).all()
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("eps", [1e-5, 0.0])
+def test_all_zero_row_gives_bias(op, eps, impl):
+    x, w, b, r = make_inputs(op, 4, 16, torch.float32)
+    x = x.detach().clone()
+    x[2] = 0
+    x.requires_grad_()
+    if r is not None:
+        r = r.detach().clone()
+        r[2] = 0
+        r.requires_grad_()
+    y = ours(op, x, w, b, impl=impl, r=r, eps=eps)
+    expected = b.detach() if b is not None else torch.zeros(16)
+    assert torch.equal(y[2], expected)
+    dx = grads(y, torch.randn_like(y), (x,))[0]
+    assert torch.isfinite(dx).all()
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nonfinite_row_leaves_other_rows_exact(op, bad, impl):
+    x, w, b, r = make_inputs(op, 6, 32, torch.float32)
+    dy = torch.randn(6, 32)
+    y0 = ours(op, x, w, b, impl=impl, r=r)
+    dx0 = grads(y0, dy, (x,))[0]
+    xb = x.detach().clone()
+    xb[3, 5] = bad
+    xb.requires_grad_()
+    y1 = ours(op, xb, w, b, impl=impl, r=r)
+    dx1 = grads(y1, dy, (xb,))[0]
+    keep = [0, 1, 2, 4, 5]
+    assert torch.equal(y0[keep], y1[keep]) and torch.equal(dx0[keep], dx1[keep])
+    assert not torch.isfinite(y1[3]).all()
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_empty_batch(op, impl):
+    x, w, b, r = make_inputs(op, 0, 8, torch.float32)
+    x3 = x.detach().reshape(0, 3, 8).requires_grad_()
+    r3 = None if r is None else r.detach().reshape(0, 3, 8).requires_grad_()
+    y = ours(op, x3, w, b, impl=impl, r=r3)
+    assert y.shape == (0, 3, 8)
+    g = grads(y, torch.zeros_like(y), (x3, w, b))
+    assert g[0].shape == (0, 3, 8)
+    assert torch.equal(g[1], torch.zeros(8))
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("d", [1, 3, 3000])
+def test_odd_widths_match_torch(op, d, impl):
+    """Against torch's math in float64 (at D=1, torch's float32 LayerNorm has x - mean != 0 by rounding,
+    times rstd = 1/sqrt(eps) ~ 316: its own dweight is off by ~1e-4 while the exact one is 0)."""
+    x, w, b, r = make_inputs(op, 5, d, torch.float32, scale=2.0, shift=1.0)
+    dy = torch.randn(5, d, generator=torch.Generator().manual_seed(d))
+    x64, w64, b64, r64 = map(_double, (x, w, b, r))
+    y, yt = ours(op, x, w, b, impl=impl, r=r), torchs(op, x64, w64, b64, r=r64)
+    torch.testing.assert_close(y, yt.float(), rtol=1e-5, atol=1e-5)
+    for a, t in zip(grads(y, dy, (x, w, b, r)), grads(yt, dy.double(), (x64, w64, b64, r64))):
+        torch.testing.assert_close(a, t.float(), rtol=1e-4, atol=1e-4)
+    if d == 1 and has_bias(op):  # one feature: x - mean = 0, so the output is bias
+        assert torch.equal(y, b.detach().expand(5, 1))
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_non_contiguous_input_equals_contiguous(op, impl):
+    x, w, b, r = make_inputs(op, 24, 16, torch.float32)
+    xt = x.detach().reshape(16, 24).t()  # 24, 16 view with strides (1, 24)
+    xt.requires_grad_()
+    assert not xt.is_contiguous()
+    y_nc = ours(op, xt, w, b, impl=impl, r=r)
+    y_c = ours(op, xt.detach().contiguous(), w, b, impl=impl, r=r)
+    assert torch.equal(y_nc, y_c)
+
+
+def _row_result(op, x, w, b, r, dy, impl):
+    """Output and dx/dr of each row (dw/db mix rows, so they are not batch-invariant by nature)."""
+    y = ours(op, x, w, b, impl=impl, r=r)
+    g = grads(y, dy, (x, r))
+    return y.detach(), g
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batch_invariance(op, dtype, impl):
+    """Row i alone, inside 7 rows and inside 4096 rows: bitwise the same output and input gradients."""
+    x, w, b, r = make_inputs(op, 4096, 256, dtype, scale=3.0, shift=1.0)
+    dy = torch.randn(4096, 256, generator=torch.Generator().manual_seed(3)).to(dtype)
+    i = 5
+
+    def sub(rows):
+        xs = x.detach()[rows].requires_grad_()
+        rs = None if r is None else r.detach()[rows].requires_grad_()
+        return _row_result(op, xs, w, b, rs, dy[rows], impl)
+
+    y_all, g_all = sub(slice(0, 4096))
+    y_7, g_7 = sub(slice(0, 7))
+    y_1, g_1 = sub(slice(i, i + 1))
+    assert torch.equal(y_all[i], y_1[0]) and torch.equal(y_7[i], y_1[0])
+    for a, s7, one in zip(g_all, g_7, g_1):
+        assert torch.equal(a[i], one[0]) and torch.equal(s7[i], one[0])
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_bitwise_repeatable(op, dtype, impl):
+    x, w, b, r = make_inputs(op, 2048, 384, dtype)
+    dy = torch.randn(2048, 384).to(dtype)
+    runs = []
+    for _ in range(3):
+        y = ours(op, x, w, b, impl=impl, r=r)
+        runs.append((y.detach(), *grads(y, dy, (x, w, b, r))))
+    for other in runs[1:]:
+        assert all(torch.equal(a, c) for a, c in zip(runs[0], other))
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_uses_float32_statistics(op, dtype, impl):
+    """A half-precision row whose mean needs more than 8 bits: float32 stats match float64 to rounding."""
+    x, w, b, r = make_inputs(op, 16, 2048, dtype, scale=1.0, shift=300.0)
+    y = ours(op, x, w, b, impl=impl, r=r)
+    s = (x.detach() if r is None else x.detach() + r.detach()).double()  # s is stored in the input dtype
+    y64 = torchs(op.removeprefix("add_"), s, w.detach().double(), None if b is None else b.detach().double())
+    ulp = {torch.float16: 2**-10, torch.bfloat16: 2**-7}[dtype]
+    # within a few output ulps of the exact result (bf16 stats would be off by O(1))
+    assert max_err(y, y64) <= 4 * ulp * max(1.0, y64.abs().max().item())

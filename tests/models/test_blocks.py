@@ -1,0 +1,142 @@
+"""Every placement x norm builds, runs forward/backward, and ignores padding."""
+import pytest
+import torch
+
+import normlab
+from normlab.nn.residual import materialize
+from normlab.registry import NORMS, PLACEMENTS
+
+D, H = 16, 4
+
+
+def _padded_pair(seed=0, t_short=5, t_long=8, in_dim=None):
+    g = torch.Generator().manual_seed(seed)
+    d = in_dim or D
+    alone = torch.randn(1, t_short, d, generator=g)
+    other = torch.randn(1, t_long, d, generator=g)
+    batch = torch.zeros(2, t_long, d)
+    batch[0, :t_short] = alone[0]
+    batch[0, t_short:] = 99.0  # garbage in the padding must not matter
+    batch[1] = other[0]
+    mask = torch.zeros(2, t_long, dtype=torch.bool)
+    mask[0, t_short:] = True
+    return alone, batch, mask
+
+
+@pytest.mark.parametrize("placement", list(PLACEMENTS))
+@pytest.mark.parametrize("norm", list(NORMS))
+def test_every_combination_runs_and_ignores_padding(placement, norm):
+    torch.manual_seed(0)
+    m = normlab.TransformerEncoder(D, H, 4, 32, norm=norm, placement=placement, input_dim=6)
+    alone, batch, mask = _padded_pair(in_dim=6)
+    y = m(batch, mask)
+    assert y.shape == (2, 8, D) and torch.isfinite(y).all()
+    y.sum().backward()
+    assert all(p.grad is not None for p in m.parameters() if p.requires_grad)
+    m.eval()
+    y_alone, y_batch = m(alone), m(batch, mask)
+    if norm == "batchnorm":
+        m.train()  # batch statistics: the valid frames of the other sequence change the result
+        assert not torch.allclose(m(alone), m(batch, mask)[:1, :5], atol=1e-3)
+    else:
+        torch.testing.assert_close(y_batch[:1, :5], y_alone, rtol=1e-5, atol=1e-5)
+        m.train()
+        torch.testing.assert_close(m(batch, mask)[:1, :5], m(alone), rtol=1e-5, atol=1e-5)
+
+
+def test_batchnorm_eval_uses_running_stats_and_is_padding_invariant():
+    m = normlab.TransformerEncoder(D, H, 2, 32, norm="batchnorm", placement="pre")
+    alone, batch, mask = _padded_pair()
+    for _ in range(3):
+        m(batch, mask)  # train mode: update running statistics from valid frames only
+    assert m.layers[0].attn.pre_norm.num_batches_tracked.item() == 3
+    m.eval()
+    torch.testing.assert_close(m(batch, mask)[:1, :5], m(alone), rtol=1e-5, atol=1e-5)
+
+
+def test_causal_mask_blocks_the_future():
+    m = normlab.TransformerEncoder(D, H, 2, causal=True).eval()
+    x = torch.randn(1, 6, D)
+    x2 = x.clone()
+    x2[:, 4:] += 5.0 * torch.randn(1, 2, D)  # a shift alone would vanish in the pre-norm
+    torch.testing.assert_close(m(x)[:, :4], m(x2)[:, :4])
+    assert not torch.allclose(m(x)[:, 4:], m(x2)[:, 4:])
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu", "swiglu"])
+@pytest.mark.parametrize("pos", ["sinusoidal", "learned", "none"])
+def test_activations_and_positions(activation, pos):
+    m = normlab.TransformerEncoder(D, H, 2, activation=activation, pos=pos)
+    assert m(torch.randn(2, 5, D)).shape == (2, 5, D)
+
+
+def test_fused_pre_block_matches_unfused():
+    """The pre block's fused add+norm gives what separate add and norm give."""
+    torch.manual_seed(0)
+    b = normlab.TransformerBlock(D, H, 32, placement="pre")
+    x = torch.randn(2, 5, D)
+    h = x + b.attn.fn(b.attn.pre_norm(x))
+    expected = h + b.ffn.fn(b.ffn.pre_norm(h))
+    hidden, residual = b(x)
+    assert residual is not None  # a pre block leaves its last add to the next norm
+    torch.testing.assert_close(materialize(hidden, residual), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_conformer_structure_and_padding():
+    torch.manual_seed(0)
+    blk = normlab.ConformerBlock(D, H, kernel_size=5)
+    assert blk.ffn1.scale == 0.5 and blk.ffn2.scale == 0.5
+    assert all(u.slots.pre for u in (blk.ffn1, blk.attn, blk.conv, blk.ffn2))
+    x = torch.randn(3, 9, D) * 4 + 2
+    y, pending = blk(x)
+    assert pending is None  # the block's final norm closed the stream
+    assert y.mean(-1).abs().max() < 1e-5  # ends with a LayerNorm (gamma 1, beta 0)
+    assert (y.std(-1, unbiased=False) - 1).abs().max() < 1e-3
+    enc = normlab.ConformerEncoder(D, H, 2, input_dim=6, kernel_size=5).eval()
+    alone, batch, mask = _padded_pair(in_dim=6)
+    torch.testing.assert_close(enc(batch, mask)[:1, :5], enc(alone), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="odd"):
+        normlab.ConformerBlock(D, H, kernel_size=4)
+
+
+@pytest.mark.parametrize("attention", ["joint", "divided"])
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_video_encoder(attention, placement):
+    torch.manual_seed(0)
+    m = normlab.VideoEncoder(D, H, 2, n_patches=3, attention=attention, placement=placement).eval()
+    x = torch.randn(2, 4, 3, D)  # B, T, N, D
+    fm = torch.zeros(2, 4, dtype=torch.bool)
+    fm[0, 3:] = True
+    y = m(x, fm)
+    assert y.shape == (2, 4, 3, D)
+    torch.testing.assert_close(y[:1, :3], m(x[:1, :3]), rtol=1e-5, atol=1e-5)  # padded frame ignored
+    with pytest.raises(ValueError, match="patches"):
+        m(torch.randn(1, 2, 5, D))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="divisible"):
+        normlab.TransformerBlock(10, 3)
+    with pytest.raises(ValueError, match="activation"):
+        normlab.TransformerBlock(8, 2, activation="tanh")
+    with pytest.raises(ValueError, match="positional"):
+        normlab.TransformerEncoder(8, 2, 1, pos="rope")
+    with pytest.raises(TypeError, match="bool"):
+        normlab.TransformerEncoder(8, 2, 1)(torch.randn(1, 3, 8), torch.zeros(1, 3))
+    with pytest.raises(TypeError, match="mask="):  # the second argument of a block is the residual stream
+        normlab.TransformerBlock(8, 2)(torch.randn(1, 3, 8), torch.zeros(1, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="n_layers"):
+        normlab.ConformerEncoder(8, 2, 0)
+    with pytest.raises(ValueError, match="layer_index"):
+        normlab.TransformerBlock(8, 2, layer_index=4, n_layers=4)
+
+
+@pytest.mark.parametrize("placement", list(PLACEMENTS))
+@pytest.mark.parametrize("norm", list(NORMS))
+def test_video_every_placement_and_norm(placement, norm):
+    m = normlab.VideoEncoder(D, H, 2, n_patches=3, attention="divided", norm=norm, placement=placement)
+    fm = torch.zeros(2, 4, dtype=torch.bool)
+    fm[1, 3:] = True
+    y = m(torch.randn(2, 4, 3, D), fm)
+    assert y.shape == (2, 4, 3, D) and torch.isfinite(y).all()
+    y.sum().backward()

@@ -1,0 +1,82 @@
+"""Forward hooks fire on every block and every norm of every encoder, exactly once per call, fused kernels on.
+
+Every block and every norm is called as a module (``__call__``), the fused
+add+norm included: a norm that does the residual add is called with
+``residual=`` and runs ``add_layer_norm`` / ``add_rms_norm`` itself.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+import normlab
+from normlab import functional as F
+from normlab.diarization.models.eend import EENDModel, ModelConfig
+from normlab.models import Block
+from normlab.registry import NORMS, PLACEMENTS, MaskedBatchNorm
+
+D, HEADS, D_FF, N_LAYERS = 8, 2, 16, 4  # 4 layers: mixln has one post layer
+MODELS = ["transformer", "conformer", "video-divided", "video-joint", "eend-transformer", "eend-conformer"]
+HOOKED_NORMS = [n for n in NORMS if n != "none"]  # layernorm, rmsnorm, scalenorm, dyt, batchnorm
+NORM_TYPES = (normlab.LayerNorm, normlab.RMSNorm, normlab.ScaleNorm, normlab.DyT, MaskedBatchNorm)
+
+
+def _build(kind: str, norm: str, placement: str):
+    torch.manual_seed(0)
+    where = dict(norm=norm, placement=placement)
+    if kind == "transformer":
+        return normlab.TransformerEncoder(D, HEADS, N_LAYERS, D_FF, input_dim=5, max_len=6, **where), (2, 6, 5)
+    if kind == "conformer":
+        m = normlab.ConformerEncoder(D, HEADS, N_LAYERS, D_FF, input_dim=5, max_len=6, kernel_size=3, **where)
+        return m, (2, 6, 5)
+    if kind.startswith("video"):
+        m = normlab.VideoEncoder(D, HEADS, N_LAYERS, D_FF, n_patches=2, attention=kind.split("-")[1], max_frames=3,
+                                 **where)
+        return m, (2, 3, 2, D)
+    cfg = ModelConfig(input_dim=5, d_model=D, n_heads=HEADS, n_layers=N_LAYERS, d_ff=D_FF, encoder=kind.split("-")[1],
+                      dropout=0.0, **where)
+    return EENDModel(cfg), (2, 6, 5)
+
+
+@pytest.mark.parametrize("norm", HOOKED_NORMS)
+@pytest.mark.parametrize("placement", list(PLACEMENTS))
+@pytest.mark.parametrize("kind", MODELS)
+def test_a_hook_on_every_block_and_norm_fires_once_per_call(kind, placement, norm, monkeypatch):
+    model, shape = _build(kind, norm, placement)
+    blocks = [m for m in model.modules() if isinstance(m, Block)]
+    norms = [m for m in model.modules() if isinstance(m, NORM_TYPES)]
+    assert len(blocks) == N_LAYERS and len(norms) >= N_LAYERS
+    calls, fused_calls, kernel_calls = Counter(), Counter(), Counter()
+
+    def hook(m, _args, kwargs, _out):
+        calls[m] += 1
+        fused_calls[m] += kwargs.get("residual") is not None
+
+    def counted(op):
+        def run(*args, **kw):
+            kernel_calls[op.__name__] += 1
+            return op(*args, **kw)
+        return run
+
+    monkeypatch.setattr(F, "add_layer_norm", counted(F.add_layer_norm))
+    monkeypatch.setattr(F, "add_rms_norm", counted(F.add_rms_norm))
+    handles = [m.register_forward_hook(hook, with_kwargs=True) for m in blocks + norms]
+    x = torch.randn(shape)
+    mask = torch.zeros(shape[:2], dtype=torch.bool)
+    mask[1, -1] = True
+    with torch.no_grad():
+        model.train()(x, mask)
+        model.eval()(x, mask)
+    for h in handles:
+        h.remove()
+    silent = [n for n, m in model.named_modules() if m in blocks + norms and calls[m] != 2]
+    assert not silent, f"{kind} {placement} {norm}: hooks that did not fire once per call: {silent}"
+    fused = sum(fused_calls.values())
+    if norm == "batchnorm":  # it cannot take residual=: the unit adds, then calls it on the sum
+        assert fused == 0 and not kernel_calls
+    else:  # the pending adds went into the norms, LayerNorm's and RMSNorm's through the fused kernel
+        assert fused > 0
+        kernel = {"layernorm": "add_layer_norm", "rmsnorm": "add_rms_norm"}.get(norm)
+        assert kernel_calls == (Counter({kernel: fused}) if kernel else Counter())

@@ -1,0 +1,97 @@
+"""torch TransformerEncoderLayer round trips and BERT checkpoints."""
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import normlab
+from normlab import interop
+from normlab.nn.residual import materialize
+
+
+def _mask(b, t, lengths):
+    m = torch.zeros(b, t, dtype=torch.bool)
+    for i, n in enumerate(lengths):
+        m[i, n:] = True
+    return m
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_from_torch_matches(norm_first, activation, with_mask):
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, activation=activation, batch_first=True,
+                                       norm_first=norm_first)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.1 * torch.randn_like(p))  # non-trivial norms and biases
+    block = interop.from_torch(layer)
+    assert block.placement == ("pre" if norm_first else "post")
+    x = torch.randn(3, 7, 32)
+    mask = _mask(3, 7, [7, 4, 2]) if with_mask else None
+    layer.train()  # torch's eval fast path zeroes padded outputs; compare the plain math
+    block.train()
+    ref = layer(x, src_key_padding_mask=mask)
+    got = materialize(*block(x, mask=mask))
+    valid = ~mask if mask is not None else torch.ones(3, 7, dtype=torch.bool)
+    torch.testing.assert_close(got[valid], ref[valid], rtol=1e-5, atol=1e-5)
+    back = interop.to_torch(block)
+    torch.testing.assert_close(back(x, src_key_padding_mask=mask)[valid], ref[valid], rtol=1e-5, atol=1e-5)
+    assert back.norm_first == norm_first
+
+
+def test_to_torch_rejects_what_torch_lacks():
+    with pytest.raises(ValueError, match="placement"):
+        interop.to_torch(normlab.TransformerBlock(8, 2, placement="sandwich"))
+    with pytest.raises(ValueError, match="LayerNorm"):
+        interop.to_torch(normlab.TransformerBlock(8, 2, norm="rmsnorm"))
+    with pytest.raises(TypeError):
+        interop.from_torch(nn.Linear(2, 2))
+
+
+def _tiny_bert(tmp_path, safe=True, prefix_model=False):
+    transformers = pytest.importorskip("transformers", reason="the BERT comparisons need transformers ([dev] extra)")
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                  intermediate_size=37, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                  attention_probs_dropout_prob=0.0)
+    model = (transformers.BertForMaskedLM if prefix_model else transformers.BertModel)(cfg).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "LayerNorm" in n:
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(tmp_path, safe_serialization=safe)
+    return model
+
+
+@pytest.mark.parametrize("safe", [True, False])
+def test_load_bert_matches_transformers(tmp_path, safe):
+    hf = _tiny_bert(tmp_path, safe)
+    ours = interop.load_bert(tmp_path)
+    ids = torch.randint(1, 99, (2, 11))
+    am = torch.ones(2, 11, dtype=torch.long)
+    am[1, 6:] = 0
+    with torch.no_grad():
+        for mask in (None, am):
+            ref = hf(input_ids=ids, attention_mask=mask).last_hidden_state
+            got = ours(ids, mask)
+            valid = torch.ones(2, 11, dtype=torch.bool) if mask is None else mask.bool()
+            torch.testing.assert_close(got[valid], ref[valid], rtol=1e-4, atol=1e-4)
+    assert ours.encoder.placement_name == "post" and ours.emb_norm.eps == 1e-12
+
+
+def test_load_bert_with_prefix_and_errors(tmp_path):
+    hf = _tiny_bert(tmp_path, prefix_model=True)
+    ours = interop.load_bert(tmp_path)
+    ids = torch.randint(1, 99, (1, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids), hf.bert(input_ids=ids).last_hidden_state, rtol=1e-4, atol=1e-4)
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        interop.load_bert(tmp_path / "nowhere")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text(json.dumps(hf.config.to_dict()))
+    with pytest.raises(FileNotFoundError, match="safetensors"):
+        interop.load_bert(empty)

@@ -1,0 +1,76 @@
+"""State dicts with older normlab keys: one clear error naming the converter, and the converter."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import normlab
+from normlab.diarization.models.eend import EENDModel, ModelConfig
+from normlab.models import OldKeysError, upgrade_file, upgrade_state_dict
+
+
+def _old_layout(state: dict) -> dict:
+    """``state`` as older files store it: q/k/v projections apart, each unit's norm under ``norm``."""
+    out = {}
+    for key, t in state.items():
+        if ".qkv_proj." in key:
+            for name, part in zip("qkv", t.chunk(3)):
+                out[key.replace("qkv_proj", f"{name}_proj")] = part.clone()
+        else:
+            out[key.replace(".pre_norm.", ".norm.").replace(".post_norm.", ".norm.")] = t
+    return out
+
+
+@pytest.mark.parametrize("placement", ["pre", "post", "mixln"])
+def test_old_keys_are_refused_naming_the_fix_and_upgrade_bitwise(placement):
+    torch.manual_seed(2)
+    src = normlab.TransformerEncoder(32, 4, 4, 64, placement=placement).eval()
+    old = _old_layout(src.state_dict())
+    assert "layers.0.attn.fn.q_proj.weight" in old and "layers.0.attn.norm.weight" in old
+    dst = normlab.TransformerEncoder(32, 4, 4, 64, placement=placement).eval()
+    with pytest.raises(OldKeysError, match=r"normlab\.models\.upgrade_file"):
+        dst.load_state_dict(old)
+    dst.load_state_dict(upgrade_state_dict(old, placement))  # strict: nothing missing, nothing unexpected
+    x = torch.randn(2, 9, 32)
+    with torch.no_grad():
+        assert torch.equal(src(x), dst(x))
+
+
+def test_a_module_of_the_users_named_like_an_old_key_is_not_refused():
+    class Attn(torch.nn.Module):  # its own q_proj: a key the stack expects is never "old"
+        def __init__(self):
+            super().__init__()
+            self.q_proj = torch.nn.Linear(8, 8)
+
+        def forward(self, h, mask=None):
+            return self.q_proj(h)
+
+    class MyBlock(normlab.models.Block):
+        def __init__(self, spec):
+            super().__init__(spec)
+            self.attn = spec.unit(Attn())
+
+        def forward(self, hidden, residual=None, mask=None):
+            return self.attn(hidden, residual, mask)
+
+    a, b = normlab.models.Stack(2, MyBlock, dim=8), normlab.models.Stack(2, MyBlock, dim=8)
+    b.load_state_dict(a.state_dict())
+
+
+def test_an_old_eend_file_errors_once_and_upgrade_file_fixes_it(tmp_path):
+    torch.manual_seed(0)
+    model = EENDModel(ModelConfig(input_dim=8, d_model=16, n_heads=2, n_layers=2, d_ff=32, placement="post")).eval()
+    model.postprocess["threshold"] = 0.7
+    path = tmp_path / "old.pt"
+    model.save(path)
+    blob = torch.load(path, weights_only=True)
+    torch.save({**blob, "state_dict": _old_layout(blob["state_dict"])}, path)
+    with pytest.raises(ValueError, match=r"upgrade_file\(path\)"):
+        EENDModel.load(path)
+    assert upgrade_file(path) == path
+    again = EENDModel.load(path)
+    assert again.postprocess["threshold"] == 0.7  # every entry but the state dict kept
+    assert torch.load(path, weights_only=True)["provenance"] == blob["provenance"]
+    x = torch.randn(2, 7, 8)
+    with torch.no_grad():
+        assert torch.equal(again(x), model(x))
