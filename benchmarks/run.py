@@ -5,7 +5,9 @@
 Results also go to benchmarks/results.json. The CPU table replaces the block
 between the ``bench:start`` / ``bench:end`` markers in docs/performance.md,
 the GPU section the block between ``bench-gpu:start`` / ``bench-gpu:end``
-(a one-line "skipped" message where no CUDA device is present).
+(a one-line "skipped" message where no CUDA device is present), and what
+``auto`` chose for each case the block between ``bench-dispatch:start`` /
+``bench-dispatch:end``.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import sys
 
 import torch
 
-from normlab.lab import bench, bench_gpu
+from normlab.lab import bench, bench_dispatch, bench_gpu
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -39,10 +41,12 @@ def main() -> int:
     result = bench.run(repeats=args.repeats, progress=progress)
     result["cold_start_s"] = bench.cold_start_seconds()
     result["gpu"] = bench_gpu.run(progress=progress)
+    result["dispatch"] = bench_dispatch.run(progress=progress)
     (ROOT / "benchmarks" / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     doc = ROOT / "docs" / "performance.md"
     text = _replace(doc.read_text(), "bench", bench.markdown(result))
     text = _replace(text, "bench-gpu", bench_gpu.markdown(result["gpu"]))
+    text = _replace(text, "bench-dispatch", bench_dispatch.markdown(result["dispatch"]))
     doc.write_text(text)
     print(bench.markdown(result))
     print(bench_gpu.markdown(result["gpu"]))

@@ -160,7 +160,7 @@ def test_torchrun_rank_death_stops_the_run_naming_it_and_a_restart_resumes(tmp_p
 
     _noise_mixtures(tmp_path / "data")
     out = tmp_path / "run"
-    args = ["diarize", "train", "--data", str(tmp_path / "data"), "--out", str(out), "--d-model", "16", "--layers",
+    args = ["diarize", "train", "--data", str(tmp_path / "data"), "--out", str(out), "--d-model", "16", "--n-layers",
             "1", "--batch", "4", "--frames", "40", "--warmup", "2", "--ckpt-every", "2", "--threads", "1",
             "--device", "cpu"]
     tag = f"{os.getpid()}-{time.monotonic_ns()}"

@@ -112,3 +112,21 @@ def test_speaker_count_per_frame_is_the_rounded_mean_over_windows():
     turns = stitch(seg, PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=0.0))
     got = sorted((t.speaker, round(t.start, 3), round(t.end, 3)) for t in turns)
     assert got == [("spk0", 0.0, 2.0), ("spk1", 0.0, 1.0)], got  # both on 0-9 (one window: 2); the likelier on 10-19
+
+
+def test_hamming_weighting_trusts_a_window_middle_over_another_window_edge():
+    """Frames 10-19 are seen by window 0 (which hears a speaker) and window 1 (which hears nobody). Weighted alike,
+    the mean count there is 0.5, rounded up: the speaker talks to frame 19. With Hamming weights each frame goes
+    to the window it is nearer the middle of: 10-14 to window 0 (speech), 15-19 to window 1 (silence)."""
+    size, starts = 20, [0, 10]
+    probs = torch.zeros(2, size, 1)
+    probs[0, :, 0] = 0.9  # window 0 (frames 0-19) hears one speaker throughout; window 1 (10-29) nobody
+    pieces = [(0, 0, 0, size, 0)]
+    seg = Segmentation("rec", 30, 0.1, starts, probs, pieces, torch.eye(1, 8), np.array([3.0]))
+    ends = {}
+    for w in ("mean", "hamming"):
+        turns = stitch(seg, PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=0.0,
+                                           weighting=w))
+        ends[w] = max(t.end for t in turns)
+    assert ends["mean"] == pytest.approx(2.0)
+    assert ends["hamming"] == pytest.approx(1.5)

@@ -48,12 +48,12 @@ def files(tmp_path_factory):
 
 
 def _turns(d, audio, **kw):
-    return diarize(audio, model=d / "m.pt", encoder=d / "enc.pt", **kw)
+    return diarize(audio, model=d / "m.pt", embedding=d / "enc.pt", **kw)
 
 
 def test_inputs_of_every_kind_agree(files):
     d, audio = files
-    from_path = diarize(d / "talk.wav", model=d / "m.pt", encoder=d / "enc.pt")
+    from_path = diarize(d / "talk.wav", model=d / "m.pt", embedding=d / "enc.pt")
     assert from_path and {t.uri for t in from_path} == {"talk"}
     shifted = lambda ts: [(t.start, t.duration, t.speaker) for t in ts]  # noqa: E731
     for a in (audio, audio[None], torch.from_numpy(audio)[None], {"waveform": torch.from_numpy(audio)[None],
@@ -121,8 +121,8 @@ def test_cli_and_api_build_the_same_pipeline_config(files, tmp_path, monkeypatch
                                             "--out", str(tmp_path / "cli"), *argv]),
                     lambda argv=argv: main(["diarize", "evaluate", str(d), str(ref), "--model", str(m),
                                             "--embedding", str(enc), "--out", str(tmp_path / "ev"), *argv]),
-                    lambda options=options: diarize(wav, model=m, encoder=enc, **options),
-                    lambda options=options: diarize_files([wav], tmp_path / "api", model=m, encoder=enc, **options)):
+                    lambda options=options: diarize(wav, model=m, embedding=enc, **options),
+                    lambda options=options: diarize_files([wav], tmp_path / "api", model=m, embedding=enc, **options)):
             with pytest.raises(_Built):
                 run()
         assert len(built) == 4 and built[1:] == built[:-1], (argv, built)
@@ -174,18 +174,18 @@ def test_bad_input_is_one_clear_error(files, tmp_path, capsys):
     ]
     for kw, message in bad:
         with pytest.raises((ValueError, TypeError, OSError), match=message):
-            diarize(**kw, model=d / "m.pt", encoder=d / "enc.pt")
+            diarize(**kw, model=d / "m.pt", embedding=d / "enc.pt")
     with pytest.raises(TypeError, match="audio must be"):
-        diarize([1.0, 2.0], sample_rate=SR, model=d / "m.pt", encoder=d / "enc.pt")
+        diarize([1.0, 2.0], sample_rate=SR, model=d / "m.pt", embedding=d / "enc.pt")
     # the model and the encoder weights: errors that name the file
     with pytest.raises(FileNotFoundError, match="nope.pt"):
-        diarize(audio, sample_rate=SR, model=tmp_path / "nope.pt", encoder=d / "enc.pt")
+        diarize(audio, sample_rate=SR, model=tmp_path / "nope.pt", embedding=d / "enc.pt")
     (tmp_path / "junk.pt").write_bytes(b"junk")
     with pytest.raises(ValueError, match="junk.pt is not a normlab EEND model"):
-        diarize(audio, sample_rate=SR, model=tmp_path / "junk.pt", encoder=d / "enc.pt")
+        diarize(audio, sample_rate=SR, model=tmp_path / "junk.pt", embedding=d / "enc.pt")
     EENDModel(ModelConfig(input_dim=40, d_model=16, n_heads=2, n_layers=1, d_ff=32)).save(tmp_path / "other.pt")
     with pytest.raises(ValueError, match="other.pt expects 40-dim features"):
-        diarize(audio, sample_rate=SR, model=tmp_path / "other.pt", encoder=d / "enc.pt")
+        diarize(audio, sample_rate=SR, model=tmp_path / "other.pt", embedding=d / "enc.pt")
     # a model trained on another feature setup of the same size (23 bands, 15 frames, but 16 kHz and every 5th
     # frame kept): refused at load, naming both setups
     odd = EENDModel(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32))
@@ -196,9 +196,9 @@ def test_bad_input_is_one_clear_error(files, tmp_path, capsys):
                        r"hop=160, "
                        r"n_fft=512, subsample=5; this pipeline makes sample_rate=8000, win=200, hop=80, n_fft=256, "
                        r"subsample=10$"):
-        diarize(audio, sample_rate=SR, model=tmp_path / "odd.pt", encoder=d / "enc.pt")
+        diarize(audio, sample_rate=SR, model=tmp_path / "odd.pt", embedding=d / "enc.pt")
     with pytest.raises(ValueError, match="junk.pt is not a GE2E speaker encoder"):
-        diarize(audio, sample_rate=SR, model=d / "m.pt", encoder=tmp_path / "junk.pt")
+        diarize(audio, sample_rate=SR, model=d / "m.pt", embedding=tmp_path / "junk.pt")
     # the CLI: one line on stderr, non-zero exit
     for argv in (["--num-speakers", "0"], ["--min-speakers", "3", "--max-speakers", "2"],
                  ["--model", str(tmp_path / "nope.pt")], ["--model", str(tmp_path / "odd.pt")]):
@@ -208,17 +208,15 @@ def test_bad_input_is_one_clear_error(files, tmp_path, capsys):
         assert rc != 0 and len(err.splitlines()) == 1 and "error" in err, (argv, err)
 
 
-def test_missing_encoder_weights_name_the_file_and_the_package(monkeypatch):
-    import importlib.metadata
-    import importlib.util
+def test_missing_encoder_weights_name_the_file_and_the_fix(monkeypatch, tmp_path):
+    """The weights ship in the package: a damaged install is told which file is missing and how to reinstall."""
+    from normlab.diarization.models import weights
 
-    def no_dist(name):
-        raise importlib.metadata.PackageNotFoundError(name)
-
-    monkeypatch.setattr(importlib.metadata, "distribution", no_dist)
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(MissingWeightsError, match=r"resemblyzer/pretrained.pt.*resemblyzer==0.1.4"):
+    monkeypatch.setattr(weights, "ASSETS", tmp_path)
+    with pytest.raises(MissingWeightsError, match=r"ge2e.safetensors is missing .*pip install --force-reinstall"):
         weights_path()
+    with pytest.raises(MissingWeightsError):
+        SpeakerEncoder.load()
 
 
 def test_long_recordings_are_processed_in_blocks():

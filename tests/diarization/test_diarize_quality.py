@@ -1,7 +1,7 @@
 """The shipped model with the full pipeline on audio it never heard: a DER bound that random weights cannot meet.
 
-* simulated held-out conversations (espeak-ng test voices, 1-3 speakers): needs espeak-ng and the speaker
-  encoder weights (``resemblyzer==0.1.4``, installed by ``make install``); skipped with the reason otherwise;
+* simulated held-out conversations (espeak-ng test voices, 1-3 speakers): needs espeak-ng (and the speaker
+  encoder weights, which ship in the package); skipped with the reason otherwise;
 * pyannote.audio 4.0.7's real 30 s two-speaker sample (``make sample`` puts it in the virtual environment;
   ``NORMLAB_PYANNOTE_SAMPLE`` may point to a folder with sample.wav and sample.rttm); skipped otherwise.
 """

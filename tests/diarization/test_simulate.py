@@ -51,14 +51,15 @@ def test_frame_labels():
 
 
 def test_dataset_batches_and_cli_train(tmp_path, capsys):
-    assert main(["diarize", "simulate", "--out", str(tmp_path / "sim"), "--n", "2", "--min-utterances", "3",
+    assert main(["diarize", "simulate", "--out", str(tmp_path / "sim"), "--n-mixtures", "2", "--min-utterances", "3",
                  "--max-utterances", "4"]) == 0
     data = MixtureSet(tmp_path / "sim")
     feats, labels, mask = data.batches(batch=3, frames=80)(torch.Generator().manual_seed(0))
     assert feats.shape == (3, 80, 345) and labels.shape == (3, 80, 2) and mask.shape == (3, 80)
     assert labels.sum() > 0
     args = ["diarize", "train", "--data", str(tmp_path / "sim"), "--out", str(tmp_path / "model"), "--steps", "6",
-            "--d-model", "32", "--layers", "1", "--frames", "80", "--batch", "2", "--ckpt-every", "3", "--warmup", "2"]
+            "--d-model", "32", "--n-layers", "1", "--frames", "80", "--batch", "2", "--ckpt-every", "3",
+            "--warmup", "2"]
     assert main(args) == 0
     assert (tmp_path / "model" / "model.pt").exists() and (tmp_path / "model" / "ckpt" / "last.pt").exists()
     assert main(args[:7] + ["8"] + args[8:]) == 0  # resumes at step 6, runs 2 more
@@ -154,7 +155,8 @@ def test_augmentation_changes_audio_not_turns():
 
 def test_cli_simulate_with_recorded_voices_and_perturbations(tmp_path, capsys):
     out = tmp_path / "cli"
-    assert main(["diarize", "simulate", "--out", str(out), "--n", "2", "--speakers", "2", "--min-speakers", "1",
+    assert main(["diarize", "simulate", "--out", str(out), "--n-mixtures", "2", "--n-speakers", "2",
+                 "--min-speakers", "1",
                  "--sources", "all", "--augment", "--beta-by-count", "--min-utterances", "2", "--max-utterances", "2",
                  "--jobs", "1"]) == 0
     ref = read_rttm(out / "ref.rttm")

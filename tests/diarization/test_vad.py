@@ -1,7 +1,8 @@
 """Silero VAD as a normlab module: the package's numbers, frame averaging, and the gate that stops false alarms.
 
-The package's numbers need ``silero-vad==6.2.3`` (installed without dependencies by ``make install``); those tests
-skip with the reason otherwise. The chunk and context arithmetic is tested on random weights, without the package.
+The weights ship in normlab (``assets/silero_vad.safetensors``); the comparison with the package's own TorchScript
+model needs ``silero-vad==6.2.3`` (the ``dev`` extra) and skips without it. The chunk and context arithmetic is
+tested on random weights.
 """
 import importlib.util
 import pathlib
@@ -46,7 +47,10 @@ def test_matches_the_packages_chunk_by_chunk_model(vad):
         pytest.skip("silero_vad is not importable")
     from silero_vad.utils_vad import init_jit_model
 
-    jit = init_jit_model(str(installed_weights()))
+    from normlab.diarization.models.vad import ARCHIVE
+    from normlab.diarization.models.weights import installed_file
+
+    jit = init_jit_model(str(installed_file("silero-vad", ARCHIVE)))
     rng = np.random.default_rng(0)
     t = np.arange(3 * SAMPLE_RATE) / SAMPLE_RATE
     wave = torch.from_numpy((0.2 * np.sin(2 * np.pi * 150 * t) * (t % 1 < 0.6) +
@@ -101,16 +105,12 @@ def test_the_gate_silences_noise_the_model_calls_speech(vad):
     assert diarize(noise, sample_rate=SAMPLE_RATE) == []  # the default gate: nothing
 
 
-def test_missing_weights_name_the_package(monkeypatch):
-    import importlib.metadata
-    import importlib.util
+def test_missing_weights_name_the_file_and_the_fix(monkeypatch, tmp_path):
+    from normlab.diarization.models import weights
 
-    def no_dist(name):
-        raise importlib.metadata.PackageNotFoundError(name)
-
-    monkeypatch.setattr(importlib.metadata, "distribution", no_dist)
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # not on the import path either
-    with pytest.raises(MissingVADWeightsError, match="silero-vad==6.2.3"):
+    monkeypatch.setattr(weights, "ASSETS", tmp_path)
+    with pytest.raises(MissingVADWeightsError,
+                       match=r"silero_vad.safetensors is missing .*pip install --force-reinstall"):
         installed_weights()
 
 

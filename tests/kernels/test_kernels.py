@@ -10,13 +10,19 @@ from torch import nn
 import normlab
 from normlab import functional as F
 from normlab import kernels
-from normlab.kernels import cpu, fused
+from normlab.kernels import autotune, cpu, fused
 from normlab.kernels.native import NativeKernel
 
 HAS_CPU = cpu.available()
 
 
-def test_auto_policy():
+@pytest.fixture
+def fixed_table(monkeypatch):
+    """``auto`` without measuring: the fixed table these tests pin down."""
+    monkeypatch.setattr(autotune, "_enabled", False)
+
+
+def test_auto_policy(fixed_table):
     """On CPU: normlab's C++ kernels for every dtype, except plain LayerNorm rows narrower than
     NATIVE_BELOW_D in float32/float64 (torch's kernel measured faster there); without a compiler,
     torch's LayerNorm kernel (float32/float64), else the compiled path."""
@@ -38,7 +44,7 @@ def test_auto_policy():
 
 @pytest.mark.skipif(not HAS_CPU, reason="no C++ compiler: both sides of the boundary are native")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_native_below_d_boundary_is_exact(dtype):
+def test_native_below_d_boundary_is_exact(dtype, fixed_table):
     """Rows of exactly NATIVE_BELOW_D go to normlab's kernel; one element fewer, to torch's."""
     d = kernels.NATIVE_BELOW_D
     assert kernels.resolve("auto", "layer_norm", torch.randn(2, d - 1, dtype=dtype), 1e-5) == "native"

@@ -1,7 +1,10 @@
 """The benchmark harness: rows consistent with their own numbers, the table written from them."""
 from __future__ import annotations
 
+import json
+
 import pytest
+import torch
 
 from normlab.lab import bench
 
@@ -29,11 +32,49 @@ def test_gpu_section_is_skipped_with_a_message_without_cuda(monkeypatch, tmp_pat
                  "--threads", "1", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| rms_norm | 64x32 |" in out and "GPU: no CUDA device: GPU section skipped." in out
-    import json
-
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["gpu"] == {"skipped": "no CUDA device: GPU section skipped"}
     assert saved["provenance"]["normlab"] and saved["provenance"]["threads"] == 1
     assert main(["bench", "--device", "cuda", "--out", str(tmp_path)]) == 2  # no GPU: one line, no traceback
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--device cuda: no CUDA GPU is available" in err
+
+
+def test_half_precision_rows_count_their_own_bytes():
+    """The floor and GB/s of a float16 case use 2 bytes per element (4 would double both)."""
+    (fwd, both) = bench.bench_one("rms_norm", (64, 32), "float16", copy_speed=10.0, repeats=3, warmup=1)
+    for row, tensors in ((fwd, 2), (both, 5)):
+        nbytes = tensors * 64 * 32 * 2
+        assert row.gbps == pytest.approx(nbytes / row.normlab_ms / 1e6, rel=0.01)
+        assert row.floor_pct == pytest.approx(100 * nbytes / 10e9 * 1e3 / row.normlab_ms, rel=0.01)
+        assert row.faults_normlab >= 0 and row.faults_torch >= 0
+    assert "float16" in bench.DTYPES
+
+
+def test_page_faults_counts_fresh_pages():
+    assert bench.page_faults(lambda: torch.ones(4 << 20).add_(1)) >= 1000  # 16 MB of new pages, 4 KB each
+    x = torch.ones(1 << 10)
+    assert bench.page_faults(lambda: x.add_(1)) < 100
+
+
+def test_dispatch_table_says_what_auto_runs_and_why(tmp_path, monkeypatch, capsys):
+    from normlab.cli import main
+    from normlab.kernels import autotune, cpu
+    from normlab.lab import bench_dispatch
+
+    monkeypatch.setattr(autotune, "TUNER", autotune.Tuner(tmp_path / "dispatch.json"))
+    monkeypatch.setattr(autotune, "_enabled", True)
+    result = bench_dispatch.run(("layer_norm", "rms_norm"), ((4, 768), (64, 768)), ("float32",))
+    ln, ln64, rms = result["rows"][0], result["rows"][1], result["rows"][2]
+    if cpu.available():
+        assert ln["why"] == "measured" and set(ln["ms"]) == {"cpu", "native"} and ln["impl"] in ln["ms"]
+        assert ln64["key"] == ln["key"] and ln64["impl"] == ln["impl"]  # one decision per key
+    assert rms["why"] == "only candidate" and rms["ms"] == {}
+    text = bench_dispatch.markdown(result)
+    assert f"| layer_norm | 4x768 | float32 | {ln['impl']} | {ln['why']} |" in text
+    assert main(["bench", "--dispatch", "--ops", "rms_norm", "--shapes", "8x16", "--dtypes", "bfloat16",
+                 "--threads", "1", "--out", str(tmp_path)]) == 0
+    assert "| rms_norm | 8x16 | bfloat16 |" in capsys.readouterr().out
+    assert json.loads((tmp_path / "bench-dispatch.json").read_text())["rows"][0]["op"] == "rms_norm"
+    assert main(["bench", "--profile", "--out", str(tmp_path)]) == 2
+    assert "--profile needs --model" in capsys.readouterr().err

@@ -44,3 +44,47 @@ def test_bench_model_run_reports_ratios():
         assert set(result[mode]["ms"]) == {"normlab", "torch", "native"}
         assert all(v > 0 for v in result[mode]["speedup_vs_torch"].values())
     assert "| normlab |" in bm.markdown(result)
+
+
+def test_spread_is_the_range_over_the_median():
+    assert bm._spread([10.0, 12.0, 20.0]) == pytest.approx(83.3)  # (20 - 10) / 12
+
+
+def test_rounds_report_their_spread_and_the_profile_splits_the_step():
+    result = bm.run(SMALL, repeats=1, warmup=0, rounds=2, profile=True)
+    for mode in ("train_step", "inference"):
+        r = result[mode]
+        for name, values in r["rounds_ms"].items():
+            assert len(values) == 2
+            lo, hi = min(values), max(values)
+            assert r["spread_pct"][name] == pytest.approx(100 * (hi - lo) / ((lo + hi) / 2), abs=0.1)
+        assert len(r["speedup_rounds"]["normlab"]) == 2
+    prof = result["profile"]
+    assert set(prof) == {"normlab", "torch"}
+    assert prof["normlab"]["ms"]["GEMMs"] > 0 and prof["normlab"]["ms"]["norms and adds"] > 0
+    assert prof["normlab"]["ms"]["optimizer"] > 0
+    text = bm.markdown(result)
+    assert "spread of the round medians" in text and "| norms and adds |" in text
+
+
+@pytest.mark.parametrize("name,part", [("aten::addmm", "GEMMs"), ("aten::mm", "GEMMs"),
+                                       ("aten::_foreach_addcdiv_", "optimizer"), ("aten::addcmul_", "optimizer"),
+                                       ("NormFunctionBackward", "norms and adds"), ("aten::add_", "norms and adds"),
+                                       ("aten::native_layer_norm", "norms and adds"), ("aten::_softmax", "attention"),
+                                       ("aten::threshold_backward", "activation"), ("aten::empty", "other")])
+def test_profile_buckets(name, part):
+    from normlab.lab.step_profile import bucket
+
+    assert bucket(name) == part
+
+
+def test_profile_attributes_ops_to_their_enclosing_call():
+    from types import SimpleNamespace as E
+
+    from normlab.lab.step_profile import event_bucket
+
+    step = E(name="Optimizer.step#AdamW.step", cpu_parent=None)
+    assert event_bucket(E(name="aten::sqrt", cpu_parent=step)) == "optimizer"
+    assert event_bucket(E(name="aten::add_", cpu_parent=E(name="aten::mul_", cpu_parent=step))) == "optimizer"
+    assert event_bucket(E(name="aten::copy_", cpu_parent=E(name="NormFunction", cpu_parent=None))) == "norms and adds"
+    assert event_bucket(E(name="aten::copy_", cpu_parent=None)) == "other"

@@ -1,4 +1,10 @@
-"""What every command shares: progress bars and argument types (no torch here)."""
+"""What every command shares: progress bars, argument types, on/off flags and renamed options (no torch here).
+
+The vocabulary every command follows (``tests/test_cli_vocabulary.py`` checks it): counts are ``--n-<things>``
+(``--n-layers``, ``--n-speakers``, ``--n-mixtures``); ``--jobs`` is worker processes, ``--threads`` torch threads
+per process; ``--device`` is cpu, cuda, cuda:N or auto, default auto; ``--out`` is the output folder; on/off
+options are ``--x/--no-x``; every option's help says its default.
+"""
 from __future__ import annotations
 
 import argparse
@@ -20,6 +26,29 @@ def shape(text: str) -> tuple[int, int]:
     if n < 1 or d < 1:
         raise argparse.ArgumentTypeError(f"shape needs at least 1 row and 1 feature, got {text!r}")
     return n, d
+
+
+def flag(parser: argparse.ArgumentParser, name: str, help: str, default: bool = False) -> None:
+    """An on/off option ``--name/--no-name`` (off by default)."""
+    parser.add_argument(name, action=argparse.BooleanOptionalAction, default=default,
+                        help=f"{help} (default: {name if default else '--no-' + name[2:]})")
+
+
+class Renamed(argparse.Action):
+    """An option's old spelling: a usage error naming the new one (hidden from --help)."""
+
+    def __init__(self, option_strings, dest, new: str, **kw):
+        self.new = new
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} is now {self.new}")
+
+
+def renamed(parser: argparse.ArgumentParser, **old_to_new: str) -> None:
+    """Old spellings (``layers="--n-layers"`` for ``--layers``) that stop with a message naming the new one."""
+    for old, new in old_to_new.items():
+        parser.add_argument(f"--{old.replace('_', '-')}", action=Renamed, new=new, dest=f"_renamed_{old}")
 
 
 def positive_int(text: str) -> int:

@@ -7,7 +7,7 @@ import pathlib
 
 from ..devices import HELP as DEVICE_HELP
 from ..devices import check_spec
-from ._common import positive_int, progress
+from ._common import flag, positive_int, progress, renamed
 
 HELP = {"diarize": "speaker diarization: AUDIO... to RTTM, and DER scoring"}
 
@@ -64,11 +64,15 @@ def _model_on_device(args: argparse.Namespace):
 
 def _cmd_diarize_run(args: argparse.Namespace) -> int:
     from ..diarization.pipeline.api import diarize_files
+    from ..diarization.pipeline.output import FORMATS
 
-    status = diarize_files(args.audio, args.out, model=_model_on_device(args), encoder=args.embedding,
+    status = diarize_files(args.audio, args.out, model=_model_on_device(args), embedding=args.embedding,
+                           format=args.format, exclusive=args.exclusive, plot=args.plot,
                            progress=progress("diarize"), **_speaker_counts(args), **_pipeline_options(args))
     for path, st in status.items():
-        print(f"{path}: wrote {args.out}/{pathlib.Path(path).stem}.rttm" if st == "ok" else f"{path}: error: {st}")
+        stem = f"{args.out}/{pathlib.Path(path).stem}"
+        wrote = f"{stem}{FORMATS[args.format]}" + (f" and {stem}.png" if args.plot else "")
+        print(f"{path}: wrote {wrote}" if st == "ok" else f"{path}: error: {st}")
     return 0 if all(st == "ok" for st in status.values()) else 1
 
 
@@ -78,16 +82,21 @@ def _cmd_diarize_evaluate(args: argparse.Namespace) -> int:
     from ..diarization.metrics.evaluate import evaluate_folder, format_evaluation
 
     result = evaluate_folder(args.wav_dir, args.ref, args.out, uem=args.uem, model=_model_on_device(args),
-                             encoder=args.embedding, progress=progress("diarize"), **_speaker_counts(args),
+                             embedding=args.embedding, progress=progress("diarize"), **_speaker_counts(args),
                              **_pipeline_options(args))
     print(json.dumps(result, indent=2) if args.json else format_evaluation(result))
+    if args.html:
+        from ..diarization.metrics.report_html import write_evaluation_page
+
+        print(f"wrote {write_evaluation_page(result, args.ref, args.html, uem=args.uem)}")
     return 0 if not result["errors"] else 1
 
 
 def _cmd_diarize_simulate(args: argparse.Namespace) -> int:
     from ..diarization.data.simulate import SimConfig, simulate
 
-    cfg = SimConfig(n_mixtures=args.n, n_speakers=args.speakers, beta=args.beta, split=args.split, seed=args.seed,
+    cfg = SimConfig(n_mixtures=args.n_mixtures, n_speakers=args.n_speakers, beta=args.beta, split=args.split,
+                    seed=args.seed,
                     min_utterances=args.min_utterances, max_utterances=args.max_utterances,
                     rt60=tuple(args.rt60) if args.rt60 else None, min_speakers=args.min_speakers,
                     sources=args.sources, augment=args.augment, beta_by_count=args.beta_by_count)
@@ -103,7 +112,8 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
     from ..diarization.training.train import TrainConfig, train_run
 
     torch.set_num_threads(args.threads)
-    model_cfg = ModelConfig(d_model=args.d_model, n_layers=args.layers, d_ff=4 * args.d_model, n_speakers=args.speakers,
+    model_cfg = ModelConfig(d_model=args.d_model, n_layers=args.n_layers, d_ff=4 * args.d_model,
+                            n_speakers=args.n_speakers,
                             norm=args.norm, placement=args.placement, encoder=args.encoder)
     cfg = TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup, ckpt_every=args.ckpt_every, seed=args.seed,
                       decay=args.decay)
@@ -127,8 +137,9 @@ def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
     from ..diarization.training.recipe import RecipeConfig, run_recipe
 
     torch.set_num_threads(args.threads)
-    cfg = RecipeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RecipeConfig)})
-    result = run_recipe(args.out, cfg, data=args.data, progress=progress("recipe"), jobs=args.threads)
+    # the field's own type: an on/off option (a bool) keeps a 0/1 field's value as the dataclass writes it
+    cfg = RecipeConfig(**{f.name: type(f.default)(getattr(args, f.name)) for f in dataclasses.fields(RecipeConfig)})
+    result = run_recipe(args.out, cfg, data=args.data, progress=progress("recipe"), jobs=args.jobs)
     pp = result["postprocess"]
     print(f"trained {cfg.steps} steps on {cfg.n_train + cfg.n_train_reverb} mixtures of {cfg.min_speakers}-"
           f"{cfg.n_speakers} speakers ({cfg.frames / 10:g} s windows, {cfg.n_speakers} outputs; "
@@ -148,11 +159,10 @@ def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def add_parsers(sub, name: str) -> None:
     from ..diarization.models.eend import ENCODERS
-    from ..diarization.training.recipe import RecipeConfig  # its fields are the recipe's options
     from ..registry import NORMS, PLACEMENTS
+    from .recipe_options import add_recipe_options
 
     dia = sub.add_parser("diarize", help=HELP["diarize"], description=HELP["diarize"] +
                          ". `normlab diarize AUDIO...` is `normlab diarize run AUDIO...`.")
@@ -164,39 +174,39 @@ def add_parsers(sub, name: str) -> None:
     sc.add_argument("hyp", nargs="+", help="hypothesis RTTM files, or folders of them (e.g. the --out of diarize)")
     sc.add_argument("--collar", type=float, default=0.25,
                     help=f"seconds forgiven on each side of every reference boundary, as EEND {d}")
-    sc.add_argument("--skip-overlap", action="store_true", help="do not score overlapped reference speech")
+    flag(sc, "--skip-overlap", "do not score overlapped reference speech")
     sc.add_argument("--uem", help="UEM file: score only these regions (default: the reference's extent)")
     sc.set_defaults(func=_cmd_diarize_score)
 
     si = dsub.add_parser("simulate", help="simulate conversations with synthesized voices (EEND recipe)")
-    si.add_argument("--out", required=True, help="output folder (re-running resumes)")
-    si.add_argument("--n", type=positive_int, default=100, help=f"mixtures {d}")
-    si.add_argument("--speakers", type=positive_int, default=2, help=f"speakers per mixture {d}")
+    si.add_argument("--out", required=True, help="output folder (re-running resumes; required)")
+    si.add_argument("--n-mixtures", type=positive_int, default=100, help=f"mixtures to simulate {d}")
+    si.add_argument("--n-speakers", type=positive_int, default=2,
+                    help=f"speakers per mixture (the most, with --min-speakers) {d}")
+    si.add_argument("--min-speakers", type=int, default=0,
+                    help="> 0: mixtures cycle through MIN..--n-speakers speakers (default: 0, always --n-speakers)")
     si.add_argument("--beta", type=float, default=2.0, help=f"mean silence before an utterance, s {d}")
     si.add_argument("--split", choices=["train", "dev", "test", "flite"], default="train",
                     help=f"disjoint voice sets {d}")
-    si.add_argument("--min-utterances", type=positive_int, default=5, help=f"per speaker {d}")
-    si.add_argument("--max-utterances", type=positive_int, default=20, help=f"per speaker {d}")
+    si.add_argument("--min-utterances", type=positive_int, default=5, help=f"utterances per speaker, at least {d}")
+    si.add_argument("--max-utterances", type=positive_int, default=20, help=f"utterances per speaker, at most {d}")
     si.add_argument("--seed", type=int, default=0, help=f"random seed {d}")
-    si.add_argument("--jobs", type=positive_int, default=2, help=f"worker processes {d}")
+    si.add_argument("--jobs", type=positive_int, default=2, help=f"worker processes (the same files for any) {d}")
     si.add_argument("--rt60", type=float, nargs=2, metavar=("MIN", "MAX"),
                     help="add reverberation, RT60 drawn from [MIN, MAX] seconds (default: dry)")
-    si.add_argument("--min-speakers", type=int, default=0,
-                    help="> 0: mixtures cycle through MIN..--speakers speakers (default: always --speakers)")
     si.add_argument("--sources", choices=["espeak", "all"], default="espeak",
                     help=f"voices: espeak-ng only, or also the recorded flite and festival voices {d}")
-    si.add_argument("--augment", action="store_true",
-                    help="perturb: speaker warps and levels, rooms, noise types, telephone, gain")
-    si.add_argument("--beta-by-count", action="store_true",
-                    help="more speakers, longer silences (EEND-EDA: beta x1, x1, x2.5, x4.5 for 1-4 speakers)")
+    flag(si, "--augment", "perturb: speaker warps and levels, rooms, noise types, telephone, gain")
+    flag(si, "--beta-by-count", "more speakers, longer silences (EEND-EDA: beta x1, x1, x2.5, x4.5 for 1-4 speakers)")
+    renamed(si, n="--n-mixtures", speakers="--n-speakers")
     si.set_defaults(func=_cmd_diarize_simulate)
 
     tr = dsub.add_parser("train", help="train an EEND model on simulated mixtures (resumes from OUT/ckpt)",
                          description="Train an EEND model on simulated mixtures; resumes from OUT/ckpt. Data-parallel "
                          "with `torchrun --nproc_per_node N -m normlab diarize train ...` (gloo on CPU, nccl on CUDA; "
                          "--batch is the global batch, split over the processes).")
-    tr.add_argument("--data", required=True, help="a folder written by `normlab diarize simulate`")
-    tr.add_argument("--out", required=True, help="writes OUT/model.pt and checkpoints in OUT/ckpt")
+    tr.add_argument("--data", required=True, help="a folder written by `normlab diarize simulate` (required)")
+    tr.add_argument("--out", required=True, help="writes OUT/model.pt and checkpoints in OUT/ckpt (required)")
     tr.add_argument("--steps", type=positive_int, default=2000, help=f"optimizer steps {d}")
     tr.add_argument("--lr", type=float, default=1e-3, help=f"peak learning rate {d}")
     tr.add_argument("--warmup", type=int, default=200, help=f"linear warmup steps {d}")
@@ -204,44 +214,56 @@ def add_parsers(sub, name: str) -> None:
     tr.add_argument("--batch", type=positive_int, default=8, help=f"mixtures per step {d}")
     tr.add_argument("--frames", type=positive_int, default=500, help=f"100 ms frames per training window {d}")
     tr.add_argument("--d-model", type=positive_int, default=128, help=f"encoder width {d}")
-    tr.add_argument("--layers", type=positive_int, default=2, help=f"encoder layers {d}")
-    tr.add_argument("--speakers", type=positive_int, default=2, help=f"speaker outputs {d}")
+    tr.add_argument("--n-layers", type=positive_int, default=2, help=f"encoder layers {d}")
+    tr.add_argument("--n-speakers", type=positive_int, default=2, help=f"speaker outputs of the model {d}")
     tr.add_argument("--norm", choices=list(NORMS), default="layernorm", help=f"the encoder's norm {d}")
     tr.add_argument("--placement", choices=list(PLACEMENTS), default="pre", help=f"where the norms go {d}")
     tr.add_argument("--encoder", choices=ENCODERS, default="transformer", help=f"encoder type {d}")
     tr.add_argument("--ckpt-every", type=positive_int, default=100, help=f"steps between checkpoints {d}")
-    tr.add_argument("--threads", type=positive_int, default=2, help=f"torch threads {d}")
+    tr.add_argument("--threads", type=positive_int, default=2, help=f"torch threads per process {d}")
     tr.add_argument("--seed", type=int, default=0, help=f"random seed {d}")
-    tr.add_argument("--device", type=check_spec, default="auto", help=f"{DEVICE_HELP} {d}")
+    tr.add_argument("--device", type=check_spec, default="cpu", help=f"{DEVICE_HELP} {d}")
     tr.add_argument("--tensorboard", default=None, metavar="DIR",
-                    help="also log loss, lr and gradient norm for TensorBoard in DIR (needs tensorboard)")
+                    help="also log loss, lr and gradient norm for TensorBoard in DIR (needs normlab[scale]; "
+                    "default: no log)")
+    renamed(tr, layers="--n-layers", speakers="--n-speakers")
     tr.set_defaults(func=_cmd_diarize_train)
 
     def pipeline_options(q):
         q.add_argument("--model", default=None,
                        help="a model saved by EENDModel.save (default: the model shipped with normlab)")
         q.add_argument("--embedding", default=None, metavar="WEIGHTS",
-                       help="speaker encoder weights (default: resemblyzer==0.1.4's pretrained.pt)")
-        q.add_argument("--num-speakers", type=positive_int, default=None, help="exact speaker count, if known")
-        q.add_argument("--min-speakers", type=positive_int, default=None, help="at least this many speakers")
-        q.add_argument("--max-speakers", type=positive_int, default=None, help="at most this many speakers")
+                       help="speaker encoder weights, a file written by SpeakerEncoder.save (default: the GE2E "
+                       "weights shipped with normlab, from resemblyzer==0.1.4)")
+        q.add_argument("--num-speakers", type=positive_int, default=None,
+                       help="the recording's exact speaker count, if known (default: found by clustering)")
+        q.add_argument("--min-speakers", type=positive_int, default=None,
+                       help="at least this many speakers (default: no bound)")
+        q.add_argument("--max-speakers", type=positive_int, default=None,
+                       help="at most this many speakers (default: no bound)")
         q.add_argument("--threshold", type=float, default=None,
                        help="speaker activity threshold (default: the model's)")
         q.add_argument("--median", type=positive_int, default=None,
                        help="median filter width in frames, odd (default: the model's)")
         q.add_argument("--local-speakers", choices=["speech", "eend"], default=None,
                        help="speech: the model's speech in 1.5 s pieces, each piece's speaker from its embedding "
-                       "(the default: best on real recordings); eend: the model's own local speakers, overlap kept "
-                       "(best on simulated conversations)")
+                       "(best on real recordings); eend: the model's own local speakers, overlap kept "
+                       "(best on simulated conversations) (default: the model file's, else speech)")
         q.add_argument("--vad", choices=["gate", "speech", "off"], default=None,
-                       help="Silero VAD: gate (the default) silences what it calls non-speech; speech: it alone "
-                       "decides speech; off")
-        q.add_argument("--device", type=check_spec, default="auto",
+                       help="Silero VAD: gate silences what it calls non-speech; speech: it alone "
+                       "decides speech; off (default: the model file's, else gate)")
+        q.add_argument("--device", type=check_spec, default="cpu",
                        help=f"where the segmentation model runs: {DEVICE_HELP} {d}")
 
     rn = dsub.add_parser("run", help="write OUT/<stem>.rttm for each audio file (also: normlab diarize AUDIO...)")
     rn.add_argument("audio", nargs="+", help="WAV/FLAC files, any sample rate and channel count")
     rn.add_argument("--out", default="rttm", help=f"output folder {d}")
+    rn.add_argument("--format", choices=["rttm", "json"], default="rttm",
+                    help="rttm: OUT/<stem>.rttm; json: OUT/<stem>.json with the turns (uri, start, end, speaker), "
+                    f"the settings and the models' provenance {d}")
+    flag(rn, "--exclusive", "one speaker at a time (overlap goes to the speaker already talking), for aligning "
+         "with a transcript")
+    flag(rn, "--plot", "also draw OUT/<stem>.png: speakers as rows over time, overlap marked (needs normlab[plot])")
     pipeline_options(rn)
     rn.set_defaults(func=_cmd_diarize_run)
 
@@ -251,16 +273,18 @@ def add_parsers(sub, name: str) -> None:
     ev.add_argument("ref", help="reference RTTM file")
     ev.add_argument("--uem", default=None, help="UEM file: score only these regions (default: the extent of speech)")
     ev.add_argument("--out", default="rttm", help=f"where the hypothesis RTTMs are written {d}")
-    ev.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    flag(ev, "--json", "print the numbers as JSON")
+    ev.add_argument("--html", default=None, metavar="DIR",
+                    help="also write DIR/index.html: the DER table and each file's reference and hypothesis "
+                    "timelines with missed speech, false alarm and confusion marked (default: no page)")
     pipeline_options(ev)
     ev.set_defaults(func=_cmd_diarize_evaluate)
 
     rc = dsub.add_parser("recipe", help="simulate, train, tune on dev, score on test: the shipped model's recipe")
-    rc.add_argument("--out", required=True, help="writes OUT/model.pt, OUT/results.json (re-running resumes)")
+    rc.add_argument("--out", required=True, help="writes OUT/model.pt, OUT/results.json (re-running resumes; required)")
     rc.add_argument("--data", default=None, help="folder for the simulated splits (default: OUT/data)")
-    rc.add_argument("--threads", type=positive_int, default=2, help=f"torch threads and simulation workers {d}")
-    choices = {"norm": list(NORMS), "placement": list(PLACEMENTS), "encoder": ENCODERS, "decay": ["none", "cosine"]}
-    for f in dataclasses.fields(RecipeConfig):  # every knob of the recipe, with its default
-        rc.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
-                        choices=choices.get(f.name), help=f"{d}")
+    rc.add_argument("--threads", type=positive_int, default=2, help=f"torch threads per process {d}")
+    rc.add_argument("--jobs", type=positive_int, default=2, help=f"simulation worker processes {d}")
+    add_recipe_options(rc, {"norm": list(NORMS), "placement": list(PLACEMENTS), "encoder": ENCODERS,
+                            "decay": ["none", "cosine"]})
     rc.set_defaults(func=_cmd_diarize_recipe)

@@ -7,7 +7,7 @@ import pathlib
 import sys
 
 from ..devices import check_spec
-from ._common import positive_int, progress, shape
+from ._common import flag, positive_int, progress, shape
 
 HELP = {
     "lesson": "reproduce the lessons' LayerNorm exercise and check it",
@@ -41,8 +41,17 @@ def _bench(args: argparse.Namespace) -> int:
     from ..lab import bench, bench_gpu
 
     torch.set_num_threads(args.threads)
+    if args.profile and not args.model:
+        from .._checks import BadValue
+
+        raise BadValue("--profile needs --model")
     if args.model:
         return _bench_model(args)
+    if args.dispatch:
+        from ..lab import bench_dispatch
+
+        result = bench_dispatch.run(args.ops, args.shapes, args.dtypes, progress=progress("bench --dispatch"))
+        return _write(args.out, "bench-dispatch", result, bench_dispatch.markdown(result))
     device = resolve(args.device)  # auto: the CPU table, and the GPU section when CUDA is present
     if args.device in ("cpu", "auto"):
         result = bench.run(args.ops, args.shapes, args.dtypes, repeats=args.repeats, progress=progress("bench"))
@@ -62,7 +71,8 @@ def _bench_model(args: argparse.Namespace) -> int:
     from .. import provenance
     from ..lab import bench_model
 
-    result = bench_model.run(repeats=args.repeats, compiled=args.compile, progress=progress("bench --model"))
+    result = bench_model.run(repeats=args.repeats, compiled=args.compile, profile=args.profile,
+                             progress=progress("bench --model"))
     result["provenance"] = provenance.record()
     table = bench_model.markdown(result)
     return _write(args.out, "bench-model", result, table)
@@ -86,7 +96,7 @@ def add_parsers(sub, name: str) -> None:
         p.add_argument("--tokens", type=positive_int, default=4, help="T, frames per recording (default: %(default)s)")
         p.add_argument("--d-model", type=positive_int, default=6, help="D, features per frame (default: %(default)s)")
         p.add_argument("--seed", type=int, default=42, help="torch.manual_seed (default: %(default)s)")
-        p.add_argument("--json", action="store_true", help="print the figures as JSON")
+        flag(p, "--json", "print the figures as JSON")
         p.set_defaults(func=_lesson)
     elif name == "count":
         from ..lab.accounting import PRESETS
@@ -94,7 +104,7 @@ def add_parsers(sub, name: str) -> None:
         p = sub.add_parser("count", help=HELP["count"], description=HELP["count"])
         p.add_argument("--preset", choices=list(PRESETS), default="bert-base",
                        help="model preset (default: %(default)s)")
-        p.add_argument("--json", action="store_true", help="print the figures as JSON")
+        flag(p, "--json", "print the figures as JSON")
         p.set_defaults(func=_count)
     elif name == "bench":
         from ..lab.bench import DTYPES, OPS, SHAPES
@@ -108,15 +118,18 @@ def add_parsers(sub, name: str) -> None:
         p.add_argument("--repeats", type=positive_int, default=15, help="timed repeats per case, median reported "
                        "(default: %(default)s)")
         p.add_argument("--threads", type=positive_int, default=2, help="torch threads (default: %(default)s)")
-        p.add_argument("--cold-start", action="store_true",
-                       help="also time a fresh process with an empty compile cache")
-        p.add_argument("--device", type=check_spec, default="auto",
+        flag(p, "--cold-start", "also time a fresh process with an empty compile cache")
+        p.add_argument("--device", type=check_spec, default="cpu",
                        help="cpu: the CPU table; cuda[:N]: the GPU section; auto: the CPU table, then the GPU section "
                        "when CUDA is present (default: %(default)s)")
-        p.add_argument("--model", action="store_true",
-                       help="instead: a 6-layer Pre-LN encoder's training step and inference against "
+        flag(p, "--model", "instead: a 6-layer Pre-LN encoder's training step and inference against "
                        "torch.nn.TransformerEncoder(norm_first=True) and against itself on torch's norm kernels, "
-                       "after checking that the outputs agree within 1e-5 (writes bench-model.json/.md)")
-        p.add_argument("--compile", action="store_true", help="with --model: also time compile_blocks(model)")
+                       "after checking that the outputs agree within 1e-5; three rounds, their spread reported "
+                       "(writes bench-model.json/.md)")
+        flag(p, "--compile", "with --model: also time compile_blocks(model)")
+        flag(p, "--profile", "with --model: also print the training step's split (GEMMs, attention, norms and adds, "
+             "activation, optimizer, other) from torch.profiler")
+        flag(p, "--dispatch", "instead: which kernel auto runs for each case here, and why (measuring first where "
+             "a case is new; writes bench-dispatch.json/.md)")
         p.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md (default: %(default)s)")
         p.set_defaults(func=_bench)

@@ -12,7 +12,9 @@ calling context, never a process-wide switch:
 * **Inside a user's ``torch.compile``**: impls that dynamo cannot trace
   (``cpu``) run the fused math, which dynamo inlines into the user's graph.
 * **Otherwise**: the forced ``impl``, or for ``auto`` the first kernel in
-  :data:`PREFERENCE` that satisfies the contract for the op, dtype and device.
+  :data:`PREFERENCE` that satisfies the contract for the op, dtype and device
+  (the fixed table), unless several kernels qualify: then the fastest of them,
+  measured once per kind of call on this machine (:mod:`.autotune`).
   :func:`use_compiled` narrows ``auto`` for a ``with`` block (a context
   variable: local to the thread or task, restored on exit).
 """
@@ -25,6 +27,7 @@ import math
 import torch
 
 from .._checks import BadValue
+from . import autotune
 from .autograd import NormFunction
 from .base import OP_SPECS, Kernel
 from .cpu import CpuKernel
@@ -94,22 +97,47 @@ def _order(op: str, x: Tensor, d: int) -> tuple[str, ...]:
     return PREFERENCE[op]
 
 
-def resolve(impl: str, op: str, x: Tensor, eps: float, d: int | None = None) -> str:
-    """Map ``impl`` (possibly ``"auto"``) to the kernel name that runs ``op`` on ``x`` eagerly.
-
-    ``d`` is the row length (``prod(normalized_shape)``; default ``x.shape[-1]``).
-    A forced ``impl`` that cannot run ``op`` on ``x`` raises ValueError.
-    """
-    if impl != "auto":
-        if not get_kernel(impl).supports(op, x, eps):
-            raise BadValue(f"impl {impl!r} does not support {op} for {x.dtype} on {x.device.type} with eps={eps}")
-        return impl
-    for name in _order(op, x, x.shape[-1] if d is None else d):
+def _fixed(op: str, x: Tensor, eps: float, d: int) -> str:
+    """The fixed table's choice: the first kernel of the op's order that can run the call."""
+    for name in _order(op, x, d):
         if name == "compiled" and not _allow_compiled.get():
             continue
         if _KERNELS[name].supports(op, x, eps):
             return name
     return "reference"
+
+
+def decide(impl: str, op: str, x: Tensor, eps: float, d: int | None = None) -> autotune.Decision:
+    """Which kernel runs ``op`` on ``x`` eagerly, and why (see :func:`resolve`)."""
+    d = x.shape[-1] if d is None else d
+    if impl != "auto":
+        if not get_kernel(impl).supports(op, x, eps):
+            raise BadValue(f"impl {impl!r} does not support {op} for {x.dtype} on {x.device.type} with eps={eps}")
+        return autotune.Decision(impl, "forced")
+    if not autotune.enabled():
+        return autotune.Decision(_fixed(op, x, eps, d), "fixed table (autotune off)")
+    if exporting() or torch.compiler.is_compiling():
+        return autotune.Decision(_fixed(op, x, eps, d), "fixed table (no timer while tracing, exporting or compiling)")
+    timed = {n: _KERNELS[n] for n in _order(op, x, d) if n in autotune.TIMED and _KERNELS[n].supports(op, x, eps)}
+    if len(timed) >= 2:
+        known = autotune.TUNER.known(op, x, d, timed)  # the common case: decided before, one dict lookup
+        if known is not None:
+            return known
+    fixed = _fixed(op, x, eps, d)
+    if len(timed) < 2 or fixed not in timed:
+        return autotune.Decision(fixed, "only candidate")
+    return autotune.TUNER.choose(op, x, d, eps, timed, fixed)
+
+
+def resolve(impl: str, op: str, x: Tensor, eps: float, d: int | None = None) -> str:
+    """Map ``impl`` (possibly ``"auto"``) to the kernel name that runs ``op`` on ``x`` eagerly.
+
+    ``d`` is the row length (``prod(normalized_shape)``; default ``x.shape[-1]``).
+    A forced ``impl`` that cannot run ``op`` on ``x`` raises ValueError. ``auto``
+    is the fixed table's choice or, where several kernels could run the call,
+    the fastest of them measured here (:mod:`normlab.kernels.autotune`).
+    """
+    return decide(impl, op, x, eps, d).impl
 
 
 def traceable(op: str, x: Tensor, r: Tensor | None, w, b, eps: float, s_dtype: torch.dtype | None = None):
@@ -147,5 +175,5 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
     return out[0].reshape(x.shape), out[1].reshape(x.shape)
 
 
-__all__ = ["IMPLS", "OPS", "PREFERENCE", "dispatch", "exporting", "get_kernel", "resolve", "traceable",
+__all__ = ["IMPLS", "OPS", "PREFERENCE", "decide", "dispatch", "exporting", "get_kernel", "resolve", "traceable",
            "use_compiled"]

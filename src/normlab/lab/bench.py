@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from ..kernels import fused
 
 OPS = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
 SHAPES = ((8192, 768), (32768, 768), (4096, 4096), (65536, 80), (16384, 256))
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("float32", "bfloat16", "float16")
 #: tensors of the input's size that must cross memory: (forward, forward+backward)
 TENSORS_MOVED = {
     "layer_norm": (2, 5),  # fwd: read x, write y; bwd: read dy, x, write dx
@@ -50,6 +51,8 @@ class Row:
     saved_mb_normlab: float | None = None  # bytes kept for backward (fwd+bwd rows)
     saved_mb_torch: float | None = None
     copy_gbps: float | None = None  # the memory copy timed in the same repeats (the floor's yardstick)
+    faults_normlab: int | None = None  # minor page faults of one step: fresh pages the allocator had to map
+    faults_torch: int | None = None
 
 
 def _calls(op: str, x, r, w, b) -> tuple[Callable, Callable]:
@@ -134,6 +137,15 @@ def copy_gbps(nbytes: int = 256 << 20, repeats: int = 15) -> float:
     return 2 * nbytes / statistics.median(ts) / 1e9
 
 
+def page_faults(fn: Callable) -> int:
+    """Minor page faults during one call of ``fn``: pages of new outputs the allocator had to map afresh
+    (glibc returns blocks above its mmap threshold, at most 32 MB, to the OS on free, so every such output is
+    faulted in again, a few microseconds per 4 KB page)."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    fn()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
 def saved_bytes(fn: Callable) -> int:
     """Bytes of distinct tensors autograd keeps between forward and backward."""
     seen: dict[int, int] = {}
@@ -174,7 +186,8 @@ def bench_one(op, shape, dtype, *, copy_speed=None, repeats=15, warmup=3) -> lis
         nbytes = TENSORS_MOVED[op][k] * n * d * x.element_size()
         floor_ms = nbytes / (speed * 1e9) * 1e3
         row = Row(op, f"{n}x{d}", dtype, mode, _sig(a_ms), _sig(b_ms), _sig(b_ms / a_ms),
-                  _sig(nbytes / a_ms / 1e6), _sig(100 * floor_ms / a_ms), copy_gbps=_sig(speed, 3))
+                  _sig(nbytes / a_ms / 1e6), _sig(100 * floor_ms / a_ms), copy_gbps=_sig(speed, 3),
+                  faults_normlab=page_faults(fns[0]), faults_torch=page_faults(fns[1]))
         if backward:
             row.saved_mb_normlab = round(saved_bytes(ours) / 2**20, 1)
             row.saved_mb_torch = round(saved_bytes(theirs) / 2**20, 1)
@@ -205,7 +218,7 @@ def machine() -> dict:
     except OSError:
         pass
     return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version()}
+            "python": platform.python_version(), "load": [round(v, 2) for v in os.getloadavg()]}
 
 
 def torch_vs_itself(shape=(8192, 768), repeats: int = 15, warmup: int = 3) -> float:
@@ -240,21 +253,23 @@ def run(ops=OPS, shapes=SHAPES, dtypes=DTYPES, repeats=15, warmup=3, progress: C
 def markdown(result: dict) -> str:
     m = result["machine"]
     lines = [
-        f"Machine: {m['cpu']}, {m['threads']} threads, torch {m['torch']}, Python {m['python']}; "
+        f"Machine: {m['cpu']}, {m['threads']} threads, torch {m['torch']}, Python {m['python']}"
+        + (f", load average {m['load'][0]:g} at the start" if m.get("load") else "") + "; "
         f"memory copy {result['copy_gbps']} GB/s (read + write; median over cases, each timed in its own "
         "repeats)" + (f"; torch's LayerNorm timed against itself: {result['torch_vs_itself']:.2f}x"
                       if result.get("torch_vs_itself") else "") + ".",
         "",
         "| op | shape | dtype | mode | normlab ms | torch ms | ratio | GB/s | copy GB/s | % of floor "
-        "| saved MB (normlab / torch) |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| saved MB (normlab / torch) | page faults per step (normlab / torch) |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in result["rows"]:
         saved = "" if r["saved_mb_normlab"] is None else f"{r['saved_mb_normlab']} / {r['saved_mb_torch']}"
         copy = r.get("copy_gbps") or result["copy_gbps"]
+        faults = "" if r.get("faults_normlab") is None else f"{r['faults_normlab']} / {r['faults_torch']}"
         lines.append(
             f"| {r['op']} | {r['shape']} | {r['dtype']} | {r['mode']} | {r['normlab_ms']:.3f} | {r['torch_ms']:.3f} "
-            f"| {r['ratio']:.2f}x | {r['gbps']:.1f} | {copy:.1f} | {r['floor_pct']:.0f}% | {saved} |"
+            f"| {r['ratio']:.2f}x | {r['gbps']:.1f} | {copy:.1f} | {r['floor_pct']:.0f}% | {saved} | {faults} |"
         )
     if result.get("cold_start_s") is not None:
         lines += ["", "Cold start (fresh process, empty build caches, rms_norm fwd+bwd): "

@@ -11,9 +11,11 @@ Three models carry the same weights (copied through :func:`normlab.interop.to_to
 
 Before any timing, :func:`check` compares the outputs (training-mode forward and inference) on the
 non-padded positions and the input gradient: everything must agree within 1e-5, or the bench stops.
-Timing (same run, same inputs): each repeat runs every model once, in an order that rotates
-between repeats; the median over repeats after warm-up is reported, in wall time and in the
-process's CPU time (steadier than wall time when other processes share the cores). A training step is forward,
+Timing (same run, same inputs), in three rounds: each repeat runs every model once, in an order that
+rotates between repeats; a round's figure is the median over its repeats after warm-up, the reported
+figure the median of the rounds, with their spread, in wall time and in the process's CPU time (steadier
+than wall time when other processes share the cores). ``profile=True`` adds the training step's split
+(:mod:`normlab.lab.step_profile`). A training step is forward,
 ``mean(y * g)`` over valid positions (``g`` fixed), backward, ``AdamW.step()``, ``zero_grad(set_to_none=True)``.
 """
 from __future__ import annotations
@@ -160,9 +162,15 @@ def _infer(model: nn.Module, x, pad, ctx) -> Callable[[], None]:
     return fwd
 
 
+def _spread(values: list[float]) -> float:
+    """(max - min) / median of the rounds, in percent."""
+    return round(100 * (max(values) - min(values)) / statistics.median(values), 1)
+
+
 def run(cfg: ModelBenchConfig = ModelBenchConfig(), repeats: int = 7, warmup: int = 2, compiled: bool = False,
-        progress: Callable | None = None) -> dict:
-    """Check, then time training steps and inference; returns the figures (ms, medians) and ratios."""
+        rounds: int = 3, profile: bool = False, progress: Callable | None = None) -> dict:
+    """Check, then time training steps and inference in ``rounds`` rounds; the figures are the median over
+    rounds of each round's median (ms), with the rounds' spread; ``profile``: the training step's split too."""
     ours, ref, x, pad = build(cfg)
     correctness = check(ours, ref, x, pad)
     if not correctness["passed"]:
@@ -178,10 +186,12 @@ def run(cfg: ModelBenchConfig = ModelBenchConfig(), repeats: int = 7, warmup: in
         comp.load_state_dict(ours.state_dict())
         models["compiled"] = (compile_blocks(comp), plain)
     result = {"machine": machine(), "config": asdict(cfg), "tolerance": TOLERANCE, "correctness": correctness,
-              "repeats": repeats}
-    for i, mode in enumerate(("train_step", "inference")):
+              "repeats": repeats, "rounds": rounds}
+    jobs = [(mode, r) for mode in ("train_step", "inference") for r in range(rounds)]
+    per_round: dict[str, list] = {"train_step": [], "inference": []}
+    for i, (mode, r) in enumerate(jobs):
         if progress:
-            progress(i, 2, mode)
+            progress(i, len(jobs) + profile, f"{mode} round {r + 1}/{rounds}")
         fns = {}
         for name, (model, ctx) in models.items():
             model.train(mode == "train_step")
@@ -189,14 +199,33 @@ def run(cfg: ModelBenchConfig = ModelBenchConfig(), repeats: int = 7, warmup: in
                 fns[name] = _train_step(model, torch.optim.AdamW(model.parameters(), lr=1e-4), x, pad, ctx)
             else:
                 fns[name] = _infer(model, x, pad, ctx)
-        ms, cpu = _rotating_medians(fns, repeats, warmup + (3 if compiled else 0))
+        per_round[mode].append(_rotating_medians(fns, repeats, warmup + (3 if compiled and r == 0 else 0)))
+    for mode, rs in per_round.items():
+        ms = {n: statistics.median(w[n] for w, _ in rs) for n in models}
+        cpu = {n: statistics.median(c[n] for _, c in rs) for n in models}
         result[mode] = {"ms": {n: round(v, 2) for n, v in ms.items()},
                         "speedup_vs_torch": {n: round(ms["torch"] / v, 3) for n, v in ms.items() if n != "torch"},
                         "cpu_ms": {n: round(v, 2) for n, v in cpu.items()},
                         "cpu_speedup_vs_torch": {n: round(cpu["torch"] / v, 3) for n, v in cpu.items()
-                                                 if n != "torch"}}
+                                                 if n != "torch"},
+                        "rounds_ms": {n: [round(w[n], 2) for w, _ in rs] for n in models},
+                        "spread_pct": {n: _spread([w[n] for w, _ in rs]) for n in models},
+                        "speedup_rounds": {n: [round(w["torch"] / w[n], 3) for w, _ in rs] for n in models
+                                           if n != "torch"}}
+    if profile:
+        if progress:
+            progress(len(jobs), len(jobs) + 1, "profile")
+        from . import step_profile
+
+        opts = {}
+
+        def make_step(model, ctx):
+            opt = opts.setdefault(id(model), torch.optim.AdamW(model.parameters(), lr=1e-4))
+            return _train_step(model, opt, x, pad, ctx)
+
+        result["profile"] = step_profile.run({n: models[n] for n in ("normlab", "torch")}, make_step)
     if progress:
-        progress(2, 2, "done")
+        progress(len(jobs) + profile, len(jobs) + profile, "done")
     return result
 
 
@@ -206,7 +235,9 @@ def markdown(result: dict) -> str:
     lines = [f"{c['layers']}-layer Pre-LN encoder, d {c['d_model']}, {c['heads']} heads, d_ff {c['d_ff']}, "
              f"{c['activation']}, B {c['batch']}, T {c['tokens']} (lengths {c['min_len']:g}T..T), float32; "
              f"{result['machine']['threads']} threads, torch {result['machine']['torch']}, "
-             f"median of {result['repeats']}.",
+             f"median of {result['repeats']} per round, median of {result.get('rounds', 1)} rounds"
+             + (f"; load average {result['machine']['load'][0]:g} at the start" if result['machine'].get('load')
+                else "") + ".",
              "",
              "| model | training step ms | x torch | (CPU time: x torch) | inference ms | x torch | "
              "(CPU time: x torch) |",
@@ -220,8 +251,19 @@ def markdown(result: dict) -> str:
     for n in tr["ms"]:
         lines.append(f"| {n} | {tr['ms'][n]:.1f} | {x(tr, 'speedup_vs_torch', n)} | {x(tr, 'cpu_speedup_vs_torch', n)} "
                      f"| {inf['ms'][n]:.1f} | {x(inf, 'speedup_vs_torch', n)} | {x(inf, 'cpu_speedup_vs_torch', n)} |")
+    if "spread_pct" in tr:
+        lines += ["", f"Rounds: {result['rounds']}; spread of the round medians, (max - min) / median:"]
+        for mode, r in (("training step", tr), ("inference", inf)):
+            spread = ", ".join(f"{n} {v:.0f}%" for n, v in r["spread_pct"].items())
+            sp = "; ".join(f"{n} x torch per round " + " / ".join(f"{v:.2f}" for v in vs)
+                           for n, vs in r["speedup_rounds"].items())
+            lines.append(f"* {mode}: {spread}; {sp}")
     k = result["correctness"]
     lines += ["", f"Correctness first (valid positions): training forward {k['train_forward']:.1e}, "
                   f"input gradient (relative) {k['input_grad']:.1e}, inference {k['inference']:.1e} "
                   f"(bound {result['tolerance']:g})."]
+    if "profile" in result:
+        from .step_profile import markdown as profile_markdown
+
+        lines += ["", profile_markdown(result["profile"])]
     return "\n".join(lines)

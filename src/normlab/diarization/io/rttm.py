@@ -50,10 +50,15 @@ def read_rttm(path: str | pathlib.Path) -> dict[str, list[Turn]]:
     return {uri: sorted(ts) for uri, ts in turns.items()}
 
 
-def write_rttm(turns: list[Turn], path: str | pathlib.Path) -> None:
+def format_rttm(turns: list[Turn]) -> str:
+    """RTTM text of the turns, sorted, one line each (newline-terminated)."""
     lines = []
     for t in sorted(turns):
         _check_token(t.uri, "uri")
         _check_token(t.speaker, "speaker")
-        lines.append(f"SPEAKER {t.uri} 1 {t.start:.3f} {t.duration:.3f} <NA> <NA> {t.speaker} <NA> <NA>")
-    pathlib.Path(path).write_text("".join(line + "\n" for line in lines))
+        lines.append(f"SPEAKER {t.uri} 1 {t.start:.3f} {t.duration:.3f} <NA> <NA> {t.speaker} <NA> <NA>\n")
+    return "".join(lines)
+
+
+def write_rttm(turns: list[Turn], path: str | pathlib.Path) -> None:
+    pathlib.Path(path).write_text(format_rttm(turns))

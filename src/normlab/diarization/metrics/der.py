@@ -123,23 +123,37 @@ def scored_region(reference: list[Turn], hypothesis: list[Turn], *, collar: floa
     return region
 
 
+def _mapping(ref: dict[str, Intervals], hyp: dict[str, Intervals]) -> list[tuple[str, str]]:
+    """The one-to-one ``(reference, hypothesis)`` speaker pairs with the most co-occurrence time (Hungarian)."""
+    from scipy.optimize import linear_sum_assignment
+
+    rn, hn = sorted(ref), sorted(hyp)
+    if not rn or not hn:
+        return []
+    co = [[sum(e - s for s, e in intersect(ref[r], hyp[h])) for h in hn] for r in rn]
+    rows, cols = linear_sum_assignment(co, maximize=True)
+    return [(rn[i], hn[j]) for i, j in zip(rows, cols)]
+
+
+def speaker_mapping(reference: list[Turn], hypothesis: list[Turn], *, collar: float = 0.0,
+                    skip_overlap: bool = False, uem: Intervals | None = None) -> dict[str, str]:
+    """``{hypothesis speaker: reference speaker}``: the mapping DER scores with (on the same scored region)."""
+    region = scored_region(reference, hypothesis, collar=collar, skip_overlap=skip_overlap, uem=uem)
+    ref = {k: intersect(v, region) for k, v in _by_speaker(reference).items()}
+    hyp = {k: intersect(v, region) for k, v in _by_speaker(hypothesis).items()}
+    return {h: r for r, h in _mapping(ref, hyp)}
+
+
 def diarization_error_rate(reference: list[Turn], hypothesis: list[Turn], *, collar: float = 0.0,
                            skip_overlap: bool = False, uem: Intervals | None = None) -> DERResult:
     """DER components of one recording (turns of a single uri)."""
-    from scipy.optimize import linear_sum_assignment
-
     if collar < 0:
         raise BadValue(f"collar must be >= 0, got {collar}")
     region = scored_region(reference, hypothesis, collar=collar, skip_overlap=skip_overlap, uem=uem)
     ref = {k: intersect(v, region) for k, v in _by_speaker(reference).items()}
     hyp = {k: intersect(v, region) for k, v in _by_speaker(hypothesis).items()}
     rn, hn = sorted(ref), sorted(hyp)
-    # optimal one-to-one mapping on co-occurrence time
-    co = [[sum(e - s for s, e in intersect(ref[r], hyp[h])) for h in hn] for r in rn]
-    pairs = []
-    if rn and hn:
-        rows, cols = linear_sum_assignment(co, maximize=True)
-        pairs = [(rn[i], hn[j]) for i, j in zip(rows, cols)]
+    pairs = _mapping(ref, hyp)
     cuts = sorted({b for ivs in (*ref.values(), *hyp.values(), region) for iv in ivs for b in iv})
     res = DERResult()
     for a, b in zip(cuts, cuts[1:]):

@@ -32,7 +32,7 @@ class ModelConfig:
 ENCODERS = ("transformer", "conformer")
 
 #: the model shipped in the package (``normlab diarize recipe`` writes it; docs/diarization.md has its numbers)
-SHIPPED = pathlib.Path(__file__).parent.parent / "assets" / "eend_pre_ln.pt"
+SHIPPED = pathlib.Path(__file__).parent.parent / "assets" / "eend_real.pt"
 
 #: post-processing used when a model file does not carry its own (EEND's defaults)
 DEFAULT_POSTPROCESS = {"threshold": 0.5, "median": 11}

@@ -3,11 +3,11 @@
 The network is normlab's own code with the published architecture: a power
 mel spectrogram (16 kHz, 25 ms Hann window every 10 ms, FFT 400, 40 Slaney
 mel bands, not log), a 3-layer LSTM with 256 units, a linear layer, ReLU and
-L2 normalization of the last hidden state. Only the weights come from the
-``resemblyzer==0.1.4`` package (its ``pretrained.pt``, Apache-2.0; trained on
-LibriSpeech, VoxCeleb 1 and 2). The package is installed without its
-dependencies (``pip install --no-deps resemblyzer==0.1.4``, the ``embed``
-extra); none of its code is imported.
+L2 normalization of the last hidden state. Only the weights come from
+Resemblyzer (``resemblyzer==0.1.4``'s ``pretrained.pt``, Apache-2.0; trained on
+LibriSpeech, VoxCeleb 1 and 2): its model state, converted once to
+``assets/ge2e.safetensors`` (``models/convert_weights.py``), ships in normlab
+beside its licence (``assets/ge2e.LICENSE``) and notice (``assets/ge2e.NOTICE``).
 
 An embedding of a set of frames (one speaker's speech inside a window) is the
 L2-normalized mean of the embeddings of 1.6 s partials, as Resemblyzer's
@@ -22,19 +22,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..._checks import BadValue, NotFound
+from ..._checks import BadValue
 from ..io.audio import SAMPLE_RATE
-from .weights import installed_file
+from .weights import MissingAssetError, asset, is_safetensors, read_safetensors, write_safetensors
 
 N_FFT, HOP, N_MELS = 400, 160, 40  # 25 ms window, 10 ms step
 PARTIAL = 160  # frames per partial utterance (1.6 s)
 EMBED_DIM = 256  # the embedding's size
-WEIGHTS_PACKAGE = "resemblyzer==0.1.4"
-WEIGHTS_FILE = "resemblyzer/pretrained.pt"
+WEIGHTS_FILE = "ge2e.safetensors"  # in assets/: Resemblyzer 0.1.4's model state (lstm.*, linear.*)
+_KEPT = ("lstm.", "linear.")  # the network's tensors; Resemblyzer's similarity scale and optimizer are not kept
 
 
-class MissingWeightsError(NotFound):
-    """The speaker encoder's weight file is not installed."""
+class MissingWeightsError(MissingAssetError):
+    """The speaker encoder's weight file is missing from the installation."""
 
 
 def slaney_mel_filterbank(n_mels: int = N_MELS, n_fft: int = N_FFT, sample_rate: int = SAMPLE_RATE) -> torch.Tensor:
@@ -79,12 +79,8 @@ class MelFrontend(nn.Module):
 
 
 def weights_path() -> pathlib.Path:
-    """Where ``resemblyzer/pretrained.pt`` is installed, found without importing the package's code."""
-    path = installed_file("resemblyzer", WEIGHTS_FILE)
-    if path is None:
-        raise MissingWeightsError(f"speaker encoder weights {WEIGHTS_FILE} not found: install them with "
-                                  f"`pip install --no-deps {WEIGHTS_PACKAGE}` (normlab's `embed` extra)")
-    return path
+    """The shipped weights, ``assets/ge2e.safetensors``."""
+    return asset(WEIGHTS_FILE, MissingWeightsError)
 
 
 class SpeakerEncoder(nn.Module):
@@ -112,13 +108,17 @@ class SpeakerEncoder(nn.Module):
 
     @classmethod
     def load(cls, path: str | pathlib.Path | None = None) -> "SpeakerEncoder":
-        """The encoder with Resemblyzer's weights (``path=None``: the installed ``resemblyzer/pretrained.pt``)."""
+        """The encoder with the shipped weights (``path=None``), or those of a ``.safetensors`` file written by
+        ``save``, or of Resemblyzer's own ``pretrained.pt`` (``{"model_state": ...}``, read as plain tensors)."""
         path = weights_path() if path is None else pathlib.Path(path)
         if not path.is_file():
             raise MissingWeightsError(f"no speaker encoder weights at {path}")
         try:
-            blob = torch.load(path, map_location="cpu", weights_only=True)
-            state = {k: v for k, v in blob["model_state"].items() if k.startswith(("lstm.", "linear."))}
+            if is_safetensors(path):
+                state = read_safetensors(path)[0]
+            else:
+                state = torch.load(path, map_location="cpu", weights_only=True)["model_state"]
+            state = {k: v for k, v in state.items() if k.startswith(_KEPT)}
             model = cls()
             model.load_state_dict(state, strict=False)
             missing = set(model.state_dict()) - set(state)
@@ -128,10 +128,9 @@ class SpeakerEncoder(nn.Module):
             raise BadValue(f"{path} is not a GE2E speaker encoder checkpoint: {e}") from None
         return model.eval()
 
-    def save(self, path: str | pathlib.Path) -> None:
-        """Write the weights in the format ``load`` reads (Resemblyzer's ``{"model_state": ...}``)."""
-        torch.save({"model_state": {k: v for k, v in self.state_dict().items() if k.startswith(("lstm.", "linear."))}},
-                   path)
+    def save(self, path: str | pathlib.Path, metadata: dict[str, str] | None = None) -> None:
+        """Write the network's tensors as safetensors (what ``load`` reads), with ``metadata`` in the header."""
+        write_safetensors(path, {k: v for k, v in self.state_dict().items() if k.startswith(_KEPT)}, metadata)
 
     @staticmethod
     def normalize_volume(wave: torch.Tensor, target_dbfs: float = -30.0) -> torch.Tensor:

@@ -5,9 +5,11 @@ The network is written here from its published structure: a fixed STFT as a
 previous 64 samples as context and 64 reflected samples after it), magnitude,
 four 1-D convolutions with ReLU (the last three frames stride down to one),
 an LSTM cell carried across chunks, ReLU, a 1x1 convolution and a sigmoid:
-one speech probability per 32 ms. Only the weights come from the package
-(the tensors of its ``silero_vad.jit``, MIT licence); ``pip install 'normlab[vad]'`` installs it
-(its own dependencies are torch and packaging) and none of its code is called.
+one speech probability per 32 ms. Only the weights come from Silero VAD
+(``silero-vad==6.2.3``, MIT licence): the 16 kHz tensors of its ``silero_vad.jit``,
+converted once to ``assets/silero_vad.safetensors`` (``models/convert_weights.py``)
+and shipped in normlab beside their licence (``assets/silero_vad.LICENSE``); none
+of the package's code is used.
 
 The chunks are independent up to the LSTM, so the front end runs batched over
 a whole recording (in blocks, bounded memory) and the recurrence is one
@@ -24,14 +26,13 @@ import warnings
 import torch
 from torch import nn
 
-from ..._checks import NotFound
 from ..io.audio import SAMPLE_RATE
-from .weights import installed_file
+from .weights import MissingAssetError, asset, is_safetensors, read_safetensors, write_safetensors
 
 CHUNK, CONTEXT = 512, 64  # 32 ms per probability; samples of the previous chunk seen by the next
 N_FFT, HOP = 256, 128
-WEIGHTS_PACKAGE = "silero-vad==6.2.3"
-WEIGHTS_FILE = "silero_vad/data/silero_vad.jit"  # TorchScript archive; only its 16 kHz tensors are read
+WEIGHTS_FILE = "silero_vad.safetensors"  # in assets/, this module's names
+ARCHIVE = "silero_vad/data/silero_vad.jit"  # the package's TorchScript archive the shipped tensors come from
 # the archive's names -> this module's
 _KEYS = {"stft.forward_basis_buffer": "stft_conv.weight", "decoder.rnn.weight_ih": "lstm.weight_ih_l0",
          "decoder.rnn.weight_hh": "lstm.weight_hh_l0", "decoder.rnn.bias_ih": "lstm.bias_ih_l0",
@@ -40,18 +41,13 @@ _KEYS = {"stft.forward_basis_buffer": "stft_conv.weight", "decoder.rnn.weight_ih
          **{f"encoder.{i}.reparam_conv.{p}": f"conv{i + 1}.{p}" for i in range(4) for p in ("weight", "bias")}}
 
 
-class MissingVADWeightsError(NotFound):
-    """The VAD's weight file is not installed."""
+class MissingVADWeightsError(MissingAssetError):
+    """The VAD's weight file is missing from the installation."""
 
 
 def installed_weights() -> pathlib.Path:
-    """Path of the installed ``silero_vad/data/silero_vad.jit``; a one-line error when the package is missing."""
-    path = installed_file("silero-vad", WEIGHTS_FILE)
-    if path is None:
-        raise MissingVADWeightsError(f"speech activity needs the Silero VAD weights: pip install --no-deps "
-                                     f"{WEIGHTS_PACKAGE} (MIT; or pip install 'normlab[vad]'), or switch the gate "
-                                     "off (--vad off, vad=\"off\")")
-    return path
+    """The shipped weights, ``assets/silero_vad.safetensors``."""
+    return asset(WEIGHTS_FILE, MissingVADWeightsError)
 
 
 class SileroVAD(nn.Module):
@@ -69,14 +65,24 @@ class SileroVAD(nn.Module):
 
     @classmethod
     def load(cls, path: str | pathlib.Path | None = None) -> "SileroVAD":
-        """The network with the weights of the package's TorchScript archive (its 16 kHz model), or of ``path``."""
-        with warnings.catch_warnings():  # only the archive's tensors are used; its TorchScript code is never run
-            warnings.simplefilter("ignore", DeprecationWarning)
-            archive = torch.jit.load(str(path or installed_weights()), map_location="cpu")
-        sd = {_KEYS[k]: v.detach().clone() for k, v in archive._model.state_dict().items() if k in _KEYS}
+        """The network with the shipped weights (``path=None``), those of a ``.safetensors`` file written by
+        ``save``, or the 16 kHz tensors of the package's TorchScript archive (``silero_vad.jit``; its code is
+        never run)."""
+        path = pathlib.Path(path) if path is not None else installed_weights()
+        if is_safetensors(path):
+            sd = read_safetensors(path)[0]
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                archive = torch.jit.load(str(path), map_location="cpu")
+            sd = {_KEYS[k]: v.detach().clone() for k, v in archive._model.state_dict().items() if k in _KEYS}
         m = cls()
         m.load_state_dict(sd)
         return m.eval()
+
+    def save(self, path: str | pathlib.Path, metadata: dict[str, str] | None = None) -> None:
+        """Write the weights as safetensors (what ``load`` reads), with ``metadata`` in the header."""
+        write_safetensors(path, self.state_dict(), metadata)
 
     def frontend(self, chunks: torch.Tensor) -> torch.Tensor:
         """``(n, CONTEXT + CHUNK)`` samples -> ``(n, 128)`` features, one per chunk."""

@@ -10,19 +10,26 @@ build the pipeline's settings with the one ``PipelineConfig.for_model`` from
 their keyword options (None: the model file's), so they give the same turns
 for the same model. ``to_annotation`` and ``from_annotation`` convert to
 and from ``pyannote.core.Annotation`` (the ``annotation`` extra).
+
+``diarize`` returns a ``Diarization`` (``output.py``): the list of turns, with
+``.exclusive()``, ``.to_rttm()``, ``.to_json()``, the settings and the
+provenance of the models; ``diarize_files`` writes it as RTTM or JSON, and a
+timeline PNG with ``plot=True``.
 """
 from __future__ import annotations
 
+import functools
 import pathlib
 from collections.abc import Callable
 from dataclasses import asdict
 
-from ..._checks import BadValue, MissingDependency
+from ..._checks import BadType, BadValue, MissingDependency
 from ..io.audio import SAMPLE_RATE, as_mono
 from ..io.features import FeatureConfig
-from ..io.rttm import Turn, write_rttm
+from ..io.rttm import Turn
 from .cluster import check_speaker_counts
 from .config import PipelineConfig
+from .output import FORMATS, Diarization, render
 from .stitch import diarize_waveform
 
 
@@ -34,6 +41,7 @@ def load_model(model=None):
         m, where = model, "the given model"
     else:
         m, where = EENDModel.load(model), str(model if model is not None else SHIPPED)
+        m.source_path = pathlib.Path(model if model is not None else SHIPPED)  # for the provenance
     made = FeatureConfig()
     if m.features != made:
         diff = [k for k, v in asdict(made).items() if getattr(m.features, k) != v]
@@ -46,17 +54,53 @@ def load_model(model=None):
     return m.eval()
 
 
-def load_encoder(encoder=None):
-    """The speaker encoder from ``None`` (Resemblyzer's installed weights), a weight file, or a module."""
-    from ..models.embed import SpeakerEncoder
+def load_encoder(embedding=None):
+    """The speaker encoder from ``None`` (the shipped GE2E weights), a weight file, or a ``SpeakerEncoder``."""
+    from ..models.embed import SpeakerEncoder, weights_path
 
-    return encoder if isinstance(encoder, SpeakerEncoder) else SpeakerEncoder.load(encoder)
+    if isinstance(embedding, SpeakerEncoder):
+        return embedding
+    enc = SpeakerEncoder.load(embedding)
+    enc.source_path = pathlib.Path(embedding) if embedding is not None else weights_path()  # for the provenance
+    return enc
+
+
+def _no_old_keywords(options: dict) -> None:
+    if "encoder" in options:  # renamed as the CLI's --embedding (the EEND model's own encoder is ModelConfig.encoder)
+        raise BadType("encoder= is now embedding= (the speaker encoder's weights, as the CLI's --embedding)")
+
+
+@functools.lru_cache(maxsize=16)
+def _file_record(path: str, mtime_ns: int) -> dict:
+    from ..models.weights import ASSETS, is_safetensors, safetensors_metadata, sha256
+
+    p = pathlib.Path(path)
+    shipped = p.resolve().parent == ASSETS
+    rec = {"file": f"normlab/diarization/assets/{p.name}" if shipped else str(p), "sha256": sha256(p)}
+    if is_safetensors(p):
+        rec.update({k: v for k, v in safetensors_metadata(p).items() if k in ("source", "source_sha256", "license")})
+    return rec
+
+
+def _record(path) -> dict | None:
+    """File, SHA-256 and (safetensors) source of a weight file; None for a module given without one."""
+    return None if path is None else dict(_file_record(str(path), pathlib.Path(path).stat().st_mtime_ns))
+
+
+def provenance(model, encoder, cfg: PipelineConfig) -> dict:
+    """normlab's version and the segmentation model, speaker encoder and VAD files that ``cfg`` runs with."""
+    from ... import __version__
+    from ..models.vad import installed_weights
+
+    return {"normlab": __version__, "model": _record(getattr(model, "source_path", None)),
+            "embedding": _record(getattr(encoder, "source_path", None)),
+            "vad": None if cfg.vad == "off" else _record(installed_weights())}
 
 
 def diarize(audio, *, sample_rate: int | None = None, num_speakers: int | None = None,
-            min_speakers: int | None = None, max_speakers: int | None = None, model=None, encoder=None,
-            uri: str | None = None, **options) -> list[Turn]:
-    """Who spoke when: speaker turns (``Turn(uri, start, duration, speaker)``, sorted) of one recording.
+            min_speakers: int | None = None, max_speakers: int | None = None, model=None, embedding=None,
+            uri: str | None = None, exclusive: bool = False, **options) -> Diarization:
+    """Who spoke when: the speaker turns (``Turn(uri, start, duration, speaker)``, sorted) of one recording.
 
     Parameters
     ----------
@@ -64,48 +108,71 @@ def diarize(audio, *, sample_rate: int | None = None, num_speakers: int | None =
         with ``sample_rate``; or ``{"waveform": (channels, samples), "sample_rate": int}``
     num_speakers, min_speakers, max_speakers : the speaker count if known, exact or bounded
     model : None (the model shipped with normlab), a model file, or an ``EENDModel``
-    encoder : None (the GE2E weights of ``resemblyzer==0.1.4``), a weight file, or a ``SpeakerEncoder``
+    embedding : the speaker encoder: None (the shipped GE2E weights, from ``resemblyzer==0.1.4``), a weight
+        file, or a ``SpeakerEncoder``
     uri : the recording's name in the turns (default: the file's stem, or ``"audio"``)
+    exclusive : one speaker at a time (``Diarization.exclusive()``: overlap goes to the one already talking)
     options : ``PipelineConfig`` fields overriding the model file's (``threshold``, ``median``,
         ``window``, ``step``, ``cluster_threshold``, ...); None means "the model file's"
 
-    All silence gives ``[]``; audio shorter than a window is one shorter window.
+    Returns a ``Diarization``: a list of the turns (all silence gives an empty one) that also carries the
+    settings and the models' provenance (``.to_json()``, ``.to_rttm()``). Audio shorter than a window is
+    one shorter window.
     """
+    _no_old_keywords(options)
     counts = {"num_speakers": num_speakers, "min_speakers": min_speakers, "max_speakers": max_speakers}
     check_speaker_counts(**counts)
     m = load_model(model)
     cfg = PipelineConfig.for_model(m, **options)
-    return _diarize(audio, sample_rate, m, load_encoder(encoder), cfg, uri, counts)
+    enc = load_encoder(embedding)
+    result = _diarize(audio, sample_rate, m, enc, cfg, uri, counts, provenance(m, enc, cfg))
+    return result.exclusive() if exclusive else result
 
 
-def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str | None, counts: dict) -> list[Turn]:
+def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str | None, counts: dict,
+             prov: dict) -> Diarization:
     wave, name = as_mono(audio, sample_rate, SAMPLE_RATE)
-    return diarize_waveform(model, encoder, wave, uri or name, cfg, **counts)
+    turns = diarize_waveform(model, encoder, wave, uri or name, cfg, **counts)
+    return Diarization(turns, uri=uri or name, duration=round(wave.numel() / SAMPLE_RATE, 3),
+                       settings={**asdict(cfg), **counts}, provenance=prov)
 
 
 def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int | None = None,
-                  min_speakers: int | None = None, max_speakers: int | None = None, model=None, encoder=None,
+                  min_speakers: int | None = None, max_speakers: int | None = None, model=None, embedding=None,
+                  format: str = "rttm", exclusive: bool = False, plot: bool = False,
                   progress: Callable[[int, int, str], None] | None = None, **options) -> dict[str, str]:
-    """Write ``out_dir/<stem>.rttm`` per file; ``{path: "ok" | error}`` (one bad file never stops the rest).
+    """Write ``out_dir/<stem>.rttm`` (or ``.json``, ``format="json"``) per file, and ``out_dir/<stem>.png``
+    (a timeline, ``plot=True``); ``{path: "ok" | error}`` (one bad file never stops the rest).
 
-    The speaker counts and ``options`` are ``diarize``'s. The model, the
-    encoder and the pipeline's settings are made once; their errors, and bad
-    options, raise.
+    The speaker counts, ``exclusive`` and ``options`` are ``diarize``'s. The model, the encoder and the
+    pipeline's settings are made once; their errors, bad options and a missing matplotlib (``plot``) raise.
     """
+    if format not in FORMATS:
+        raise BadValue(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if plot:
+        from ..plot import pyplot, timeline_png
+
+        pyplot()  # without matplotlib: one error before any work
+    _no_old_keywords(options)
     counts = {"num_speakers": num_speakers, "min_speakers": min_speakers, "max_speakers": max_speakers}
     check_speaker_counts(**counts)
     m = load_model(model)
     cfg = PipelineConfig.for_model(m, **options)
-    enc = load_encoder(encoder)
+    enc = load_encoder(embedding)
+    prov = provenance(m, enc, cfg)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     status = {}
     for i, p in enumerate(paths):
         if progress:
             progress(i, len(paths), pathlib.Path(p).name)
+        stem = pathlib.Path(p).stem
         try:
-            turns = _diarize(p, None, m, enc, cfg, None, counts)
-            write_rttm(turns, out_dir / f"{pathlib.Path(p).stem}.rttm")
+            result = _diarize(p, None, m, enc, cfg, None, counts, prov)
+            result = result.exclusive() if exclusive else result
+            (out_dir / f"{stem}{FORMATS[format]}").write_text(render(result, format))
+            if plot:
+                timeline_png(result, out_dir / f"{stem}.png", duration=result.duration)
             status[str(p)] = "ok"
         except (ValueError, OSError) as e:  # AudioError and friends: reported per file
             status[str(p)] = str(e)
@@ -132,4 +199,5 @@ def from_annotation(annotation, uri: str | None = None) -> list[Turn]:
                   for seg, _, label in annotation.itertracks(yield_label=True))
 
 
-__all__ = ["diarize", "diarize_files", "load_model", "load_encoder", "to_annotation", "from_annotation"]
+__all__ = ["diarize", "diarize_files", "load_model", "load_encoder", "provenance", "to_annotation", "from_annotation",
+           "Diarization"]

@@ -35,7 +35,7 @@ class PipelineConfig:
     vad: str = "gate"  # "gate": frames Silero VAD calls non-speech are silence whatever the model says;
     #                    "speech": the VAD's probability is the speech activity (speakers="speech"); "off"
     vad_threshold: float = 0.5  # speech probability above which a frame is speech for the VAD
-    weighting: str = "hamming"  # how the windows covering a frame are averaged: "hamming" trusts a window's
+    weighting: str = "mean"  # how the windows covering a frame are averaged: "hamming" trusts a window's
     #                             middle more than its edges (pyannote's aggregation); "mean" weighs them alike
     batch: int = 16  # windows per model call
 

@@ -1,0 +1,98 @@
+"""What ``diarize`` returns: the turns of a recording, with the settings and the models that made them.
+
+``Diarization`` is a list of ``Turn`` (sorted), so code written for ``diarize()``'s list keeps working,
+plus ``.turns``, ``.exclusive()`` (one speaker at a time, for aligning with a transcript, as pyannote 4's
+``exclusive_speaker_diarization``), ``.to_rttm()``, ``.to_json()`` / ``.to_dict()``.
+
+Exclusive turns (``exclusive_turns``): where several speakers overlap, the one already talking keeps the
+floor (the speaker of the previous moment, else the one whose turn began first, else the first by name);
+elsewhere nothing changes, and no time is added or removed: the exclusive turns cover exactly the speech.
+"""
+from __future__ import annotations
+
+import json
+
+from ..._checks import BadValue
+from ..io.rttm import Turn, format_rttm
+
+
+def exclusive_turns(turns: list[Turn]) -> list[Turn]:
+    """The turns with overlap resolved to one speaker at a time (sorted; adjacent pieces of a speaker joined)."""
+    if not turns:
+        return []
+    cuts = sorted({b for t in turns for b in (t.start, t.end)})
+    pending = sorted(turns, key=lambda t: (t.start, t.speaker))
+    out: list[Turn] = []
+    active: list[Turn] = []
+    prev, i = None, 0
+    for a, b in zip(cuts, cuts[1:]):  # between two boundaries the set of active turns is constant
+        while i < len(pending) and pending[i].start <= a:
+            active.append(pending[i])
+            i += 1
+        active = [t for t in active if t.end > a]
+        if not active:
+            prev = None
+            continue
+        if prev not in {t.speaker for t in active}:
+            prev = active[0].speaker  # the turn that began first (then by name): the one already talking
+        if out and out[-1].speaker == prev and abs(out[-1].end - a) < 1e-9:
+            last = out.pop()
+            out.append(Turn(last.uri, last.start, b - last.start, prev))
+        else:
+            out.append(Turn(active[0].uri, a, b - a, prev))
+    return sorted(out)
+
+
+class Diarization(list):
+    """The turns of one recording (a ``list`` of ``Turn``, sorted) and how they were made.
+
+    Attributes: ``uri``; ``duration`` (seconds of audio, or None); ``settings`` (the pipeline's settings and
+    speaker counts); ``provenance`` (normlab's version and the model, speaker-encoder and VAD files with
+    their SHA-256); ``is_exclusive`` (one speaker at a time).
+    """
+
+    def __init__(self, turns=(), *, uri: str | None = None, duration: float | None = None,
+                 settings: dict | None = None, provenance: dict | None = None, is_exclusive: bool = False):
+        super().__init__(sorted(turns))
+        self.uri = uri if uri is not None else (self[0].uri if self else "audio")
+        self.duration = duration
+        self.settings = dict(settings or {})
+        self.provenance = dict(provenance or {})
+        self.is_exclusive = is_exclusive
+
+    @property
+    def turns(self) -> list[Turn]:
+        return list(self)
+
+    def exclusive(self) -> "Diarization":
+        """The same recording with one speaker at a time (``exclusive_turns``)."""
+        return Diarization(exclusive_turns(self), uri=self.uri, duration=self.duration, settings=self.settings,
+                           provenance=self.provenance, is_exclusive=True)
+
+    def to_rttm(self) -> str:
+        return format_rttm(self)
+
+    def to_dict(self) -> dict:
+        return {"uri": self.uri, "duration": self.duration, "exclusive": self.is_exclusive,
+                "turns": [{"uri": t.uri, "start": round(t.start, 3), "end": round(t.end, 3), "speaker": t.speaker}
+                          for t in self],
+                "settings": self.settings, "provenance": self.provenance}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def __repr__(self) -> str:
+        return f"Diarization(uri={self.uri!r}, {len(self)} turns{', exclusive' if self.is_exclusive else ''})"
+
+
+#: ``--format`` values and the file suffix each writes
+FORMATS = {"rttm": ".rttm", "json": ".json"}
+
+
+def render(result: Diarization, fmt: str) -> str:
+    """The text of ``result`` in ``fmt`` (``rttm`` or ``json``)."""
+    if fmt == "rttm":
+        return result.to_rttm()
+    if fmt == "json":
+        return result.to_json() + "\n"
+    raise BadValue(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")

@@ -1,0 +1,227 @@
+"""``auto`` measures where it runs: each kind of call is timed once per machine, then remembered.
+
+The first time ``auto`` meets a kind of call, the **key** (op, dtype, row-length
+bucket, thread count, device), with more than one kernel able to run it, it
+times those kernels on a sample of that row length and keeps the fastest (as
+cuDNN's benchmark mode and Triton's autotuner do). The decision is kept for
+the process (it never changes mid-run) and saved, with the time of each
+candidate, in ``dispatch.json`` beside the built kernels, for this machine:
+the file records the CPU's ISA flags, the core count and the torch version,
+and a file from another machine, or one that does not parse, is ignored with
+one warning.
+
+* **Candidates** (:data:`TIMED`): the kernels that need no compile on first
+  use and pass the numerics contract for the call (``supports()``). The
+  compiled path is not timed (its first call compiles for seconds); it runs
+  where the fixed table puts it.
+* **The sample**: ``max(1, SAMPLE_ELEMS // D)`` rows of the call's own row
+  length, forward then backward (a training step's pair), each candidate once
+  to warm up, then :data:`REPEATS` rounds interleaved; a candidate's time is
+  its fastest round. The fixed table's choice is kept unless another candidate
+  is :data:`MARGIN` faster, so noise does not flip a tie. Cost: a few ms per key on an idle core (more
+  where other processes take the cores: docs/performance.md).
+* **No rows bucket in the key**: if two batch sizes could pick two kernels,
+  a row computed alone and the same row inside a batch would come out of
+  different kernels, and bitwise batch invariance (``docs/numerics.md``)
+  would break. The number of rows only sets the sample's size.
+* **Off**: ``NORMLAB_AUTOTUNE=0`` or :func:`set_autotune` (False); and
+  whenever there is no timer to trust (tracing, scripting, export,
+  ``torch.compile``): then ``auto`` uses the fixed table.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from . import build
+from .base import OP_SPECS, Kernel
+
+#: kernels ``auto`` may time (no compile on first use)
+TIMED = ("cpu", "native")
+#: elements in the timing sample (rows = SAMPLE_ELEMS // D): 512 KB of float32, about an L2
+SAMPLE_ELEMS = 1 << 17
+REPEATS = 3
+#: another candidate must be this much faster (relative) to displace the fixed table's choice
+MARGIN = 0.05
+FORMAT = 1
+
+_enabled: bool | None = None  # None: NORMLAB_AUTOTUNE, read at first use
+
+
+def enabled() -> bool:
+    """Whether ``auto`` measures (``NORMLAB_AUTOTUNE``, default on, unless :func:`set_autotune` said otherwise)."""
+    global _enabled
+    if _enabled is None:
+        _enabled = os.environ.get("NORMLAB_AUTOTUNE", "1").strip().lower() not in ("0", "false", "no", "off")
+    return _enabled
+
+
+def set_autotune(on: bool | None) -> bool:
+    """Switch measuring on or off for the process (None: read ``NORMLAB_AUTOTUNE`` again); returns the old state."""
+    global _enabled
+    old = enabled()
+    _enabled = None if on is None else bool(on)
+    return old
+
+
+def row_bucket(d: int) -> int:
+    """The row-length bucket: the next power of two at or above ``d``."""
+    return 1 << max(d - 1, 0).bit_length()
+
+
+def key(op: str, x: torch.Tensor, d: int) -> str:
+    dev = str(x.device)
+    return f"{op}|{str(x.dtype).removeprefix('torch.')}|d{row_bucket(d)}|t{torch.get_num_threads()}|{dev}"
+
+
+def machine() -> dict:
+    """What a decision is valid for: this CPU's ISA, its core count, this torch."""
+    return {"isa": hashlib.sha256(build.isa_flags().encode()).hexdigest()[:16], "cores": os.cpu_count(),
+            "torch": torch.__version__}
+
+
+@dataclass
+class Decision:
+    impl: str
+    why: str  # "measured", "cached", "only candidate", "fixed table (...)"
+    ms: dict[str, float] = field(default_factory=dict)  # candidate -> fastest round, fwd+bwd on the sample
+    sample: str = ""  # rows x D
+    cost_ms: float = 0.0  # what measuring cost, timing and sample included
+
+
+def _sample(op: str, dtype: torch.dtype, d: int, device) -> tuple:
+    n = max(1, SAMPLE_ELEMS // max(d, 1))
+    g = torch.Generator(device=device).manual_seed(0)
+    t = lambda *s: torch.empty(*s, device=device, dtype=dtype).uniform_(-2, 2, generator=g)  # noqa: E731
+    spec = OP_SPECS[op]
+    x, dy, w = t(n, d), t(n, d), t(d)
+    r, ds = (t(n, d), t(n, d)) if spec.add else (None, None)
+    b = None if spec.rms else t(d)
+    return spec, x, r, w, b, dy, ds
+
+
+def _time(kernels: dict[str, Kernel], op: str, x: torch.Tensor, d: int, eps: float) -> tuple[dict, str]:
+    """Fastest fwd+bwd round of each kernel on a fresh sample (ms), and the sample's shape."""
+    spec, xs, r, w, b, dy, ds = _sample(op, x.dtype, d, x.device)
+    sync = torch.cuda.synchronize if xs.is_cuda else (lambda: None)
+
+    def step(k: Kernel):
+        y, s, mean, rstd = k.fwd(xs, r, w, b, eps, rms=spec.rms, s_dtype=xs.dtype)
+        k.bwd(dy, xs if s is None else s, mean, rstd, w, ds, rms=spec.rms)
+
+    best = {name: float("inf") for name in kernels}
+    with torch.no_grad():
+        for k in kernels.values():
+            step(k)
+        for i in range(REPEATS):
+            names = list(kernels)
+            for name in names[i % len(names):] + names[: i % len(names)]:  # the order rotates
+                sync()
+                t0 = time.perf_counter()
+                step(kernels[name])
+                sync()
+                best[name] = min(best[name], (time.perf_counter() - t0) * 1e3)
+    return {n: round(v, 4) for n, v in best.items()}, f"{xs.shape[0]}x{d}"
+
+
+class Tuner:
+    """Decisions per key: measured once, kept for the process, saved to ``path`` for the machine."""
+
+    def __init__(self, path: pathlib.Path | None = None):
+        self._path = path
+        self._lock = threading.Lock()
+        self._decisions: dict[str, Decision] | None = None
+        self._fast: dict[tuple, Decision] = {}
+
+    @property
+    def path(self) -> pathlib.Path:
+        return self._path or build.cache_dir() / "dispatch.json"
+
+    def _read(self) -> tuple[dict[str, Decision], str | None]:
+        """The saved decisions for this machine, and why the file was unusable (None if it was fine or absent)."""
+        try:
+            text = self.path.read_text()
+        except (FileNotFoundError, NotADirectoryError):  # nothing saved (or no usable cache: the build says so)
+            return {}, None
+        except OSError as e:
+            return {}, f"cannot be read ({e.strerror or e})"
+        try:
+            data = json.loads(text)
+            if data.get("format") != FORMAT:
+                return {}, f"has format {data.get('format')!r}, not {FORMAT}"
+            if data.get("machine") != machine():
+                return {}, f"was written on another machine or torch ({data.get('machine')})"
+            return {k: Decision(**{**v, "why": "cached"}) for k, v in data["decisions"].items()}, None
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            return {}, f"is not a valid dispatch cache ({type(e).__name__}: {str(e)[:80]})"
+
+    def _load(self) -> dict[str, Decision]:
+        """What :meth:`_read` finds; an unusable file is ignored with one warning (this runs once per process)."""
+        decisions, problem = self._read()
+        if problem:
+            warnings.warn(f"normlab: ignoring {self.path}: it {problem}; dispatch decisions are measured again",
+                          RuntimeWarning, stacklevel=6)
+        return decisions
+
+    def _save(self) -> None:
+        """Merge this process's decisions into the file, atomically (a temporary file renamed over the old one);
+        silent where the cache is read-only (the decisions then live for this process only)."""
+        merged = {**self._read()[0], **self._decisions}
+        data = {"format": FORMAT, "machine": machine(),
+                "decisions": {k: {**asdict(v), "why": "measured"} for k, v in sorted(merged.items())}}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(suffix=".json", dir=self.path.parent)
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=1)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
+
+    def decisions(self) -> dict[str, Decision]:
+        with self._lock:
+            if self._decisions is None:
+                self._decisions = self._load()
+            return dict(self._decisions)
+
+    def known(self, op: str, x: torch.Tensor, d: int, candidates) -> Decision | None:
+        """The decision already taken for this kind of call, if any: one lookup by a tuple key (no lock and no
+        string formatting: decisions are only ever added)."""
+        fast = (op, x.dtype, x.device, row_bucket(d), torch.get_num_threads())
+        dec = self._fast.get(fast)
+        if dec is None and self._decisions is not None:
+            dec = self._decisions.get(key(op, x, d))
+            if dec is not None:
+                self._fast[fast] = dec
+        return dec if dec is not None and dec.impl in candidates else None
+
+    def choose(self, op: str, x: torch.Tensor, d: int, eps: float, candidates: dict[str, Kernel],
+               fixed: str) -> Decision:
+        """The kernel for ``op`` on rows like ``x`` among ``candidates`` (names in the fixed table's order)."""
+        k = key(op, x, d)
+        with self._lock:
+            if self._decisions is None:
+                self._decisions = self._load()
+            known = self._decisions.get(k)
+            if known is not None and known.impl in candidates:
+                return known
+            t0 = time.perf_counter()
+            ms, sample = _time(candidates, op, x, d, eps)
+            best = min(ms, key=ms.get)
+            impl = best if ms[best] < (1 - MARGIN) * ms[fixed] else fixed
+            dec = Decision(impl, "measured", ms, sample, round((time.perf_counter() - t0) * 1e3, 2))
+            self._decisions[k] = dec  # never replaced for the rest of the process
+            self._save()
+            return dec
+
+
+TUNER = Tuner()

@@ -1,0 +1,178 @@
+"""What diarize returns and writes: the ``Diarization`` result, exclusive turns, ``--format json``, ``--exclusive``,
+``--plot`` and ``evaluate --html``, with a debug-sized model and a random-weight speaker encoder (fast)."""
+import json
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from normlab.cli import main
+from normlab.diarization import (
+    Diarization,
+    EENDModel,
+    ModelConfig,
+    Turn,
+    diarize,
+    exclusive_turns,
+    read_rttm,
+    write_rttm,
+)
+from normlab.diarization.metrics.der import merge
+from normlab.diarization.models.embed import SpeakerEncoder
+from normlab.diarization.models.weights import sha256
+
+SR = 16000
+
+
+def _overlaps(turns) -> float:
+    """Seconds where two or more turns (any speakers) are active."""
+    cuts = sorted({b for t in turns for b in (t.start, t.end)})
+    return sum(b - a for a, b in zip(cuts, cuts[1:]) if sum(t.start <= (a + b) / 2 < t.end for t in turns) > 1)
+
+
+def test_exclusive_turns_keep_the_speaker_already_talking():
+    t = lambda s, e, who: Turn("u", s, e - s, who)  # noqa: E731
+    assert exclusive_turns([t(0, 4, "A"), t(3, 8, "B")]) == [t(0, 4, "A"), t(4, 8, "B")]
+    assert exclusive_turns([t(0, 10, "A"), t(2, 5, "B")]) == [t(0, 10, "A")]  # an interjection gives way
+    assert exclusive_turns([t(2, 5, "B"), t(2, 3, "A")]) == [t(2, 3, "A"), t(3, 5, "B")]  # a tie: by name
+    # after a silence nobody holds the floor: the turn that began first wins
+    assert exclusive_turns([t(0, 1, "A"), t(2, 6, "B"), t(3, 5, "A")]) == [t(0, 1, "A"), t(2, 6, "B")]
+    assert exclusive_turns([]) == []
+
+
+def test_exclusive_turns_cover_exactly_the_speech_and_never_overlap():
+    rng = np.random.default_rng(0)
+    turns = [Turn("u", float(s), float(d), f"s{rng.integers(4)}")
+             for s, d in zip(rng.uniform(0, 100, 60).round(1), rng.uniform(0.2, 8, 60).round(1))]
+    ex = exclusive_turns(turns)
+    assert _overlaps(turns) > 10 and _overlaps(ex) == 0
+    union = lambda ts: [(round(a, 6), round(b, 6)) for a, b in merge((x.start, x.end) for x in ts)]  # noqa: E731
+    assert union(ex) == union(turns)
+    for x in ex:  # each exclusive piece belongs, throughout, to a speaker who was talking then
+        for m in np.linspace(x.start, x.end, 9)[1:-1]:
+            assert any(o.speaker == x.speaker and o.start <= m < o.end for o in turns), (x, m)
+
+
+def test_the_result_is_a_list_of_turns_with_rttm_and_json():
+    turns = [Turn("rec", 1.0, 2.0, "b"), Turn("rec", 0.5, 1.0, "a")]
+    d = Diarization(turns, settings={"threshold": 0.5}, provenance={"normlab": "x"}, duration=4.0)
+    assert d == sorted(turns) and d.turns == sorted(turns) and isinstance(d, list) and d.uri == "rec"
+    assert d.to_rttm().splitlines()[0] == "SPEAKER rec 1 0.500 1.000 <NA> <NA> a <NA> <NA>"
+    blob = json.loads(d.to_json())
+    assert blob["uri"] == "rec" and blob["settings"] == {"threshold": 0.5} and blob["provenance"] == {"normlab": "x"}
+    assert blob["turns"] == [{"uri": "rec", "start": 0.5, "end": 1.5, "speaker": "a"},
+                             {"uri": "rec", "start": 1.0, "end": 3.0, "speaker": "b"}]
+    ex = d.exclusive()
+    assert ex.is_exclusive and not d.is_exclusive and json.loads(ex.to_json())["exclusive"] is True
+    assert [(x.start, x.end, x.speaker) for x in ex] == [(0.5, 1.5, "a"), (1.5, 3.0, "b")]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("outputs")
+    torch.manual_seed(0)
+    model = EENDModel(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, n_speakers=3, dropout=0.0))
+    with torch.no_grad():
+        model.head.bias.fill_(2.0)  # says "speech" often
+    model.postprocess.update({"threshold": 0.55, "median": 5, "window": 4.0, "step": 2.0, "cluster_threshold": 0.3,
+                              "speakers": "eend", "vad": "off"})
+    model.save(d / "m.pt")
+    SpeakerEncoder().save(d / "enc.pt")
+    rng = np.random.default_rng(0)
+    t = np.arange(10 * SR) / SR
+    voices = [0.3 * np.sin(2 * np.pi * f * t) * (rng.random(len(t)) > 0.2) for f in (180.0, 900.0)]
+    audio = np.where((t % 4) < 2, voices[0], voices[1]) + 0.01 * rng.standard_normal(len(t))
+    (d / "wav").mkdir()
+    sf.write(d / "wav" / "talk.wav", audio.astype(np.float32), SR)
+    return d
+
+
+def test_diarize_returns_settings_provenance_and_exclusive_turns(files):
+    d = files
+    full = diarize(d / "wav" / "talk.wav", model=d / "m.pt", embedding=d / "enc.pt")
+    assert isinstance(full, Diarization) and full
+    assert full.provenance["model"]["sha256"] == sha256(d / "m.pt")
+    assert full.provenance["embedding"]["sha256"] == sha256(d / "enc.pt") and full.provenance["vad"] is None
+    assert full.settings["speakers"] == "eend" and full.settings["threshold"] == 0.55 and full.duration == 10.0
+    ex = diarize(d / "wav" / "talk.wav", model=d / "m.pt", embedding=d / "enc.pt", exclusive=True)
+    assert ex.is_exclusive and ex == full.exclusive() and ex.provenance == full.provenance
+
+
+#: what the pipeline is made to return below: two speakers overlapping for 2 s
+OVERLAPPING = [Turn("talk", 0.5, 4.0, "spk0"), Turn("talk", 2.5, 5.0, "spk1")]
+
+
+def test_exclusive_and_json_reach_the_written_file(files, tmp_path, monkeypatch):
+    """The pipeline's turns (made to overlap here) go through --exclusive and --format into the file."""
+    from normlab.diarization.pipeline import api
+
+    monkeypatch.setattr(api, "diarize_waveform", lambda *a, **k: list(OVERLAPPING))
+    d = files
+    argv = ["diarize", str(d / "wav" / "talk.wav"), "--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt")]
+    assert main([*argv, "--out", str(tmp_path / "x"), "--format", "json", "--exclusive"]) == 0
+    blob = json.loads((tmp_path / "x" / "talk.json").read_text())
+    assert [(t["start"], t["end"], t["speaker"]) for t in blob["turns"]] == [(0.5, 4.5, "spk0"), (4.5, 7.5, "spk1")]
+    assert main([*argv, "--out", str(tmp_path / "y")]) == 0
+    assert read_rttm(tmp_path / "y" / "talk.rttm")["talk"] == OVERLAPPING  # the default keeps the overlap
+    assert list(diarize(d / "wav" / "talk.wav", model=d / "m.pt", embedding=d / "enc.pt", exclusive=True)) == \
+        exclusive_turns(OVERLAPPING)
+
+
+def test_cli_writes_json_exclusive_and_a_timeline(files, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+
+    d = files
+    argv = ["diarize", str(d / "wav" / "talk.wav"), "--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt")]
+    assert main([*argv, "--out", str(tmp_path / "j"), "--format", "json", "--exclusive", "--plot"]) == 0
+    assert "wrote" in capsys.readouterr().out and not (tmp_path / "j" / "talk.rttm").exists()
+    blob = json.loads((tmp_path / "j" / "talk.json").read_text())
+    assert blob["exclusive"] is True and blob["uri"] == "talk" and blob["settings"]["median"] == 5
+    turns = [Turn(x["uri"], x["start"], x["end"] - x["start"], x["speaker"]) for x in blob["turns"]]
+    assert turns and _overlaps(turns) < 1e-6
+    assert blob["provenance"]["embedding"]["sha256"] == sha256(d / "enc.pt")
+    img = matplotlib.image.imread(tmp_path / "j" / "talk.png")
+    assert img.shape[1] == 1200 and img.shape[0] > 100
+    assert main([*argv, "--out", str(tmp_path / "r")]) == 0  # the default: RTTM
+    rttm = read_rttm(tmp_path / "r" / "talk.rttm")["talk"]
+    assert [(round(t.start, 3), round(t.end, 3)) for t in exclusive_turns(rttm)] == \
+        [(round(t.start, 3), round(t.end, 3)) for t in turns]
+    assert main([*argv, "--format", "xml"]) == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_cli_evaluate_writes_one_page_with_every_recording(files, tmp_path, capsys):
+    d = files
+    ref = tmp_path / "ref.rttm"
+    write_rttm([Turn("talk", s, 2.0, f"v{int(s) // 2 % 2}") for s in range(0, 10, 2)], ref)
+    assert main(["diarize", "evaluate", str(d / "wav"), str(ref), "--model", str(d / "m.pt"), "--embedding",
+                 str(d / "enc.pt"), "--out", str(tmp_path / "hyp"), "--html", str(tmp_path / "page")]) == 0
+    assert f"wrote {tmp_path / 'page' / 'index.html'}" in capsys.readouterr().out
+    page = (tmp_path / "page" / "index.html").read_text()
+    svg = page[page.index("<svg") : page.index("</svg>") + 6]
+    rows = ET.fromstring(svg).findall("{http://www.w3.org/2000/svg}g")
+    refs = [g.get("data-speaker") for g in rows if g.get("class") == "row reference"]
+    hyps = [g.get("data-speaker") for g in rows if g.get("class") == "row hypothesis"]
+    assert refs == ["v0", "v1"] and sorted(hyps) == sorted({t.speaker for t in read_rttm(tmp_path / "hyp" /
+                                                                                          "talk.rttm")["talk"]})
+    assert 'id="talk"' in page and "<table" in page
+
+
+def test_without_matplotlib_plot_stops_before_any_work(files, tmp_path, capsys, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_mpl(name, *a, **k):
+        if name.split(".")[0] == "matplotlib":
+            raise ImportError("No module named 'matplotlib'")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_mpl)
+    d = files
+    rc = main(["diarize", str(d / "wav" / "talk.wav"), "--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt"),
+               "--out", str(tmp_path / "p"), "--plot"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.endswith("pip install 'normlab[plot]'") and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "p").exists()

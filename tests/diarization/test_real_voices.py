@@ -1,0 +1,54 @@
+"""The shipped model on conversations of real people it has never heard (the test split's persons)."""
+import pytest
+import torch
+
+from normlab.diarization import SHIPPED, EENDModel, ModelConfig
+from normlab.diarization.data import prompts
+from normlab.diarization.data.simulate import SimConfig, simulate
+from normlab.diarization.metrics.evaluate import evaluate
+from normlab.diarization.metrics.windows import window_probs
+from normlab.diarization.training import provenance
+
+# measured: 13.4% on 40 such conversations (docs/diarization.md); random weights: far above 100%
+REAL_TEST_DER_BOUND = 0.30
+
+needs_test_persons = pytest.mark.skipif(len(prompts.installed("test")) < 2,
+                                        reason="the test split's prompt packages are not installed (make system-deps)")
+
+
+@pytest.fixture(scope="module")
+def conversations(tmp_path_factory):
+    out = tmp_path_factory.mktemp("real_test")
+    cfg = SimConfig(n_mixtures=6, n_speakers=2, min_speakers=1, split="test", sources="real", augment=True,
+                    style="conversation", seed=11)
+    return simulate(out, cfg)
+
+
+def _local_der(model, folder):
+    probs, ref = window_probs(model, folder, 100)
+    return evaluate(probs, ref, collar=0.25, threshold=0.5, median=11).der
+
+
+@needs_test_persons
+def test_shipped_model_segments_unheard_real_people(conversations):
+    der = _local_der(EENDModel.load(), conversations)
+    assert der < REAL_TEST_DER_BOUND, f"local DER {100 * der:.1f}% on held-out real-voice conversations"
+
+
+@needs_test_persons
+def test_the_bound_fails_random_weights(conversations):
+    torch.manual_seed(0)
+    shipped = EENDModel.load()
+    random = EENDModel(ModelConfig(**{**shipped.cfg.__dict__}))
+    assert _local_der(random.eval(), conversations) > REAL_TEST_DER_BOUND
+
+
+def test_shipped_model_records_its_real_voices_and_their_licences():
+    meta = provenance.read(SHIPPED)
+    licences = meta["train_sources"]["licences"]
+    for key in prompts.SPLIT_PERSONS["train"]:
+        person = prompts.person(key)
+        assert f"recorded.{key}" in meta["train_sources"]["voices"]
+        assert all(licences.get(pkg) == person.licence for pkg in person.packages)
+    held_out = prompts.SPLIT_PERSONS["dev"] + prompts.SPLIT_PERSONS["test"]
+    assert not any(v.split(".")[1] in held_out for v in meta["train_sources"]["voices"] if v.startswith("recorded."))

@@ -1,0 +1,131 @@
+"""``auto`` measures once per key, keeps the decision, saves it per machine, and never trusts a bad cache."""
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import test_numerics
+import torch
+
+from normlab import kernels
+from normlab.kernels import autotune, cpu
+
+needs_two = pytest.mark.skipif(not cpu.available(), reason="no C++ compiler: nothing to choose between")
+
+
+@pytest.fixture
+def tuner(tmp_path, monkeypatch):
+    """A fresh tuner with its own file, and autotune on whatever the environment says."""
+    t = autotune.Tuner(tmp_path / "dispatch.json")
+    monkeypatch.setattr(autotune, "TUNER", t)
+    monkeypatch.setattr(autotune, "_enabled", True)  # restored after the test, as is everything set here
+    return t
+
+
+def _rigged(monkeypatch, winner: str):
+    """Make timing report ``winner`` 10x faster than every other candidate; count the timings."""
+    calls = []
+
+    def fake(cands, op, x, d, eps):
+        calls.append(op)
+        return {n: (0.1 if n == winner else 1.0) for n in cands}, f"4x{d}"
+
+    monkeypatch.setattr(autotune, "_time", fake)
+    return calls
+
+
+@needs_two
+def test_decision_is_measured_once_kept_and_saved(tuner):
+    x = torch.randn(8, 256)
+    d = kernels.decide("auto", "layer_norm", x, 1e-5)
+    assert d.why == "measured" and set(d.ms) == {"cpu", "native"} and d.impl in d.ms
+    assert d.cost_ms < 1000  # a few ms on a quiet machine; generous for a shared one
+    assert kernels.decide("auto", "layer_norm", torch.randn(5000, 256), 1e-5) is d  # another batch: same key
+    saved = json.loads(tuner.path.read_text())
+    assert saved["machine"] == autotune.machine()
+    (k,) = saved["decisions"]
+    assert k == f"layer_norm|float32|d256|t{torch.get_num_threads()}|cpu" and saved["decisions"][k]["impl"] == d.impl
+    again = autotune.Tuner(tuner.path).choose("layer_norm", x, 256, 1e-5, {"cpu": None, "native": None}, "cpu")
+    assert again.why == "cached" and again.impl == d.impl
+
+
+@needs_two
+def test_a_decision_never_changes_mid_run(tuner, monkeypatch):
+    calls = _rigged(monkeypatch, "native")
+    x = torch.randn(8, 300)
+    assert kernels.resolve("auto", "add_layer_norm", x, 1e-5) == "native"
+    _rigged(monkeypatch, "cpu")  # the machine "changes its mind": the process does not
+    assert kernels.resolve("auto", "add_layer_norm", x, 1e-5) == "native" and calls == ["add_layer_norm"]
+
+
+@needs_two
+def test_fixed_choice_kept_within_the_margin(tuner, monkeypatch):
+    monkeypatch.setattr(autotune, "_time", lambda c, *a: ({"cpu": 1.0, "native": 0.97}, "4x768"))
+    assert kernels.resolve("auto", "layer_norm", torch.randn(4, 768), 1e-5) == "cpu"  # 3% is noise
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"format": 1, "machine": {}, "decisions": []}', "[]",
+                                     '{"format": 99}'])
+@needs_two
+def test_corrupt_cache_is_ignored_with_one_warning(content, tuner, monkeypatch):
+    tuner.path.write_text(content)
+    calls = _rigged(monkeypatch, "cpu")
+    with pytest.warns(RuntimeWarning, match="ignoring .*dispatch.json") as rec:
+        assert kernels.resolve("auto", "layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
+        assert kernels.resolve("auto", "add_layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
+    assert len([w for w in rec if "ignoring" in str(w.message)]) == 1 and calls == ["layer_norm", "add_layer_norm"]
+    assert json.loads(tuner.path.read_text())["format"] == autotune.FORMAT  # rewritten whole
+
+
+@needs_two
+def test_cache_from_another_machine_is_ignored(tuner, monkeypatch):
+    x = torch.randn(4, 64)
+    k = autotune.key("layer_norm", x, 64)
+    other = {**autotune.machine(), "isa": "0123456789abcdef"}
+    entry = {"impl": "native", "why": "measured", "ms": {"cpu": 9.0, "native": 1.0}, "sample": "4x64", "cost_ms": 1}
+    tuner.path.write_text(json.dumps({"format": autotune.FORMAT, "machine": other, "decisions": {k: entry}}))
+    _rigged(monkeypatch, "cpu")
+    with pytest.warns(RuntimeWarning, match="another machine"):
+        assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "cpu"
+
+
+@needs_two
+def test_no_timer_or_switched_off_uses_the_fixed_table(tuner, monkeypatch):
+    calls = _rigged(monkeypatch, "native")
+    x = torch.randn(4, 768)  # the fixed table says cpu here
+    with monkeypatch.context() as m:
+        m.setattr(torch.compiler, "is_compiling", lambda: True)
+        assert kernels.decide("auto", "layer_norm", x, 1e-5).why.startswith("fixed table (no timer")
+    with torch.no_grad():
+        seen = []
+        torch.jit.trace(lambda t: seen.append(kernels.resolve("auto", "layer_norm", t, 1e-5)) or t * 1, (x,),
+                        check_trace=False)
+    assert seen == ["cpu"]
+    monkeypatch.setenv("NORMLAB_AUTOTUNE", "0")
+    autotune.set_autotune(None)
+    assert kernels.decide("auto", "layer_norm", x, 1e-5).why == "fixed table (autotune off)"
+    monkeypatch.setenv("NORMLAB_AUTOTUNE", "1")
+    autotune.set_autotune(False)
+    assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "cpu" and calls == []
+    autotune.set_autotune(True)
+    assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "native"
+
+
+@needs_two
+@pytest.mark.parametrize("winner", ["cpu", "native"])
+@pytest.mark.parametrize("op", ["layer_norm", "add_layer_norm", "rms_norm"])
+def test_autotuned_choices_pass_the_numerics_suite(winner, op, tuner, monkeypatch):
+    """Whichever candidate the timing crowns, ``auto`` then satisfies the contract's core checks; a kernel
+    that cannot run the op (torch's has no RMSNorm) is never a candidate, however fast."""
+    _rigged(monkeypatch, winner)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="normlab")  # no stray warning from the tuner either
+        test_numerics.test_accuracy_rule(op, torch.float32, 4.0, 10.0, "auto")
+        test_numerics.test_batch_invariance(op, torch.float32, "auto")
+        test_numerics.test_bitwise_repeatable(op, torch.float64, "auto")
+        test_numerics.test_weight_gradients_include_the_last_partial_block(op, torch.float64, 70, "auto")
+        test_numerics.test_all_zero_row_gives_bias(op, 0.0, "auto")  # torch's kernel gives NaN there
+    assert kernels.resolve("auto", op, torch.randn(2, 768).bfloat16(), 1e-5) == "cpu"  # torch's: bf16 statistics
+    for d, dt in ((768, torch.float32), (256, torch.float32), (384, torch.float64), (40, torch.float64)):
+        assert kernels.resolve("auto", op, torch.randn(2, d, dtype=dt), 1e-5) == (winner if "layer" in op else "cpu")
