@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --disable-pip-version-check -e '.[dev,plot,scale,export,annotation]'
 	touch $(STAMP)
 
-# Real speech for the diarization check (tests/test_diarization_quality.py, docs/diarization.md): the 30 s
+# Real speech for the diarization check (tests/diarization/test_diarize_quality.py, docs/diarization.md): the 30 s
 # two-speaker sample and its reference inside the pyannote.audio 4.0.7 archive (MIT), kept in the venv.
 SAMPLE := $(VENV)/share/normlab/pyannote-sample
 $(SAMPLE)/sample.rttm: | $(STAMP)
@@ -55,6 +55,7 @@ demo: system-deps $(STAMP)
 	else echo "espeak-ng missing: diarization demo skipped"; fi
 
 test: system-deps $(STAMP)
+	$(PY) -m ruff check src tests benchmarks
 	-@$(MAKE) --no-print-directory sample || echo "warning: could not fetch the pyannote sample; its test will skip"
 	$(PY) -m pytest
 

@@ -23,9 +23,8 @@ import torch
 import torch.multiprocessing as mp
 
 from normlab import tracking
+from normlab.diarization import EENDModel, ModelConfig, TrainConfig, train
 from normlab.diarization.data.dataset import MixtureSet
-from normlab.diarization import EENDModel, ModelConfig
-from normlab.diarization import TrainConfig, train
 from normlab.distributed import process_group
 
 

@@ -17,7 +17,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import soundfile as sf
 import torch
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as TF
-from conftest import skip_unsupported
 
+from conftest import skip_unsupported
 from normlab import functional as F
 
 OPS = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"]

@@ -12,8 +12,7 @@ import torch
 import torch.multiprocessing as tmp_mp
 
 from normlab import devices, tracking
-from normlab.diarization import EENDModel, ModelConfig
-from normlab.diarization import TrainConfig, train
+from normlab.diarization import EENDModel, ModelConfig, TrainConfig, train
 
 TINY = ModelConfig(input_dim=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, n_speakers=2, dropout=0.0)
 

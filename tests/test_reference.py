@@ -34,7 +34,8 @@ def test_layer_norm_backward_matches_autograd(affine, shape):
     w = _leaf(D) if affine[0] else None
     b = _leaf(D) if affine[1] else None
     dy = torch.randn(*shape, dtype=torch.float64)  # random upstream gradient
-    y, cache = reference.layer_norm_forward(x.detach(), None if w is None else w.detach(), None if b is None else b.detach(), 1e-5)
+    y, cache = reference.layer_norm_forward(x.detach(), None if w is None else w.detach(),
+                                            None if b is None else b.detach(), 1e-5)
     y_auto = _autograd_ln(x, w, b, 1e-5)
     torch.testing.assert_close(y, y_auto.detach(), rtol=1e-12, atol=1e-12)
     dx, dw, db = reference.layer_norm_backward(dy, cache)

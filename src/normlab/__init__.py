@@ -19,6 +19,7 @@ _EXPORTS = {
     "make_norm": "registry", "NORMS": "registry", "PLACEMENTS": "registry",
     "TransformerBlock": "models.transformer", "TransformerEncoder": "models.transformer",
     "ConformerBlock": "models.conformer", "ConformerEncoder": "models.conformer", "VideoEncoder": "models.video",
+    "UserError": "_checks",
 }
 _SUBMODULES = ("functional", "kernels", "reference", "nn", "models", "lab", "studies", "diarization", "interop")
 

@@ -1,11 +1,16 @@
-"""Argument checks shared by the functional API and the modules.
+"""Argument checks shared by the functional API and the modules, and the errors they raise.
 
 Every public entry point validates its arguments here, so that bad input fails
-with one clear message instead of broadcasting silently.
+with one clear message instead of broadcasting silently. A mistake in what the
+caller asked for raises a :class:`UserError`; every subclass also derives from
+the builtin error it refines (``BadValue`` is a ``ValueError``, ...), so
+``except ValueError`` keeps working. The command line prints a ``UserError`` as
+one line (exit status 2) and anything else, a bug, with its traceback.
 """
 from __future__ import annotations
 
 import math
+import pathlib
 from collections.abc import Sequence
 
 import torch
@@ -13,40 +18,76 @@ import torch
 ShapeLike = int | Sequence[int] | torch.Size
 
 
+class UserError(Exception):
+    """The caller asked for something that cannot be done as asked: fixable by changing the request."""
+
+
+class BadValue(UserError, ValueError):
+    """An argument with the right type but a wrong value: out of range, an unknown name, a wrong shape."""
+
+
+class BadType(UserError, TypeError):
+    """An argument of the wrong kind (a list where a tensor goes, an integer tensor where floats go)."""
+
+
+class NotFound(UserError, FileNotFoundError):
+    """A path the caller named does not exist, or holds nothing of what was asked for."""
+
+
+class MissingDependency(UserError, ImportError):
+    """An optional package the request needs is not installed (the message names the install command)."""
+
+
+class Unavailable(UserError, RuntimeError):
+    """Something the request needs is not on this machine: a system tool, a GPU, torch.distributed."""
+
+
+class Unreachable(UserError, ConnectionError):
+    """A network address the caller gave does not answer."""
+
+
 def check_choice(value, choices, what: str) -> None:
-    """Raise ``ValueError("unknown <what> <value>; valid: a, b, c")`` unless ``value`` is one of ``choices``."""
+    """Raise ``BadValue("unknown <what> <value>; valid: a, b, c")`` unless ``value`` is one of ``choices``."""
     if value not in choices:
-        raise ValueError(f"unknown {what} {value!r}; valid: {', '.join(map(str, choices))}")
+        raise BadValue(f"unknown {what} {value!r}; valid: {', '.join(map(str, choices))}")
+
+
+def existing_file(path, what: str = "file") -> pathlib.Path:
+    """``path`` as a ``pathlib.Path`` if it names a file; else :class:`NotFound` naming it."""
+    p = pathlib.Path(path)
+    if not p.is_file():
+        raise NotFound(f"{p}: no such {what}" + (" (that is a folder)" if p.is_dir() else ""))
+    return p
 
 
 def as_shape(normalized_shape: ShapeLike) -> tuple[int, ...]:
     """Turn an int, list, tuple or ``torch.Size`` into a tuple of ints."""
     if isinstance(normalized_shape, (bool, str, bytes, float)):
-        raise TypeError(f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
+        raise BadType(f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
     if isinstance(normalized_shape, int):
         shape: tuple[int, ...] = (normalized_shape,)
     else:
         try:
             shape = tuple(int(d) for d in normalized_shape)
         except TypeError:
-            raise TypeError(
+            raise BadType(
                 f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}"
             ) from None
     if len(shape) == 0:
-        raise ValueError("normalized_shape must have at least one dimension, got ()")
+        raise BadValue("normalized_shape must have at least one dimension, got ()")
     if any(d < 0 for d in shape):
-        raise ValueError(f"normalized_shape must be non-negative, got {shape}")
+        raise BadValue(f"normalized_shape must be non-negative, got {shape}")
     return shape
 
 
 def check_input(x: torch.Tensor, shape: tuple[int, ...], name: str = "input") -> None:
     """Check that ``x`` is a floating tensor whose trailing dims equal ``shape``."""
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        raise BadType(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.dtype.is_floating_point:
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+        raise BadType(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     if x.dim() < len(shape) or tuple(x.shape[x.dim() - len(shape):]) != shape:
-        raise ValueError(
+        raise BadValue(
             f"normalized_shape {list(shape)} does not match the trailing dimensions of "
             f"{name} with shape {list(x.shape)}"
         )
@@ -57,11 +98,11 @@ def check_param(p: torch.Tensor | None, shape: tuple[int, ...], name: str) -> No
     if p is None:
         return
     if not isinstance(p, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(p).__name__}")
+        raise BadType(f"{name} must be a torch.Tensor or None, got {type(p).__name__}")
     if not p.dtype.is_floating_point:
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {p.dtype}")
+        raise BadType(f"{name} must be a floating-point tensor, got dtype {p.dtype}")
     if tuple(p.shape) != shape:
-        raise ValueError(f"{name} has shape {list(p.shape)} but normalized_shape is {list(shape)}")
+        raise BadValue(f"{name} has shape {list(p.shape)} but normalized_shape is {list(shape)}")
 
 
 def check_eps(eps: float | None, *, allow_none: bool = False) -> None:
@@ -69,11 +110,11 @@ def check_eps(eps: float | None, *, allow_none: bool = False) -> None:
     if eps is None:
         if allow_none:
             return
-        raise ValueError("eps must be a finite non-negative number, got None")
+        raise BadValue("eps must be a finite non-negative number, got None")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"eps must be a number, got {type(eps).__name__}")
+        raise BadType(f"eps must be a number, got {type(eps).__name__}")
     if not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"eps must be a finite non-negative number, got {eps}")
+        raise BadValue(f"eps must be a finite non-negative number, got {eps}")
 
 
 def acc_dtype(dtype: torch.dtype) -> torch.dtype:

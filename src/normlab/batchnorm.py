@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import acc_dtype, check_eps
+from ._checks import BadValue, acc_dtype, check_eps
 
 
 class MaskedBatchNorm(nn.Module):
@@ -50,7 +50,7 @@ class MaskedBatchNorm(nn.Module):
                 valid = (~m).expand(x.shape[:-1]).reshape(-1, 1).to(xa.dtype)  # M, 1
             count = valid.sum()
             if count < 2:
-                raise ValueError("MaskedBatchNorm in training needs at least 2 valid frames per batch")
+                raise BadValue("MaskedBatchNorm in training needs at least 2 valid frames per batch")
             mean = (xa * valid).sum(0) / count  # D
             var = (((xa - mean) ** 2) * valid).sum(0) / count  # D   biased
             with torch.no_grad():

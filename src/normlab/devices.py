@@ -28,23 +28,25 @@ def resolve(spec: str = "auto", local_rank: int | None = None):
     """``torch.device`` for ``spec``; ``local_rank`` (torchrun's ``LOCAL_RANK`` when None) picks the GPU of a process.
 
     Raises:
-        ValueError: an unknown spec, CUDA asked for without a GPU, or a GPU index past the last.
+        BadValue (a ValueError): an unknown spec, CUDA asked for without a GPU, or a GPU index past the last.
     """
     import torch
 
+    from ._checks import BadValue
+
     if not SPEC.match(spec or ""):
-        raise ValueError(f"--device must be cpu, cuda, cuda:N or auto, got {spec!r}")
+        raise BadValue(f"--device must be cpu, cuda, cuda:N or auto, got {spec!r}")
     if local_rank is None:
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if spec == "cpu" or (spec == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise ValueError(f"--device {spec}: no CUDA GPU is available here (torch {torch.__version__}); "
-                         "use --device cpu or auto")
+        raise BadValue(f"--device {spec}: no CUDA GPU is available here (torch {torch.__version__}); "
+                       "use --device cpu or auto")
     index = int(spec.split(":")[1]) if ":" in spec else local_rank
     count = torch.cuda.device_count()
     if index >= count:
-        raise ValueError(f"--device {spec}: GPU {index} asked for, {count} present")
+        raise BadValue(f"--device {spec}: GPU {index} asked for, {count} present")
     return torch.device("cuda", index)
 
 

@@ -42,8 +42,10 @@ def process_group(device, timeout_s: float = 600.0):
     import torch
     import torch.distributed as dist
 
+    from ._checks import Unavailable
+
     if not dist.is_available():
-        raise RuntimeError("this torch build has no torch.distributed: run with one process")
+        raise Unavailable("this torch build has no torch.distributed: run with one process")
     backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(device)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from . import kernels
-from ._checks import ShapeLike, as_shape, check_eps, check_input, check_param, default_rms_eps
+from ._checks import BadValue, ShapeLike, as_shape, check_eps, check_input, check_param, default_rms_eps
 
 Tensor = torch.Tensor
 
@@ -98,7 +98,7 @@ def _add_norm(x, residual, normalized_shape, weight, bias, eps, residual_in_fp32
     shape, eps = _prepare(x, normalized_shape, weight, bias, eps, rms=rms)
     check_input(residual, shape, "residual")
     if residual.shape != x.shape:
-        raise ValueError(f"residual has shape {list(residual.shape)} but x has shape {list(x.shape)}")
+        raise BadValue(f"residual has shape {list(residual.shape)} but x has shape {list(x.shape)}")
     s_dtype = torch.float32 if residual_in_fp32 and x.dtype in (torch.float16, torch.bfloat16) else x.dtype
     op = "add_rms_norm" if rms else "add_layer_norm"
     return kernels.dispatch(op, x, residual, shape, weight, bias, eps, impl=impl, s_dtype=s_dtype)

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as TF
 from torch import nn
 
+from ._checks import BadType, BadValue
 from .models.bert import BertEncoder, load_bert
 from .models.transformer import TransformerBlock
 
@@ -23,16 +24,16 @@ def _activation_name(layer: nn.TransformerEncoderLayer) -> str:
         return "relu"
     if act is TF.gelu or isinstance(act, nn.GELU):
         return "gelu"
-    raise ValueError(f"unsupported activation {act!r}: only relu and gelu map to normlab")
+    raise BadValue(f"unsupported activation {act!r}: only relu and gelu map to normlab")
 
 
 @torch.no_grad()
 def from_torch(layer: nn.TransformerEncoderLayer) -> TransformerBlock:
     """An equivalent :class:`TransformerBlock` (same weights, same outputs) for ``layer``."""
     if not isinstance(layer, nn.TransformerEncoderLayer):
-        raise TypeError(f"expected torch.nn.TransformerEncoderLayer, got {type(layer).__name__}")
+        raise BadType(f"expected torch.nn.TransformerEncoderLayer, got {type(layer).__name__}")
     if not getattr(layer.self_attn, "batch_first", False):
-        raise ValueError("only batch_first=True layers are supported ([B, T, D] throughout normlab)")
+        raise BadValue("only batch_first=True layers are supported ([B, T, D] throughout normlab)")
     attn = layer.self_attn
     d = attn.embed_dim
     bias = attn.in_proj_bias is not None
@@ -40,7 +41,8 @@ def from_torch(layer: nn.TransformerEncoderLayer) -> TransformerBlock:
     block = TransformerBlock(
         d, attn.num_heads, layer.linear1.out_features, norm="layernorm",
         placement="pre" if layer.norm_first else "post", dropout=layer.dropout.p,
-        activation=_activation_name(layer), bias=bias, norm_kw={"eps": layer.norm1.eps, "bias": layer.norm1.bias is not None},
+        activation=_activation_name(layer), bias=bias,
+        norm_kw={"eps": layer.norm1.eps, "bias": layer.norm1.bias is not None},
     ).to(device=p.device, dtype=p.dtype)
     a = block.attn.fn
     a.qkv_proj.weight.copy_(attn.in_proj_weight)  # 3D, D: rows [q; k; v] in both layouts
@@ -59,14 +61,14 @@ def from_torch(layer: nn.TransformerEncoderLayer) -> TransformerBlock:
 def to_torch(block: TransformerBlock) -> nn.TransformerEncoderLayer:
     """The ``torch.nn.TransformerEncoderLayer(batch_first=True)`` equivalent to ``block``."""
     if block.placement not in ("pre", "post"):
-        raise ValueError(f"torch has only pre and post placements, block uses {block.placement!r}")
+        raise BadValue(f"torch has only pre and post placements, block uses {block.placement!r}")
     a, ffn = block.attn.fn, block.ffn.fn
     if ffn.activation not in ("relu", "gelu"):
-        raise ValueError(f"torch's layer supports relu and gelu, block uses {ffn.activation!r}")
+        raise BadValue(f"torch's layer supports relu and gelu, block uses {ffn.activation!r}")
     slot = "pre_norm" if block.placement == "pre" else "post_norm"
     norm = getattr(block.attn, slot)
     if type(norm).__name__ != "LayerNorm":
-        raise ValueError(f"torch's layer uses LayerNorm, block uses {type(norm).__name__}")
+        raise BadValue(f"torch's layer uses LayerNorm, block uses {type(norm).__name__}")
     w = a.qkv_proj.weight
     layer = nn.TransformerEncoderLayer(
         a.d_model, a.n_heads, ffn.fc1.out_features, dropout=block.attn.drop.p, activation=ffn.activation,

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from . import functional as F
-from ._checks import ShapeLike, acc_dtype, as_shape, check_eps, check_input
+from ._checks import BadValue, ShapeLike, acc_dtype, as_shape, check_eps, check_input
 
 __all__ = ["LayerNorm", "RMSNorm", "ScaleNorm", "DyT"]
 
@@ -242,7 +242,7 @@ class DyT(_AddThenNorm, nn.Module):
         super().__init__()
         self.normalized_shape = as_shape(normalized_shape)
         if not math.isfinite(alpha_init):
-            raise ValueError(f"alpha_init must be finite, got {alpha_init}")
+            raise BadValue(f"alpha_init must be finite, got {alpha_init}")
         self.alpha_init = alpha_init
         self.alpha = nn.Parameter(torch.empty((), **factory_kwargs))
         _init_affine(self, elementwise_affine, bias, factory_kwargs)

@@ -6,7 +6,7 @@ against. Each function works on the last dimension ``D`` of ``x`` (shape
 frames, patches). Every line carries its shape. The derivation of the backward
 passes is in ``docs/layernorm.md``; the equation numbers below refer to it.
 
-Numerics (the contract in docs/numerics.md):
+Numerics (the contract in ``docs/numerics.md``):
 
 * statistics in float32 for float16/bfloat16 input, float64 for float64;
 * two passes (mean first, then the mean of squared deviations), never

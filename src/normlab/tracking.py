@@ -28,7 +28,9 @@ def _writer(tensorboard: str | os.PathLike | None):
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise ImportError("--tensorboard needs the tensorboard package (pip install 'normlab[scale]')") from None
+        from ._checks import MissingDependency
+
+        raise MissingDependency("--tensorboard needs the tensorboard package (pip install 'normlab[scale]')") from None
     return SummaryWriter(str(tensorboard))
 
 

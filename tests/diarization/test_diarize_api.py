@@ -7,9 +7,18 @@ import pytest
 import soundfile as sf
 import torch
 
+from normlab import UserError
 from normlab.cli import main
-from normlab.diarization import EENDModel, ModelConfig, Turn, diarize, diarize_files, from_annotation, to_annotation, \
-    write_rttm
+from normlab.diarization import (
+    EENDModel,
+    ModelConfig,
+    Turn,
+    diarize,
+    diarize_files,
+    from_annotation,
+    to_annotation,
+    write_rttm,
+)
 from normlab.diarization.io.features import FeatureConfig
 from normlab.diarization.models.embed import MissingWeightsError, SpeakerEncoder, weights_path
 from normlab.diarization.pipeline.config import PipelineConfig
@@ -81,8 +90,9 @@ def test_each_mode_reads_its_own_settings(files):
     assert PipelineConfig.for_model(m, speakers="speech", threshold=0.7).threshold == 0.7
 
 
-class _Built(Exception):
-    """Stops a run as soon as its pipeline settings are made."""
+class _Built(UserError):
+    """Stops a run as soon as its pipeline settings are made (a ``UserError``: with ``NORMLAB_DEBUG`` set the CLI
+    passes it on instead of printing it)."""
 
 
 def test_cli_and_api_build_the_same_pipeline_config(files, tmp_path, monkeypatch):
@@ -100,18 +110,19 @@ def test_cli_and_api_build_the_same_pipeline_config(files, tmp_path, monkeypatch
         raise _Built
 
     monkeypatch.setattr(PipelineConfig, "for_model", classmethod(spy))
+    monkeypatch.setenv("NORMLAB_DEBUG", "1")
     wav, m, enc, ref = d / "talk.wav", d / "m.pt", d / "enc.pt", tmp_path / "ref.rttm"
     ref.write_text("")
     cli_options = {(): {}, ("--threshold", "0.7", "--median", "3", "--local-speakers", "speech", "--vad", "gate"):
                    {"threshold": 0.7, "median": 3, "speakers": "speech", "vad": "gate"}}
     for argv, options in cli_options.items():
         built.clear()
-        for run in (lambda: main(["diarize", str(wav), "--model", str(m), "--embedding", str(enc), "--out",
-                                  str(tmp_path / "cli"), *argv]),
-                    lambda: main(["diarize", "evaluate", str(d), str(ref), "--model", str(m),
-                                  "--embedding", str(enc), "--out", str(tmp_path / "ev"), *argv]),
-                    lambda: diarize(wav, model=m, embedding=enc, **options),
-                    lambda: diarize_files([wav], tmp_path / "api", model=m, embedding=enc, **options)):
+        for run in (lambda argv=argv: main(["diarize", str(wav), "--model", str(m), "--embedding", str(enc),
+                                            "--out", str(tmp_path / "cli"), *argv]),
+                    lambda argv=argv: main(["diarize", "evaluate", str(d), str(ref), "--model", str(m),
+                                            "--embedding", str(enc), "--out", str(tmp_path / "ev"), *argv]),
+                    lambda options=options: diarize(wav, model=m, embedding=enc, **options),
+                    lambda options=options: diarize_files([wav], tmp_path / "api", model=m, embedding=enc, **options)):
             with pytest.raises(_Built):
                 run()
         assert len(built) == 4 and built[1:] == built[:-1], (argv, built)
@@ -181,7 +192,8 @@ def test_bad_input_is_one_clear_error(files, tmp_path, capsys):
     odd.features = FeatureConfig(sample_rate=16000, win=400, hop=160, n_fft=512, subsample=5)
     odd.save(tmp_path / "odd.pt")
     assert EENDModel.load(tmp_path / "odd.pt").features == odd.features  # the file keeps its setup
-    with pytest.raises(ValueError, match=r"^\S*odd.pt was trained on features with sample_rate=16000, win=400, hop=160, "
+    with pytest.raises(ValueError, match=r"^\S*odd.pt was trained on features with sample_rate=16000, win=400, "
+                       r"hop=160, "
                        r"n_fft=512, subsample=5; this pipeline makes sample_rate=8000, win=200, hop=80, n_fft=256, "
                        r"subsample=10$"):
         diarize(audio, sample_rate=SR, model=tmp_path / "odd.pt", embedding=d / "enc.pt")

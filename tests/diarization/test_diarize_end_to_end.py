@@ -7,8 +7,16 @@ import pytest
 import soundfile as sf
 import torch
 
-from normlab.diarization import EENDModel, ModelConfig, TrainConfig, Turn, diarization_error_rate, diarize_files, \
-    read_rttm, train
+from normlab.diarization import (
+    EENDModel,
+    ModelConfig,
+    TrainConfig,
+    Turn,
+    diarization_error_rate,
+    diarize_files,
+    read_rttm,
+    train,
+)
 from normlab.diarization.io.features import FeatureConfig, extract
 from normlab.diarization.metrics.evaluate import frame_probs
 from normlab.diarization.models.embed import SpeakerEncoder
@@ -68,8 +76,9 @@ def test_separable_mixture_scores_near_zero_der(trained, tmp_path):
     sf.write(tmp_path / "meeting.wav", audio, SR)
     (tmp_path / "broken.wav").write_bytes(b"not audio")
     torch.manual_seed(0)
-    status = diarize_files([str(tmp_path / "broken.wav"), str(tmp_path / "meeting.wav")], tmp_path / "out", model=model,
-                           embedding=SpeakerEncoder(), num_speakers=2, speakers="eend", vad="off", window=30.0, step=30.0)
+    status = diarize_files([str(tmp_path / "broken.wav"), str(tmp_path / "meeting.wav")], tmp_path / "out",
+                           model=model, embedding=SpeakerEncoder(), num_speakers=2, speakers="eend", vad="off",
+                           window=30.0, step=30.0)
     assert status[str(tmp_path / "meeting.wav")] == "ok" and "broken.wav" in status[str(tmp_path / "broken.wav")]
     hyp = read_rttm(tmp_path / "out" / "meeting.rttm")["meeting"]
     ref = [Turn("meeting", s, e - s, spk) for s, e, spk in turns]

@@ -24,7 +24,8 @@ def test_median_filter_and_turns():
     assert median_filter(active, 3)[:, 0].tolist() == [0, 0, 1, 1, 1, 1, 0]  # the 1-frame blip at t=1 is gone
     probs = torch.tensor([[0.9, 0.1]] * 3 + [[0.2, 0.8]] * 4 + [[0.1, 0.1]] * 2)
     turns = to_turns(probs, 0.1, "rec", median=1)
-    assert turns == [Turn("rec", 0.0, pytest.approx(0.3), "spk0"), Turn("rec", pytest.approx(0.3), pytest.approx(0.4), "spk1")]
+    assert turns == [Turn("rec", 0.0, pytest.approx(0.3), "spk0"),
+                     Turn("rec", pytest.approx(0.3), pytest.approx(0.4), "spk1")]
     with pytest.raises(ValueError, match="odd"):
         median_filter(active, 4)
 

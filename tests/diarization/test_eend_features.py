@@ -1,4 +1,5 @@
-"""Audio files (the one reader, ``io.audio.read_mono``) and EEND features (the one extractor, ``io.features.extract``)."""
+"""Audio files (the one reader, ``io.audio.read_mono``) and EEND features (the one extractor,
+``io.features.extract``)."""
 import math
 
 import numpy as np

@@ -9,8 +9,16 @@ import soundfile as sf
 import torch
 
 from normlab.cli import main
-from normlab.diarization import Diarization, EENDModel, ModelConfig, Turn, diarize, exclusive_turns, read_rttm, \
-    write_rttm
+from normlab.diarization import (
+    Diarization,
+    EENDModel,
+    ModelConfig,
+    Turn,
+    diarize,
+    exclusive_turns,
+    read_rttm,
+    write_rttm,
+)
 from normlab.diarization.metrics.der import merge
 from normlab.diarization.models.embed import SpeakerEncoder
 from normlab.diarization.models.weights import sha256

@@ -98,7 +98,7 @@ def test_local4_model_records_its_recipe_voices_and_versions():
 
 @needs_espeak
 def test_local4_model_segments_held_out_voices(tmp_path):
-    """Local DER (per 10 s window) of the 4-local-speaker model on 4 fresh test-voice conversations with 1-4 speakers."""
+    """Local DER (per 10 s window) of the 4-local-speaker model on 4 fresh test-voice conversations, 1-4 speakers."""
     from normlab.diarization.data.simulate import SimConfig, simulate
     from normlab.diarization.metrics.windows import window_probs
 

@@ -58,7 +58,8 @@ def test_dataset_batches_and_cli_train(tmp_path, capsys):
     assert feats.shape == (3, 80, 345) and labels.shape == (3, 80, 2) and mask.shape == (3, 80)
     assert labels.sum() > 0
     args = ["diarize", "train", "--data", str(tmp_path / "sim"), "--out", str(tmp_path / "model"), "--steps", "6",
-            "--d-model", "32", "--n-layers", "1", "--frames", "80", "--batch", "2", "--ckpt-every", "3", "--warmup", "2"]
+            "--d-model", "32", "--n-layers", "1", "--frames", "80", "--batch", "2", "--ckpt-every", "3",
+            "--warmup", "2"]
     assert main(args) == 0
     assert (tmp_path / "model" / "model.pt").exists() and (tmp_path / "model" / "ckpt" / "last.pt").exists()
     assert main(args[:7] + ["8"] + args[8:]) == 0  # resumes at step 6, runs 2 more
@@ -145,7 +146,8 @@ def test_augmentation_changes_audio_not_turns():
     for i in (1, 3):  # 2 and 4 speakers
         a, turns_a, uri_a = mixture(plain, i, pool)
         b, turns_b, uri_b = mixture(replace(plain, augment=True), i, pool)
-        assert [(t.start, t.duration, t.speaker) for t in turns_a] == [(t.start, t.duration, t.speaker) for t in turns_b]
+        timing = [(t.start, t.duration, t.speaker) for t in turns_a]
+        assert timing == [(t.start, t.duration, t.speaker) for t in turns_b]
         assert uri_a != uri_b and "_aug" in uri_b and a.shape == b.shape
         assert np.corrcoef(a, b)[0, 1] < 0.9  # warped, levelled, other noise, maybe a room or a telephone
         assert np.abs(b).max() <= 10 ** (-1 / 20) + 1e-6  # the random level peaks at -24..-1 dBFS
@@ -153,7 +155,8 @@ def test_augmentation_changes_audio_not_turns():
 
 def test_cli_simulate_with_recorded_voices_and_perturbations(tmp_path, capsys):
     out = tmp_path / "cli"
-    assert main(["diarize", "simulate", "--out", str(out), "--n-mixtures", "2", "--n-speakers", "2", "--min-speakers", "1",
+    assert main(["diarize", "simulate", "--out", str(out), "--n-mixtures", "2", "--n-speakers", "2",
+                 "--min-speakers", "1",
                  "--sources", "all", "--augment", "--beta-by-count", "--min-utterances", "2", "--max-utterances", "2",
                  "--jobs", "1"]) == 0
     ref = read_rttm(out / "ref.rttm")

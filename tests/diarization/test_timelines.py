@@ -115,7 +115,8 @@ def test_the_page_has_the_table_and_aligned_rows_with_the_errors_by_kind():
     assert [g.get("data-speaker") for g in by["row reference"]] == ["A", "B"]  # one row per speaker
     assert [(g.get("data-speaker"), g.get("data-maps-to")) for g in by["row hypothesis"]] == \
         [("x", "A"), ("y", "B"), ("z", None)]
-    spans = {g.get("data-kind"): [(float(r.get("data-start")), float(r.get("data-end"))) for r in g.findall(f"{SVG}rect")]
+    spans = {g.get("data-kind"): [(float(r.get("data-start")), float(r.get("data-end")))
+                                  for r in g.findall(f"{SVG}rect")]
              for g in by["row error"]}
     assert spans == {"missed": [(3.0, 4.0), (9.0, 10.0)], "false_alarm": [(11.0, 12.0)], "confusion": [(4.0, 5.0)]}
     fills = {g.get("data-kind"): {r.get("fill") for r in g.findall(f"{SVG}rect")} for g in by["row error"]}
@@ -124,7 +125,8 @@ def test_the_page_has_the_table_and_aligned_rows_with_the_errors_by_kind():
     first = lambda g: float(g.find(f"{SVG}rect").get("x"))  # noqa: E731
     assert first(by["row reference"][0]) == first(by["row hypothesis"][0])
     # hypothesis turns take the colour of the reference speaker they are mapped to
-    assert by["row hypothesis"][0].find(f"{SVG}rect").get("fill") == by["row reference"][0].find(f"{SVG}rect").get("fill")
+    fill = by["row reference"][0].find(f"{SVG}rect").get("fill")
+    assert by["row hypothesis"][0].find(f"{SVG}rect").get("fill") == fill
     # the ticks cover the recording: 12 s
     assert "12" in [t.text for t in root.find(f"{SVG}g").findall(f"{SVG}text")]
 

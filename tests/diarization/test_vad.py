@@ -12,8 +12,15 @@ import numpy as np
 import pytest
 import torch
 
-from normlab.diarization.models.vad import CHUNK, CONTEXT, SAMPLE_RATE, MissingVADWeightsError, SileroVAD, installed_weights, \
-    speech_probability
+from normlab.diarization.models.vad import (
+    CHUNK,
+    CONTEXT,
+    SAMPLE_RATE,
+    MissingVADWeightsError,
+    SileroVAD,
+    installed_weights,
+    speech_probability,
+)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +109,8 @@ def test_missing_weights_name_the_file_and_the_fix(monkeypatch, tmp_path):
     from normlab.diarization.models import weights
 
     monkeypatch.setattr(weights, "ASSETS", tmp_path)
-    with pytest.raises(MissingVADWeightsError, match=r"silero_vad.safetensors is missing .*pip install --force-reinstall"):
+    with pytest.raises(MissingVADWeightsError,
+                       match=r"silero_vad.safetensors is missing .*pip install --force-reinstall"):
         installed_weights()
 
 
@@ -120,7 +128,8 @@ def test_cli_options_reach_the_pipeline(vad, tmp_path, capsys):
         pytest.skip(str(e))
     noise = (0.03 * np.random.default_rng(1).standard_normal(SAMPLE_RATE * 12)).astype(np.float32)
     sf.write(tmp_path / "noise.wav", noise, SAMPLE_RATE)
-    for extra, out in (([], "gated"), (["--vad", "off"], "open"), (["--vad", "off", "--local-speakers", "eend"], "eend")):
+    runs = (([], "gated"), (["--vad", "off"], "open"), (["--vad", "off", "--local-speakers", "eend"], "eend"))
+    for extra, out in runs:
         assert main(["diarize", str(tmp_path / "noise.wav"), "--out", str(tmp_path / out), *extra]) == 0
     capsys.readouterr()
     assert read_rttm(tmp_path / "gated" / "noise.rttm") == {}

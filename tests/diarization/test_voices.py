@@ -7,7 +7,8 @@ import pytest
 from normlab.diarization.data import augment as aug
 from normlab.diarization.data.voices import PERSONS, RECORDED, Voice, available, synthesize, voices
 
-needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed (make system-deps)")
+needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                                  reason="espeak-ng not installed (make system-deps)")
 SR = 8000
 
 

@@ -99,7 +99,8 @@ def test_no_timer_or_switched_off_uses_the_fixed_table(tuner, monkeypatch):
         assert kernels.decide("auto", "layer_norm", x, 1e-5).why.startswith("fixed table (no timer")
     with torch.no_grad():
         seen = []
-        torch.jit.trace(lambda t: seen.append(kernels.resolve("auto", "layer_norm", t, 1e-5)) or t * 1, (x,), check_trace=False)
+        torch.jit.trace(lambda t: seen.append(kernels.resolve("auto", "layer_norm", t, 1e-5)) or t * 1, (x,),
+                        check_trace=False)
     assert seen == ["cpu"]
     monkeypatch.setenv("NORMLAB_AUTOTUNE", "0")
     autotune.set_autotune(None)

@@ -6,7 +6,6 @@ import torch
 import torch.nn.functional as TF
 
 from conftest import skip_unsupported
-
 from normlab import functional as F
 
 

@@ -38,7 +38,8 @@ def test_auto_policy(fixed_table):
             assert kernels.resolve("auto", op, xbf, 1e-5) == ("cpu" if HAS_CPU else half), (op, d)
             assert kernels.resolve("auto", op, x32, 0.0) != "native"  # torch gives NaN on constant rows at eps = 0
     # the row length is prod(normalized_shape), not the last dim
-    assert kernels.resolve("auto", "layer_norm", torch.randn(4, 30, 30), 1e-5, d=900) == ("cpu" if HAS_CPU else "native")
+    expected = "cpu" if HAS_CPU else "native"
+    assert kernels.resolve("auto", "layer_norm", torch.randn(4, 30, 30), 1e-5, d=900) == expected
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no C++ compiler: both sides of the boundary are native")

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ATOL, DTYPES, HALF, max_err
-from numerics_ops import OPS, grads, has_bias, make_inputs, ours, torchs
 
+from conftest import ATOL, DTYPES, HALF, max_err
 from normlab import kernels
+from numerics_ops import OPS, grads, has_bias, make_inputs, ours, torchs
 
 
 def _double(t):

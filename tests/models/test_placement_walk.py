@@ -71,7 +71,8 @@ def _perturb_norms(model) -> None:
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, (*NORM_TYPES, normlab.registry.MaskedBatchNorm)):
-                for t in [*m.parameters(recurse=False), *(b for b in m.buffers(recurse=False) if b.is_floating_point())]:
+                floats = [b for b in m.buffers(recurse=False) if b.is_floating_point()]
+                for t in [*m.parameters(recurse=False), *floats]:
                     t.copy_(0.5 + torch.rand(t.shape, generator=gen))
 
 

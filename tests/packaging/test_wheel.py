@@ -150,7 +150,8 @@ def venv(dists, tmp_path_factory):
     python = env_dir / "bin" / "python"
     site = pathlib.Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              cwd=root).stdout.strip())
-    for dist in _requirement_closure(_metadata(wheel).get_all("Requires-Dist") or []).values():  # the test venv's copies of the declared requirements
+    # the test venv's copies of the declared requirements
+    for dist in _requirement_closure(_metadata(wheel).get_all("Requires-Dist") or []).values():
         base = pathlib.Path(dist.locate_file(""))
         for top in {pathlib.PurePath(f).parts[0] for f in dist.files or [] if not str(f).startswith("..")}:
             if top != "__pycache__" and (base / top).exists() and not (site / top).exists():
@@ -182,10 +183,12 @@ import pathlib, os, torch, normlab.functional as F
 from normlab.kernels import build, cpu
 assert build.SOURCE.is_file() and str(build.SOURCE).startswith(os.environ["VENV"]), build.SOURCE
 assert cpu.available()
-x, w, b = torch.randn(64, 96, dtype=torch.float64), torch.randn(96, dtype=torch.float64), torch.randn(96, dtype=torch.float64)
+f64 = torch.float64
+x, w, b = torch.randn(64, 96, dtype=f64), torch.randn(96, dtype=f64), torch.randn(96, dtype=f64)
 torch.testing.assert_close(F.layer_norm(x, (96,), w, b, impl="cpu"), torch.nn.functional.layer_norm(x, (96,), w, b))
 x32 = x.float()
-torch.testing.assert_close(F.rms_norm(x32, (96,), w.float(), impl="cpu"), torch.nn.functional.rms_norm(x32, (96,), w.float()))
+w32 = w.float()
+torch.testing.assert_close(F.rms_norm(x32, (96,), w32, impl="cpu"), torch.nn.functional.rms_norm(x32, (96,), w32))
 built = list(pathlib.Path(os.environ["NORMLAB_CACHE_DIR"]).rglob("normlab_cpu_*.so"))
 assert built, "no kernel library in NORMLAB_CACHE_DIR"
 print("kernel ok", built[0].name)

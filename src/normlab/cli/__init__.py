@@ -3,22 +3,24 @@
 Each command group lives in its own module (``lab``, ``report``, ``diarize``)
 with its parsers next to its handlers. Only the group being run builds its
 full parser, so ``normlab --help`` never imports torch.
+
+Errors: a usage error (argparse) or a :class:`normlab.UserError` from the
+library is the user's to fix: one line on stderr, exit status 2 (the
+traceback too with ``NORMLAB_DEBUG=1``). Any other exception is a bug: its
+traceback, a line saying so, exit status 1.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import traceback
 from importlib import metadata
 
 from . import diarize, lab, report
 
 #: command -> the module that parses and runs it
 GROUPS = {name: mod for mod in (lab, report, diarize) for name in mod.HELP}
-
-#: errors that are the user's to fix: one line and exit status 2, never a traceback
-USER_ERRORS = (ValueError, TypeError, OSError, KeyError, RuntimeError, ImportError)
-
 
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: ``normlab lesson: error: argument --d-model: ...`` (exit 2)."""
@@ -71,12 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"normlab {args.command}: interrupted (finished work is kept; re-run to resume)", file=sys.stderr)
         return 130
-    except USER_ERRORS as e:
+    except Exception as e:
+        from .._checks import UserError  # imports torch: only once something has gone wrong
+
+        if not isinstance(e, UserError):
+            traceback.print_exc()
+            print(f"normlab {args.command}: internal error ({type(e).__name__}): a bug in normlab, not a mistake in "
+                  "the command; please report it with the traceback above", file=sys.stderr)
+            return 1
         if os.environ.get("NORMLAB_DEBUG"):
             raise
-        message = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
-        print(f"normlab {args.command}: error: {message.splitlines()[0] if message else type(e).__name__}",
-              file=sys.stderr)
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"normlab {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -18,11 +18,13 @@ def progress(task: str):
 
 
 def shape(text: str) -> tuple[int, int]:
-    """``8192x768`` -> ``(8192, 768)``."""
+    """``8192x768`` -> ``(8192, 768)``: rows x features, each at least 1."""
     try:
         n, d = (int(v) for v in text.lower().split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"shape must look like 8192x768, got {text!r}") from None
+    if n < 1 or d < 1:
+        raise argparse.ArgumentTypeError(f"shape needs at least 1 row and 1 feature, got {text!r}")
     return n, d
 
 

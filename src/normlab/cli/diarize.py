@@ -17,13 +17,14 @@ COMMANDS = ("score", "run", "evaluate", "simulate", "train", "recipe")
 
 def _read_rttms(paths: list[str]) -> dict:
     """Turns of RTTM files and of every ``*.rttm`` in folders, by recording."""
+    from .._checks import NotFound
     from ..diarization.io.rttm import read_rttm
 
     turns: dict = {}
     for path in map(pathlib.Path, paths):
         files = sorted(path.glob("*.rttm")) if path.is_dir() else [path]
         if not files:
-            raise FileNotFoundError(f"{path} has no .rttm files")
+            raise NotFound(f"{path} has no .rttm files")
         for f in files:
             for uri, ts in read_rttm(f).items():
                 turns.setdefault(uri, []).extend(ts)
@@ -63,7 +64,6 @@ def _model_on_device(args: argparse.Namespace):
 
 def _cmd_diarize_run(args: argparse.Namespace) -> int:
     from ..diarization.pipeline.api import diarize_files
-
     from ..diarization.pipeline.output import FORMATS
 
     status = diarize_files(args.audio, args.out, model=_model_on_device(args), embedding=args.embedding,
@@ -95,7 +95,8 @@ def _cmd_diarize_evaluate(args: argparse.Namespace) -> int:
 def _cmd_diarize_simulate(args: argparse.Namespace) -> int:
     from ..diarization.data.simulate import SimConfig, simulate
 
-    cfg = SimConfig(n_mixtures=args.n_mixtures, n_speakers=args.n_speakers, beta=args.beta, split=args.split, seed=args.seed,
+    cfg = SimConfig(n_mixtures=args.n_mixtures, n_speakers=args.n_speakers, beta=args.beta, split=args.split,
+                    seed=args.seed,
                     min_utterances=args.min_utterances, max_utterances=args.max_utterances,
                     rt60=tuple(args.rt60) if args.rt60 else None, min_speakers=args.min_speakers,
                     sources=args.sources, augment=args.augment, beta_by_count=args.beta_by_count)
@@ -111,19 +112,22 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
     from ..diarization.training.train import TrainConfig, train_run
 
     torch.set_num_threads(args.threads)
-    model_cfg = ModelConfig(d_model=args.d_model, n_layers=args.n_layers, d_ff=4 * args.d_model, n_speakers=args.n_speakers,
+    model_cfg = ModelConfig(d_model=args.d_model, n_layers=args.n_layers, d_ff=4 * args.d_model,
+                            n_speakers=args.n_speakers,
                             norm=args.norm, placement=args.placement, encoder=args.encoder)
     cfg = TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup, ckpt_every=args.ckpt_every, seed=args.seed,
                       decay=args.decay)
     out = pathlib.Path(args.out)
     bar = progress("train")
     r = train_run(args.data, out, model_cfg, cfg, batch=args.batch, frames=args.frames, device=args.device,
-                  tensorboard=args.tensorboard, progress=lambda step, total, loss: bar(step - 1, total, f"loss {loss:.4f}"))
+                  tensorboard=args.tensorboard,
+                  progress=lambda step, total, loss: bar(step - 1, total, f"loss {loss:.4f}"))
     if r["rank"] == 0:
         losses = r["losses"]
         print(f"trained {len(losses)} steps on {r['mixtures']} mixtures ({r['world_size']} process"
-              f"{'es' if r['world_size'] > 1 else ''}, {r['device']}; {r['samples_per_s']:.1f} sequences/s); final loss "
-              f"{sum(losses[-20:]) / len(losses[-20:]):.4f}; wrote {out / 'model.pt'} and {out / 'ckpt' / 'metrics.csv'}")
+              f"{'es' if r['world_size'] > 1 else ''}, {r['device']}; {r['samples_per_s']:.1f} sequences/s); "
+              f"final loss {sum(losses[-20:]) / len(losses[-20:]):.4f}; wrote {out / 'model.pt'} and "
+              f"{out / 'ckpt' / 'metrics.csv'}")
     return 0
 
 

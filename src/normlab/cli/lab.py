@@ -42,7 +42,9 @@ def _bench(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     if args.profile and not args.model:
-        raise ValueError("--profile needs --model")
+        from .._checks import BadValue
+
+        raise BadValue("--profile needs --model")
     if args.model:
         return _bench_model(args)
     if args.dispatch:
@@ -100,7 +102,8 @@ def add_parsers(sub, name: str) -> None:
         from ..lab.accounting import PRESETS
 
         p = sub.add_parser("count", help=HELP["count"], description=HELP["count"])
-        p.add_argument("--preset", choices=list(PRESETS), default="bert-base", help="model preset (default: %(default)s)")
+        p.add_argument("--preset", choices=list(PRESETS), default="bert-base",
+                       help="model preset (default: %(default)s)")
         flag(p, "--json", "print the figures as JSON")
         p.set_defaults(func=_count)
     elif name == "bench":

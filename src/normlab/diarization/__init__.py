@@ -26,6 +26,7 @@ from .pipeline.postprocess import to_turns
 from .training.pit import pit_bce
 from .training.train import TrainConfig, train
 
-__all__ = ["diarize", "diarize_files", "Diarization", "exclusive_turns", "to_annotation", "from_annotation", "Turn", "read_rttm", "write_rttm",
+__all__ = ["diarize", "diarize_files", "Diarization", "exclusive_turns", "to_annotation", "from_annotation",
+           "Turn", "read_rttm", "write_rttm",
            "read_uem", "write_uem", "DERResult", "diarization_error_rate",
            "pit_bce", "EENDModel", "ModelConfig", "SHIPPED", "to_turns", "TrainConfig", "train"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pathlib
 from dataclasses import dataclass
 
+from .._checks import MissingDependency
 from .io.rttm import Turn
 
 #: one colour per speaker, in order of first speech (cycled after ten)
@@ -37,7 +38,8 @@ def overlap_spans(turns: list[Turn]) -> list[tuple[float, float]]:
     for t in turns:
         by.setdefault(t.speaker, []).append((t.start, t.end))
     spans = [merge(v) for v in by.values()]
-    return merge(iv for i in range(len(spans)) for j in range(i + 1, len(spans)) for iv in intersect(spans[i], spans[j]))
+    return merge(iv for i in range(len(spans)) for j in range(i + 1, len(spans))
+                 for iv in intersect(spans[i], spans[j]))
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise ImportError("timeline plots need matplotlib: pip install 'normlab[plot]'") from None
+        raise MissingDependency("timeline plots need matplotlib: pip install 'normlab[plot]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -106,7 +108,8 @@ def timeline_png(turns: list[Turn], path: str | pathlib.Path, *, duration: float
     ax.set_axisbelow(True)
     talk = sum(t.duration for t in turns)
     n = len(speakers)
-    fig.suptitle(title or f"{turns[0].uri if turns else 'recording'}: {n} speaker{'' if n == 1 else 's'}, {talk:.1f} s of "
+    fig.suptitle(title or f"{turns[0].uri if turns else 'recording'}: {n} speaker{'' if n == 1 else 's'}, "
+                 f"{talk:.1f} s of "
                  f"speech, {sum(b - a for a, b in ov):.1f} s overlapped", x=lay.left / w, ha="left", fontsize=10)
     fig.savefig(path, dpi=DPI, facecolor="white")
     plt.close(fig)

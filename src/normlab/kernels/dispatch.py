@@ -26,6 +26,7 @@ import math
 
 import torch
 
+from .._checks import BadValue
 from . import autotune
 from .autograd import NormFunction
 from .base import OP_SPECS, Kernel
@@ -81,7 +82,7 @@ def get_kernel(name: str) -> Kernel:
     try:
         return _KERNELS[name]
     except KeyError:
-        raise ValueError(f"unknown impl {name!r}; valid: {', '.join(IMPLS)}") from None
+        raise BadValue(f"unknown impl {name!r}; valid: {', '.join(IMPLS)}") from None
 
 
 #: plain LayerNorm rows narrower than this (float32/float64) go to torch's kernel first: at
@@ -111,7 +112,7 @@ def decide(impl: str, op: str, x: Tensor, eps: float, d: int | None = None) -> a
     d = x.shape[-1] if d is None else d
     if impl != "auto":
         if not get_kernel(impl).supports(op, x, eps):
-            raise ValueError(f"impl {impl!r} does not support {op} for {x.dtype} on {x.device.type} with eps={eps}")
+            raise BadValue(f"impl {impl!r} does not support {op} for {x.dtype} on {x.device.type} with eps={eps}")
         return autotune.Decision(impl, "forced")
     if not autotune.enabled():
         return autotune.Decision(_fixed(op, x, eps, d), "fixed table (autotune off)")

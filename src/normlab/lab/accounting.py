@@ -16,8 +16,8 @@ from collections import defaultdict
 import torch
 from torch import nn
 
-from ..batchnorm import MaskedBatchNorm
 from .._checks import check_choice
+from ..batchnorm import MaskedBatchNorm
 from ..norms import DyT, LayerNorm, RMSNorm, ScaleNorm
 
 NORM_TYPES = (LayerNorm, RMSNorm, ScaleNorm, DyT, MaskedBatchNorm, nn.LayerNorm, nn.RMSNorm,

@@ -272,5 +272,6 @@ def markdown(result: dict) -> str:
             f"| {r['ratio']:.2f}x | {r['gbps']:.1f} | {copy:.1f} | {r['floor_pct']:.0f}% | {saved} | {faults} |"
         )
     if result.get("cold_start_s") is not None:
-        lines += ["", f"Cold start (fresh process, empty build caches, rms_norm fwd+bwd): {result['cold_start_s']:.1f} s"]
+        lines += ["", "Cold start (fresh process, empty build caches, rms_norm fwd+bwd): "
+                  f"{result['cold_start_s']:.1f} s"]
     return "\n".join(lines)

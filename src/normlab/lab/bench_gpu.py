@@ -52,7 +52,8 @@ def copy_gbps(device, nbytes: int = 1 << 30, repeats: int = 20) -> float:
     return 2 * nbytes / (ms / 1e3) / 1e9
 
 
-def bench_case(op: str, shape, dtype: str, device, copy_speed: float, repeats: int = 50, warmup: int = 10) -> list[dict]:
+def bench_case(op: str, shape, dtype: str, device, copy_speed: float, repeats: int = 50,
+               warmup: int = 10) -> list[dict]:
     """fwd and fwd+bwd rows of one case on ``device``."""
     n, d = shape
     dt = getattr(torch, dtype)

@@ -20,6 +20,7 @@ import torch.nn.functional as TF
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from .._checks import BadValue
 from ..models.stack import Stack
 from ..nn.residual import ResidualUnit, materialize, takes_residual
 
@@ -65,7 +66,7 @@ def diagnose(model: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor |
     stand-in for a task loss that gives every layer a gradient).
     """
     if not isinstance(model, Stack):
-        raise ValueError("model is not a normlab stack with .layers to diagnose")
+        raise BadValue("model is not a normlab stack with .layers to diagnose")
     layers = list(model.layers)
     rows = [{"layer": i} for i in range(len(layers))]
     streams: dict[int, torch.Tensor] = {}  # -1: the stack's input; i: layer i's output

@@ -18,8 +18,9 @@ import torch
 from torch import nn
 
 from .. import reference
+from .._checks import BadValue
+from ..batchnorm import MaskedBatchNorm
 from ..norms import LayerNorm, RMSNorm
-from ..studies.lesson_stats import batch_dependence
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,35 @@ def _stats(y: torch.Tensor) -> dict:
     }
 
 
+def batch_dependence(frame: torch.Tensor, mates_a: torch.Tensor, mates_b: torch.Tensor) -> dict:
+    """One frame beside two sets of batch mates: LayerNorm against BatchNorm, the lessons' contrast.
+
+    ``frame``: ``(1, D)``; ``mates_a``, ``mates_b``: ``(M, D)``. BatchNorm is
+    :class:`~normlab.batchnorm.MaskedBatchNorm` (torch's BatchNorm1d statistics)
+    in training mode, then in eval mode on the frame alone. With no mates
+    (``M = 0``) the training-mode comparison is undefined and reads None.
+    """
+    d = frame.shape[-1]
+    ln, bn = LayerNorm(d), MaskedBatchNorm(d).train()
+    a, b = torch.cat([frame, mates_a]), torch.cat([frame, mates_b])  # M+1, D (x2)
+    with torch.no_grad():
+        bn_change = (bn(a)[0] - bn(b)[0]).abs().max().item() if len(mates_a) and len(mates_b) else None
+        try:
+            bn(frame)
+            bn_train_alone = "ran"
+        except ValueError as e:  # batch statistics of one frame are undefined
+            bn_train_alone = f"error: {e}"
+        bn.eval()
+        expected = (frame - bn.running_mean) / torch.sqrt(bn.running_var + bn.eps) * bn.weight + bn.bias
+        return {
+            "ln_bitwise_same_with_new_mates": torch.equal(ln(a)[0], ln(b)[0]),
+            "ln_batch1_bitwise_same": torch.equal(ln(frame)[0], ln(a)[0]),
+            "bn_train_change_with_new_mates": bn_change,
+            "bn_batch1_train": bn_train_alone,
+            "bn_batch1_eval_uses_running_stats": torch.allclose(bn(frame), expected, atol=1e-6),
+        }
+
+
 def _batch_mates(x_tokens: torch.Tensor, seed: int) -> dict:
     """Token 0 beside its own batch mates and beside new ones: LayerNorm vs BatchNorm (train mode)."""
     g = torch.Generator().manual_seed(seed + 1)
@@ -68,7 +98,7 @@ def run_lesson(cfg: LessonConfig = LessonConfig()) -> dict:
     """Run the lessons' exercise and return every figure and criterion."""
     B, T, D = cfg.batch, cfg.tokens, cfg.d_model
     if min(B, T, D) < 1:
-        raise ValueError(f"batch, tokens and d_model must be >= 1, got {B}, {T}, {D}")
+        raise BadValue(f"batch, tokens and d_model must be >= 1, got {B}, {T}, {D}")
     torch.manual_seed(cfg.seed)
     x = torch.randn(B, T, D) * cfg.scale + cfg.shift  # B, T, D   simulated audio frames
 
@@ -197,7 +227,8 @@ def format_lesson(r: dict) -> str:
         f"LayerNorm parameters: {r['parameters']} (gamma and beta, 2 x {c['d_model']})",
         "",
         "Other norms on the same input",
-        f"  BatchNorm (train): token 0 changes by {cmp_['batchnorm']['bn_train_change_with_new_mates'] or 0:.4f} when its "
+        f"  BatchNorm (train): token 0 changes by "
+        f"{cmp_['batchnorm']['bn_train_change_with_new_mates'] or 0:.4f} when its "
         "batch companions change; LayerNorm: "
         + ("bitwise identical" if cmp_["batchnorm"]["ln_bitwise_same_with_new_mates"] else "CHANGED"),
         f"  BatchNorm (train) on one token: {cmp_['batchnorm']['bn_batch1_train']}",

@@ -96,5 +96,6 @@ def markdown(result: dict) -> str:
     lines.append("| total | " + " | ".join(f"{totals[n]:.1f} | 100%" for n in names) + " |")
     for n in names:
         if result[n]["other_top"]:
-            lines.append(f"\n{n}, largest in other: " + ", ".join(f"{k} {v:.1f} ms" for k, v in result[n]["other_top"].items()))
+            top = result[n]["other_top"]
+            lines.append(f"\n{n}, largest in other: " + ", ".join(f"{k} {v:.1f} ms" for k, v in top.items()))
     return "\n".join(lines)

@@ -14,6 +14,7 @@ import pathlib
 import torch
 from torch import nn
 
+from .._checks import BadValue, MissingDependency, NotFound
 from ..norms import LayerNorm
 from .transformer import TransformerEncoder
 
@@ -26,7 +27,7 @@ class BertEncoder(nn.Module):
         d, eps = config["hidden_size"], config.get("layer_norm_eps", 1e-12)
         act = config.get("hidden_act", "gelu")
         if act not in ("gelu", "relu"):
-            raise ValueError(f"unsupported hidden_act {act!r}: gelu or relu")
+            raise BadValue(f"unsupported hidden_act {act!r}: gelu or relu")
         self.config = config
         self.word_embeddings = nn.Embedding(config["vocab_size"], d, padding_idx=config.get("pad_token_id", 0))
         self.position_embeddings = nn.Embedding(config["max_position_embeddings"], d)
@@ -82,11 +83,11 @@ def _read_weights(path: pathlib.Path) -> dict[str, torch.Tensor]:
         try:
             from safetensors.torch import load_file
         except ImportError as e:
-            raise ImportError("reading model.safetensors needs the 'safetensors' package") from e
+            raise MissingDependency("reading model.safetensors needs the 'safetensors' package") from e
         return load_file(str(st))
     if pt.exists():
         return torch.load(pt, map_location="cpu", weights_only=True)
-    raise FileNotFoundError(f"{path} has neither model.safetensors nor pytorch_model.bin")
+    raise NotFound(f"{path} has neither model.safetensors nor pytorch_model.bin")
 
 
 def load_bert(path: str | pathlib.Path) -> BertEncoder:
@@ -94,7 +95,7 @@ def load_bert(path: str | pathlib.Path) -> BertEncoder:
     path = pathlib.Path(path)
     cfg_file = path / "config.json"
     if not cfg_file.exists():
-        raise FileNotFoundError(f"{path} has no config.json")
+        raise NotFound(f"{path} has no config.json")
     config = json.loads(cfg_file.read_text())
     state = _read_weights(path)
     prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
@@ -102,6 +103,6 @@ def load_bert(path: str | pathlib.Path) -> BertEncoder:
     mapping = _bert_key_map(config["num_hidden_layers"])
     missing = [t for theirs in mapping.values() for t in theirs if prefix + t not in state]
     if missing:
-        raise ValueError(f"{path} is not a BERT checkpoint: it lacks {len(missing)} BERT weights, e.g. {missing[:3]}")
+        raise BadValue(f"{path} is not a BERT checkpoint: it lacks {len(missing)} BERT weights, e.g. {missing[:3]}")
     model.load_state_dict({ours: torch.cat([state[prefix + t] for t in theirs]) for ours, theirs in mapping.items()})
     return model.eval()

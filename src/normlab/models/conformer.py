@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as TF
 from torch import nn
 
+from .._checks import BadValue
 from ..nn.attention import MultiHeadSelfAttention
 from ..nn.feedforward import FeedForward
 from ..nn.residual import Carry, add_norm, apply_norm
@@ -26,7 +27,7 @@ class ConvModule(nn.Module):
     def __init__(self, d_model: int, kernel_size: int = 15, dropout: float = 0.0, norm: str = "batchnorm"):
         super().__init__()
         if kernel_size % 2 == 0:
-            raise ValueError(f"kernel_size must be odd (same-length output), got {kernel_size}")
+            raise BadValue(f"kernel_size must be odd (same-length output), got {kernel_size}")
         self.pointwise_in = nn.Linear(d_model, 2 * d_model)
         self.depthwise = nn.Conv1d(d_model, d_model, kernel_size, padding=kernel_size // 2, groups=d_model)
         self.conv_norm = make_norm(norm, d_model)

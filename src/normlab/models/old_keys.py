@@ -22,6 +22,7 @@ import re
 
 import torch
 
+from .._checks import BadValue
 from .placement import slots
 
 _QKV = re.compile(r"^(?P<head>.*\.)?(?P<which>[qkv])_proj\.(?P<leaf>weight|bias)$")
@@ -31,7 +32,7 @@ _UNIT_NORM = re.compile(r"^(?P<head>(?:.*\.)?layers\.(?P<layer>\d+)\.[A-Za-z0-9_
 FIX = "convert the file once with normlab.models.upgrade_file(path) (or upgrade_state_dict(state, placement))"
 
 
-class OldKeysError(ValueError):
+class OldKeysError(BadValue):
     """A state dict written with keys of an older normlab layout."""
 
 
@@ -81,7 +82,7 @@ def upgrade_file(path: str | pathlib.Path, out: str | pathlib.Path | None = None
     config = blob.get("config", {}) if "state_dict" in blob else {}
     placement = placement or config.get("placement")
     if placement is None:
-        raise ValueError(f"{path} has no config with a placement; pass placement=")
+        raise BadValue(f"{path} has no config with a placement; pass placement=")
     state = blob["state_dict"] if "state_dict" in blob else blob
     new = upgrade_state_dict(state, placement, config.get("n_layers"))
     blob = {**blob, "state_dict": new} if "state_dict" in blob else new

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-from .._checks import check_choice
+from .._checks import BadValue, check_choice
 from ..nn.residual import ResidualUnit, Slots
 from ..registry import check_norm, check_placement, make_norm
 
@@ -117,7 +117,7 @@ def plan(placement: str, n_layers: int, *, dim: int, norm: str = "layernorm", no
          init: str = "torch") -> list[LayerSpec]:
     """One :class:`LayerSpec` per layer; every argument is checked here, before anything is built."""
     if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
-        raise ValueError(f"n_layers must be an int >= 1, got {n_layers!r}")
+        raise BadValue(f"n_layers must be an int >= 1, got {n_layers!r}")
     check_placement(placement)
     check_norm(norm)
     check_init(init)
@@ -130,7 +130,7 @@ def layer_spec(placement: str, layer_index: int, n_layers: int, **kw) -> LayerSp
     """The spec of layer ``layer_index`` of :func:`plan` (a block built alone); ``kw`` as :func:`plan`."""
     specs = plan(placement, n_layers, **kw)
     if not 0 <= layer_index < n_layers:
-        raise ValueError(f"layer_index must be in [0, {n_layers}), got {layer_index}")
+        raise BadValue(f"layer_index must be in [0, {n_layers}), got {layer_index}")
     return specs[layer_index]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._checks import check_choice
+from .._checks import BadValue, check_choice
 from ..nn.attention import MultiHeadSelfAttention
 from ..nn.feedforward import FeedForward
 from ..nn.positional import sinusoidal_table
@@ -79,7 +79,7 @@ class VideoEncoder(Stack):
     def forward(self, x: torch.Tensor, frame_mask: torch.Tensor | None = None) -> torch.Tensor:
         b, t, n, d = x.shape
         if n != self.n_patches:
-            raise ValueError(f"expected {self.n_patches} patches per frame, got input of shape {list(x.shape)}")
+            raise BadValue(f"expected {self.n_patches} patches per frame, got input of shape {list(x.shape)}")
         x = x + self.patch_pos + self.frame_pos[:t, None, :].to(x.dtype)  # B, T, N, D
         if self.attention == "divided":
             return self.run_layers(x, frame_mask, mask_final_norm=False)  # B, T, N, D

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as TF
 from torch import nn
 
+from .._checks import BadType, BadValue
+
 
 def attention_mask(key_padding_mask: torch.Tensor | None, t: int, causal: bool, device) -> torch.Tensor | None:
     """Boolean mask for SDPA, True = may attend; None when nothing is masked.
@@ -29,7 +31,7 @@ def attention_mask(key_padding_mask: torch.Tensor | None, t: int, causal: bool, 
     if key_padding_mask is None and not causal:
         return None
     if key_padding_mask is not None and key_padding_mask.dtype != torch.bool:
-        raise TypeError(f"key_padding_mask must be bool (True = padding), got {key_padding_mask.dtype}")
+        raise BadType(f"key_padding_mask must be bool (True = padding), got {key_padding_mask.dtype}")
     if not causal:
         allowed = ~key_padding_mask[:, None, None, :]  # B, 1, 1, T
         return allowed | ~allowed.any(-1, keepdim=True)
@@ -97,7 +99,7 @@ class MultiHeadSelfAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, causal: bool = False):
         super().__init__()
         if d_model % n_heads:
-            raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
+            raise BadValue(f"d_model {d_model} is not divisible by n_heads {n_heads}")
         self.d_model, self.n_heads, self.dropout, self.causal = d_model, n_heads, dropout, causal
         self.qkv_proj = QKVLinear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)

@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from .._checks import check_choice
+from .._checks import BadValue, check_choice
 
 POSITIONS = ("sinusoidal", "learned", "none")
 
@@ -40,5 +40,5 @@ class PositionalEncoding(nn.Module):
             return x
         t = x.shape[1]
         if t > self.max_len:
-            raise ValueError(f"sequence length {t} exceeds max_len {self.max_len}")
+            raise BadValue(f"sequence length {t} exceeds max_len {self.max_len}")
         return x + self.table[:t].to(x.dtype)  # B, T, D

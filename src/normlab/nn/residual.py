@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .._checks import BadType
 from ..registry import make_norm
 
 #: ``(hidden, residual)``: the stream is ``hidden + residual``; ``residual`` None when no add is pending
@@ -115,7 +116,7 @@ class ResidualUnit(nn.Module):
     def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None) -> Carry:
         if residual is not None and residual.dtype == torch.bool:
-            raise TypeError("the second argument is the pending residual stream; pass the padding mask as mask=")
+            raise BadType("the second argument is the pending residual stream; pass the padding mask as mask=")
         if self.pre_norm is not None:
             h, x = add_norm(hidden, residual, self.pre_norm, mask)  # B, T, D (x2)
         else:

@@ -1,4 +1,4 @@
-"""Studies: each module checks claims of the lessons and papers (``../shared/STUDIES.md``).
+"""Studies: each module checks claims of the lessons and papers (``docs/studies.md`` states each one).
 
 A study module has ``NAME``, ``TITLE`` and ``run(ctx) -> {"name", "title", "claims", "figure"}``.
 """
@@ -7,7 +7,8 @@ from __future__ import annotations
 import importlib
 
 #: study name -> module, in report order (cheap first)
-STUDIES = ("lesson_stats", "invariance", "structure", "rms_speed", "init_depth", "update_size", "training", "diarization")
+STUDIES = ("lesson_stats", "invariance", "structure", "rms_speed", "init_depth", "update_size", "training",
+           "diarization")
 
 
 def load(name: str):

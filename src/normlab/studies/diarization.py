@@ -54,7 +54,8 @@ def _skipped(reason: str) -> dict:
 
 
 CLAIMS = [
-    ("D1", "In the diarization encoder, Pre-LN reaches a DER no worse than Post-LN with the same budget", CRITERIA["D1"]),
+    ("D1", "In the diarization encoder, Pre-LN reaches a DER no worse than Post-LN with the same budget",
+     CRITERIA["D1"]),
     ("D2", "Removing the norms makes the diarization encoder worse", CRITERIA["D2"]),
 ]
 

@@ -1,7 +1,7 @@
 """At initialization, by depth: hidden-state growth, gradients, branch dependence, layer similarity.
 
-Claims 2, 3, 4, 10, 11 of STUDIES.md (Xiong et al. 2020; Liu et al. 2020; Li et al. 2024), each on the
-quantity its paper states (docs/studies.md): claim 2's Post half on the LN input x^(post,5); claim 3 on one
+Claims 2, 3, 4, 10, 11 of docs/studies.md (Xiong et al. 2020; Liu et al. 2020; Li et al. 2024), each on
+the quantity its paper states: claim 2's Post half on the LN input x^(post,5); claim 3 on one
 position's loss gradient; claim 4 on the expected gradient over 16 batches; claim 10 against the branch
 ratio predicted for Xavier + ReLU. Every mean is over seeds, with a 90% bootstrap interval over seeds.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from .base import Context, claim, finish, interval, mean, pyplot
 from .criteria import CRITERIA, branch_ratio_prediction
 from .probes import grad_cell
-from .task import D, D_FF, init_cell
+from .task import D_FF, D, init_cell
 
 NAME, TITLE = "init_depth", "At initialization: growth, gradients, branch dependence (Xiong, Liu, Mix-LN)"
 
@@ -58,7 +58,7 @@ def run(ctx: Context) -> dict:
     lem = {p: _rows(ctx, p, L, seeds, **lemma) for p in ("pre", "post")}
     pre_growth = _avg(lem["pre"], "resid_norm2_per_d")
     post_in = _avg(lem["post"], "ffn_sum_norm2_per_d")
-    pre_ok = all(1 + l / 2 <= v <= 1 + 3 * l / 2 for l, v in enumerate(pre_growth, start=1))
+    pre_ok = all(1 + i / 2 <= v <= 1 + 3 * i / 2 for i, v in enumerate(pre_growth, start=1))
     post_ok = all(abs(v - c2["post_pred"]) <= c2["post_tol"] for v in post_in)
 
     # claims 3 and 4: the gradient cells, 20 seeds, 16 batches
@@ -128,7 +128,8 @@ def run(ctx: Context) -> dict:
               + interval("post mean", [mean(x["branch_ratio_ffn"] for x in r) for r in diag["post"]], mean) + "; "
               + interval("pre last", [r[-1]["branch_ratio_ffn"] for r in diag["pre"]], mean)),
         claim("11", "Deep Pre-LN layers approach the identity: cos(x_l, x_(l+1)) -> 1",
-              "Li et al. 2024 (Mix-LN); Sun et al. 2025", {"pre layer 24": cos["pre"][-1], "post layer 24": cos["post"][-1]},
+              "Li et al. 2024 (Mix-LN); Sun et al. 2025",
+              {"pre layer 24": cos["pre"][-1], "post layer 24": cos["post"][-1]},
               c11, cos["pre"][-1] > c11["pre_min"] and cos["post"][-1] < c11["post_max"],
               f"90% bootstrap over {len(seeds)} seeds: "
               + interval("pre", [r[-1]["cos_prev"] for r in diag["pre"]], mean) + "; "
@@ -144,7 +145,7 @@ def _plot(pre_growth, post_in, profile, branch, cos, top, c2):
     ax = axes[0]
     ax.plot(ls, pre_growth, "o-", ms=3, label="Pre-LN ||x_l||^2/d")
     ax.plot(ls, post_in, "s-", ms=3, label="Post-LN LN input ||x^(post,5)||^2/d")
-    ax.fill_between(ls, [1 + l / 2 for l in ls], [1 + 1.5 * l for l in ls], alpha=0.15, label="Lemma 2 band (Pre)")
+    ax.fill_between(ls, [1 + i / 2 for i in ls], [1 + 1.5 * i for i in ls], alpha=0.15, label="Lemma 2 band (Pre)")
     ax.axhline(c2["post_pred"], color="C1", ls=":", label="Lemma 2: 3/2 (Post)")
     ax.set(xlabel="layer l", ylabel="||.||^2 / d", title="Residual stream at init (Lemma 2 setting)")
     ax.legend(fontsize=7)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..batchnorm import MaskedBatchNorm
+from ..lab.lesson import batch_dependence
 from ..norms import LayerNorm, RMSNorm
 from .base import Context, claim, finish, pyplot
 from .criteria import CRITERIA
@@ -12,35 +12,6 @@ from .criteria import CRITERIA
 NAME, TITLE = "lesson_stats", "LayerNorm statistics (lessons 000 and 003)"
 LESSON = "lessons 000/003"
 EXACT = "none: deterministic, no seed dependence (one input, seed 0)"
-
-
-def batch_dependence(frame: torch.Tensor, mates_a: torch.Tensor, mates_b: torch.Tensor) -> dict:
-    """One frame beside two sets of batch mates: LayerNorm against BatchNorm, the lessons' contrast.
-
-    ``frame``: ``(1, D)``; ``mates_a``, ``mates_b``: ``(M, D)``. BatchNorm is
-    :class:`~normlab.batchnorm.MaskedBatchNorm` (torch's BatchNorm1d statistics)
-    in training mode, then in eval mode on the frame alone. With no mates
-    (``M = 0``) the training-mode comparison is undefined and reads None.
-    """
-    d = frame.shape[-1]
-    ln, bn = LayerNorm(d), MaskedBatchNorm(d).train()
-    a, b = torch.cat([frame, mates_a]), torch.cat([frame, mates_b])  # M+1, D (x2)
-    with torch.no_grad():
-        bn_change = (bn(a)[0] - bn(b)[0]).abs().max().item() if len(mates_a) and len(mates_b) else None
-        try:
-            bn(frame)
-            bn_train_alone = "ran"
-        except ValueError as e:  # batch statistics of one frame are undefined
-            bn_train_alone = f"error: {e}"
-        bn.eval()
-        expected = (frame - bn.running_mean) / torch.sqrt(bn.running_var + bn.eps) * bn.weight + bn.bias
-        return {
-            "ln_bitwise_same_with_new_mates": torch.equal(ln(a)[0], ln(b)[0]),
-            "ln_batch1_bitwise_same": torch.equal(ln(frame)[0], ln(a)[0]),
-            "bn_train_change_with_new_mates": bn_change,
-            "bn_batch1_train": bn_train_alone,
-            "bn_batch1_eval_uses_running_stats": torch.allclose(bn(frame), expected, atol=1e-6),
-        }
 
 
 def stats_cell(cfg: dict) -> dict:
@@ -87,7 +58,7 @@ def run(ctx: Context) -> dict:
               c["L1"], max(r["audio_max_abs_token_mean"], r["video_max_abs_token_mean"]) < c["L1"]["mean_max"]
               and max(r["audio_max_abs_token_var_minus_1"], r["video_max_abs_token_var_minus_1"]) < c["L1"]["var_max"],
               EXACT),
-        claim("14", "LayerNorm's statistics do not depend on the batch; BatchNorm's do", "lessons; STUDIES #14",
+        claim("14", "LayerNorm's statistics do not depend on the batch; BatchNorm's do", LESSON,
               {k: r[k] for k in ("ln_bitwise_same_with_new_mates", "bn_train_change_with_new_mates",
                                  "bn_batch1_eval_uses_running_stats", "ln_batch1_bitwise_same")},
               c["14"], r["ln_bitwise_same_with_new_mates"] and r["ln_batch1_bitwise_same"]
@@ -106,7 +77,8 @@ def run(ctx: Context) -> dict:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3))
     t = range(12)
-    for key, label in (("ln_token_means", "LayerNorm"), ("rms_token_means", "RMSNorm"), ("in_token_means", "InstanceNorm")):
+    series = (("ln_token_means", "LayerNorm"), ("rms_token_means", "RMSNorm"), ("in_token_means", "InstanceNorm"))
+    for key, label in series:
         ax.plot(t, r[key], marker="o", label=label)
     ax.set(xlabel="frame t (recording 0)", ylabel="mean over the 64 features", title="Per-token mean after each norm")
     ax.legend()

@@ -5,7 +5,8 @@ one task (one CPU) that imports the cell function by name on its worker, so
 every node needs normlab installed. Results come back to the driver, which
 alone writes the store, so resume, ``--quick``, verdicts and the HTML report
 are the same as with the local executor, and a report started on Ray can be
-resumed with ``--executor local`` (and the other way round).
+resumed with ``--executor local`` (and the other way round) at ``--jobs`` 2 or
+more: one torch thread per cell, as on Ray (the thread count is in the key).
 
 ``address``: None starts a private local Ray instance with ``jobs`` CPUs (the
 same worker count as ``--jobs`` locally); ``"auto"`` joins the cluster that
@@ -18,17 +19,19 @@ import os
 import socket
 from collections.abc import Callable, Iterator
 
+from .._checks import BadValue, MissingDependency, Unreachable
+
 
 def _check_reachable(address: str, timeout: float = 5.0) -> None:
     """A one-line ConnectionError when nothing listens at ``HOST:PORT`` (before Ray retries for minutes)."""
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise ValueError(f"--address must be auto or HOST:PORT, got {address!r}")
+        raise BadValue(f"--address must be auto or HOST:PORT, got {address!r}")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout):
             pass
     except OSError as e:
-        raise ConnectionError(f"cannot reach a Ray cluster at {address}: {e.strerror or e}") from None
+        raise Unreachable(f"cannot reach a Ray cluster at {address}: {e.strerror or e}") from None
 
 
 class RayExecutor:
@@ -38,7 +41,7 @@ class RayExecutor:
         try:
             import ray
         except ImportError:
-            raise ImportError("--executor ray needs Ray: pip install 'normlab[scale]'") from None
+            raise MissingDependency("--executor ray needs Ray: pip install 'normlab[scale]'") from None
         self.ray = ray
         if address not in (None, "auto"):
             _check_reachable(address)
@@ -52,7 +55,7 @@ class RayExecutor:
                 else:
                     ray.init(address=address, **kwargs)
             except ConnectionError as e:
-                raise ConnectionError(f"cannot join the Ray cluster at {address}: {str(e).splitlines()[0]}") from None
+                raise Unreachable(f"cannot join the Ray cluster at {address}: {str(e).splitlines()[0]}") from None
 
     def run(self, call: Callable, fn: Callable, todo: dict[str, dict], device: str = "cpu") -> Iterator[tuple]:
         """Yield ``(key, config, result, seconds, rows)`` for every cell in ``todo``, in finishing order.

@@ -7,10 +7,10 @@ import json
 import pathlib
 import time
 
-from . import STUDIES, load
 from .. import provenance
-from .base import Context
 from ..progress import Progress
+from . import STUDIES, load
+from .base import Context
 from .runner import Runner, Store
 
 
@@ -111,7 +111,8 @@ def render_html(result: dict, figures: pathlib.Path) -> str:
              f"<p>{n_pass} of {len(result['claims'])} claims PASS &middot; scale <b>{e(result['scale'])}</b> &middot; "
              f"{result['seconds']} s &middot; {result['cells_computed']} cells computed in this run "
              "(the rest came from <code>runs.sqlite</code>)</p>",
-             f"<p><small>{e(provenance.describe(result['provenance']))}</small></p>" if result.get("provenance") else "",
+             f"<p><small>{e(provenance.describe(result['provenance']))}</small></p>"
+             if result.get("provenance") else "",
              "<table><tr><th>id</th><th>verdict</th><th>claim</th><th>source</th><th>criterion</th><th>measured</th>"
              "<th>seed-level uncertainty</th></tr>"]
     for c in result["claims"]:

@@ -2,8 +2,10 @@
 
 A *cell* is a pure function ``fn(config) -> JSON-able dict`` with its seed in
 its config. :meth:`Runner.map` looks each cell up in the store by its key (a
-hash of the function's name and source, the normlab version and the config:
-an upgrade or an edited cell never reuses stale results), runs only the
+hash of the function's name and source, the normlab and torch versions, the
+config, the device and the torch thread count: an upgrade or an edited cell
+never reuses stale results, and a cell is bitwise repeatable for its key on
+one kind of CPU, docs/studies.md, Reproducibility), runs only the
 missing cells, and the driver writes each result as soon as it finishes: a
 sweep killed at any moment loses at most the cells in flight, and re-running
 skips the finished ones. Cells run in ``jobs`` local worker processes
@@ -23,6 +25,7 @@ import importlib
 import inspect
 import json
 import multiprocessing as mp
+import os
 import pathlib
 import sqlite3
 import time
@@ -56,13 +59,16 @@ def _torch_version() -> str:
         return "unknown"
 
 
-def cell_key(fn: Callable, config: dict, device: str = "cpu") -> str:
-    """Stable hash of a cell: the function's name and source, the normlab and torch versions, the config
-    and (other than the CPU) the device."""
+def cell_key(fn: Callable, config: dict, device: str = "cpu", threads: int = 1) -> str:
+    """Stable hash of a cell: the function's name and source, the normlab and torch versions, the config,
+    (other than the CPU) the device and (other than 1) the number of torch threads it runs with: float
+    results depend on the thread count (docs/studies.md, Reproducibility), so a store never mixes them."""
     what = {"fn": f"{fn.__module__}.{fn.__qualname__}", "source": source_hash(fn), "normlab": __version__,
             "torch": _torch_version(), "config": config}
     if str(device) != "cpu":
         what["device"] = str(device)
+    if threads != 1:
+        what["threads"] = threads
     blob = json.dumps(what, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
@@ -116,20 +122,31 @@ class Store:
 def _call(module: str, name: str, config: dict, threads: int, device: str = "cpu") -> tuple[dict, float, list[dict]]:
     """Run one cell (in a worker, a Ray task or in-process) on ``device``: ``(result, seconds, metrics rows)``.
 
-    Exceptions become an ``error`` result.
+    The cell runs with ``threads`` torch threads and torch's deterministic algorithms (on a GPU, atomics-based
+    kernels such as the embedding's backward would otherwise reorder sums from run to run); the caller's
+    settings are restored afterwards. Exceptions become an ``error`` result.
     """
     import torch
 
     from ..devices import default_device
 
-    torch.set_num_threads(threads)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (read at its first use)
     fn = getattr(importlib.import_module(module), name)
+    before = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True, warn_only=True)  # an op without a deterministic kernel warns
     t0 = time.perf_counter()
-    with tracking.collect() as rows, default_device(device):
-        try:
-            result = fn(config)
-        except Exception as e:  # noqa: BLE001 - a failing cell is recorded, never fatal to the sweep
-            result = {"status": "error", "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-2000:]}
+    try:
+        with tracking.collect() as rows, default_device(device):
+            try:
+                result = fn(config)
+            except Exception as e:  # noqa: BLE001 - a failing cell is recorded, never fatal to the sweep
+                result = {"status": "error", "error": f"{type(e).__name__}: {e}",
+                          "trace": traceback.format_exc()[-2000:]}
+    finally:
+        torch.set_num_threads(before[0])
+        torch.use_deterministic_algorithms(before[1], warn_only=before[2])
     return result, time.perf_counter() - t0, rows
 
 
@@ -152,8 +169,13 @@ class Runner:
         self._ray = None  # started on the first cell that must run
         self.ran = 0  # cells computed (not found in the store) by this runner
 
+    @property
+    def threads(self) -> int:
+        """torch threads per cell: 1 beside other workers (``jobs`` > 1, or one CPU per Ray task), else 2."""
+        return 1 if self.executor == "ray" or self.jobs > 1 else 2
+
     def map(self, study: str, fn: Callable, configs: list[dict]) -> list[dict]:
-        keys = [cell_key(fn, c, self.device) for c in configs]
+        keys = [cell_key(fn, c, self.device, self.threads) for c in configs]
         results: dict[str, dict] = {}
         todo: dict[str, dict] = {}  # key -> config, each distinct missing cell once
         for k, c in zip(keys, configs):
@@ -183,7 +205,7 @@ class Runner:
                 self._ray = RayExecutor(self.address, self.jobs)
             yield from self._ray.run(_call, fn, todo, self.device)
             return
-        threads = 1 if self.jobs > 1 else 2
+        threads = self.threads
         if self.jobs == 1 or len(todo) <= 1:
             for k, c in todo.items():
                 yield (k, c, *_call(fn.__module__, fn.__qualname__, c, threads, self.device))
@@ -206,8 +228,8 @@ class Runner:
     def _record(self, study, fn, key, config, result, secs, results, rows=()):
         self.store.put(key, study, fn.__qualname__, config, result, secs)
         if rows:
-            tracking.write(pathlib.Path(self.store.path).parent / "metrics" / study / f"{fn.__qualname__}-{key[:12]}.csv",
-                           rows)
+            folder = pathlib.Path(self.store.path).parent / "metrics" / study
+            tracking.write(folder / f"{fn.__qualname__}-{key[:12]}.csv", rows)
         results[key] = {"status": result.get("status", "ok"), **result}
         self.ran += 1
 

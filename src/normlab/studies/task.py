@@ -1,4 +1,4 @@
-"""The common setting of the studies (``../STUDIES.md``): a tiny encoder on sequence reversal.
+"""The common setting of the studies (``docs/studies.md``): a tiny encoder on sequence reversal.
 
 d=64, 4 heads, d_ff=128, learned positions (initialized N(0, 1) like the token
 embedding), token embedding + linear head;

@@ -97,7 +97,8 @@ def run(ctx: Context) -> dict:
               {f"{p} lr {lr:g}": v for (p, lr), v in depth.items() if p != "admin"}, c6,
               all(depth[("post", lr)] > c6["post_fail"] and depth[("pre", lr)] < c6["trained"]
                   and depth[("deepnorm", lr)] < c6["trained"] for lr in (1e-3, 3e-3)),
-              "per-seed final loss: " + seeds_of(*[(p, lr) for p in ("post", "pre", "deepnorm") for lr in (1e-3, 3e-3)])),
+              "per-seed final loss: "
+              + seeds_of(*[(p, lr) for p in ("post", "pre", "deepnorm") for lr in (1e-3, 3e-3)])),
         claim("9", "Admin's closed-form residual scale lets deep Post-LN train", "Liu et al. 2020 (admin-torch)",
               {"admin lr 1e-3": depth[("admin", 1e-3)]}, c9, depth[("admin", 1e-3)] < c9["trained"],
               "per-seed final loss: " + seeds_of(("admin", 1e-3))),

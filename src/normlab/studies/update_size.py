@@ -31,7 +31,7 @@ def run(ctx: Context) -> dict:
     res = iter(ctx.runner.map(NAME, update_cell, cfgs))
     runs = {(p, n): [next(res) for _ in seeds] for p in PLACEMENTS for n in depths}
     claims, delta = [], {}
-    for cid, (key, what) in KINDS.items():
+    for cid, (key, _what) in KINDS.items():
         crit = CRITERIA[cid].at(top=top)
         d = {p: {n: mean(r[key] for r in runs[(p, n)]) for n in depths} for p in PLACEMENTS}
         pairs = {p: [(a[key], b[key]) for a, b in zip(runs[(p, 6)], runs[(p, top)])] for p in PLACEMENTS}

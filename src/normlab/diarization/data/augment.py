@@ -21,18 +21,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._checks import BadValue, Unavailable
+
 NOISES = ("white", "pink", "brown", "babble")
 
 
 def warp(track: np.ndarray, alpha: float, sample_rate: int) -> np.ndarray:
     """``track`` with its spectrum scaled by ``alpha`` (0.8-1.25), the same number of samples."""
     if not 0.5 <= alpha <= 2.0:
-        raise ValueError(f"warp factor must be in [0.5, 2], got {alpha}")
+        raise BadValue(f"warp factor must be in [0.5, 2], got {alpha}")
     if abs(alpha - 1.0) < 1e-3 or track.size == 0:
         return track.astype(np.float32)
     sox = shutil.which("sox")
     if sox is None:
-        raise RuntimeError("sox is not installed (Debian package sox; `make system-deps` installs it)")
+        raise Unavailable("sox is not installed (Debian package sox; `make system-deps` installs it)")
     raw = ["-t", "raw", "-e", "floating-point", "-b", "32", "-c", "1", "-r", str(sample_rate)]
     cents = 1200 * np.log2(alpha)
     out = subprocess.run([sox, *raw, "-", *raw, "-", "pitch", f"{cents:.1f}"], input=track.astype("<f4").tobytes(),
@@ -49,7 +51,7 @@ def room_impulse_response(rt60: float, sample_rate: int, rng: np.random.Generato
     room's table microphone), where the room's sound outweighs the direct path.
     """
     if rt60 <= 0:
-        raise ValueError(f"rt60 must be > 0 seconds, got {rt60}")
+        raise BadValue(f"rt60 must be > 0 seconds, got {rt60}")
     t = np.arange(int(rt60 * sample_rate)) / sample_rate
     h = rng.standard_normal(t.size) * 10 ** (-3 * t / rt60) * tail  # amplitude -60 dB at t = rt60
     h[0] = 1.0
@@ -68,7 +70,7 @@ def reverberate(track: np.ndarray, rt60: float, sample_rate: int, rng: np.random
 def colored_noise(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` samples of unit-power white, pink (1/f) or brown (1/f^2) noise."""
     if kind not in ("white", "pink", "brown"):
-        raise ValueError(f"noise must be white, pink or brown, got {kind!r}")
+        raise BadValue(f"noise must be white, pink or brown, got {kind!r}")
     x = rng.standard_normal(n)
     if kind != "white" and n > 1:
         spec = np.fft.rfft(x)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._checks import BadValue
+
 
 @dataclass(frozen=True)
 class TurnTaking:
@@ -60,7 +62,7 @@ def schedule(k: int, durations: list[list[float]], short: list[list[int]], cfg: 
     With ``k == 1`` there are no changes: one speaker's turns with pauses.
     """
     if k < 1:
-        raise ValueError(f"need at least one speaker, got {k}")
+        raise BadValue(f"need at least one speaker, got {k}")
     target = float(rng.uniform(*cfg.duration))
     p_overlap = float(rng.uniform(*cfg.p_overlap))
     bc_rate = float(rng.uniform(*cfg.backchannel))

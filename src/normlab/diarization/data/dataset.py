@@ -6,6 +6,7 @@ import pathlib
 
 import torch
 
+from ..._checks import BadValue
 from ..io.audio import read_mono
 from ..io.features import FeatureConfig, extract
 from ..io.rttm import read_rttm
@@ -30,7 +31,7 @@ class MixtureSet:
         for folder in folders:
             found = sorted((folder / "wav").glob("*.wav"))
             if not found:
-                raise ValueError(f"{folder} has no wav/*.wav mixtures (run `normlab diarize simulate --out {folder}`)")
+                raise BadValue(f"{folder} has no wav/*.wav mixtures (run `normlab diarize simulate --out {folder}`)")
             wavs += found
         self.items, self.uris = [], [wav.stem for wav in wavs]
         for wav in wavs:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._checks import BadValue
+
 SOUNDS = pathlib.Path("/usr/share/asterisk/sounds")
 SHORT = 0.8  # seconds: prompts shorter than this are backchannel material
 
@@ -73,7 +75,7 @@ def person(key: str) -> Person:
     for p in PERSONS:
         if p.key == key:
             return p
-    raise ValueError(f"unknown person {key!r}; known: {', '.join(p.key for p in PERSONS)}")
+    raise BadValue(f"unknown person {key!r}; known: {', '.join(p.key for p in PERSONS)}")
 
 
 def files(p: Person) -> list[pathlib.Path]:
@@ -88,7 +90,7 @@ def files(p: Person) -> list[pathlib.Path]:
 def installed(split: str) -> list[Person]:
     """The persons of ``split`` whose recordings are installed here."""
     if split not in SPLIT_PERSONS:
-        raise ValueError(f"split must be one of {', '.join(SPLIT_PERSONS)}, got {split!r}")
+        raise BadValue(f"split must be one of {', '.join(SPLIT_PERSONS)}, got {split!r}")
     return [person(k) for k in SPLIT_PERSONS[split] if files(person(k))]
 
 

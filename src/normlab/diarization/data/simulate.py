@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..._checks import BadValue
 from ..io.features import FEATURE_RATE
 from ..io.rttm import Turn, read_rttm, write_rttm
 from ..io.uem import write_uem
@@ -71,10 +72,10 @@ class SimConfig:
 
     def __post_init__(self):
         if self.style not in ("mixture", "conversation"):
-            raise ValueError(f"style must be mixture or conversation, got {self.style!r}")
+            raise BadValue(f"style must be mixture or conversation, got {self.style!r}")
         lo = self.min_speakers or self.n_speakers
         if not 1 <= lo <= self.n_speakers:
-            raise ValueError(f"need 1 <= min_speakers <= n_speakers, got {self.min_speakers} and {self.n_speakers}")
+            raise BadValue(f"need 1 <= min_speakers <= n_speakers, got {self.min_speakers} and {self.n_speakers}")
 
     def speakers_of(self, index: int) -> int:
         lo = self.min_speakers or self.n_speakers
@@ -96,7 +97,7 @@ def pick_voices(pool: list[Voice], k: int, rng: np.random.Generator) -> list[Voi
     """``k`` voices of ``k`` different persons; recorded voices as a group are drawn as often as espeak-ng's."""
     persons = sorted({v.person for v in pool})
     if k > len(persons):
-        raise ValueError(f"{k} speakers asked, but the split has {len(persons)} distinct voices")
+        raise BadValue(f"{k} speakers asked, but the split has {len(persons)} distinct voices")
     recorded = {v.person for v in pool if v.recorded}
     n_rec, n_esp = len(recorded), len(persons) - len(recorded)
     w = np.array([(0.5 / n_rec if n_esp else 1 / n_rec) if p in recorded else (0.5 / n_esp if n_rec else 1 / n_esp)
@@ -168,13 +169,14 @@ def mixture(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, list[Tu
 
 
 def pick_speakers(pool: list[Voice], k: int, real_p: float, rng: np.random.Generator) -> list[Voice]:
-    """``k`` voices of ``k`` different persons; each is a real person's with probability ``real_p`` while any is left."""
+    """``k`` voices of ``k`` different persons; each is a real person's with probability ``real_p``
+    while any is left."""
     real = [v for v in pool if v.real]
     synth = [v for v in pool if not v.real]
     n_real = min(len(real), int(rng.binomial(k, real_p)) if synth else k)
     n_real = max(n_real, k - len({v.person for v in synth}))
     if n_real > len(real):
-        raise ValueError(f"{k} speakers asked, but the split has {len(real) + len({v.person for v in synth})} persons")
+        raise BadValue(f"{k} speakers asked, but the split has {len(real) + len({v.person for v in synth})} persons")
     chosen = [real[int(i)] for i in rng.choice(len(real), size=n_real, replace=False)] if n_real else []
     return chosen + (pick_voices(synth, k - n_real, rng) if k > n_real else [])
 
@@ -200,7 +202,7 @@ def conversation(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, li
     n = int((end + float(rng.uniform(0.0, 1.5))) * sr) + 1
     tracks = [np.zeros(n, np.float32) for _ in range(k)]
     labels = []
-    for j, v in enumerate(speakers):
+    for v in speakers:
         warp = float(rng.uniform(0.9, 1.12)) if cfg.augment else 1.0
         labels.append(f"{v.key}.w{100 * warp:.0f}")
     turns = []

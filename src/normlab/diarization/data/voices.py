@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._checks import BadValue, Unavailable
 from ..io.audio import read_mono
 
 SPLITS = ("train", "dev", "test", "flite")  # "flite": flite's voices only (the older held-out set)
@@ -78,7 +79,7 @@ _FESTIVAL_DIRS = {"kal_diphone": "english/kal_diphone", "ked_diphone": "english/
 def tool(name: str) -> str:
     exe = shutil.which(name)
     if exe is None:
-        raise RuntimeError(f"{name} is not installed (Debian package {name}; `make system-deps` installs it)")
+        raise Unavailable(f"{name} is not installed (Debian package {name}; `make system-deps` installs it)")
     return exe
 
 
@@ -101,9 +102,9 @@ def voices(split: str, sources: str = "espeak") -> list[Voice]:
     """The base voices of ``split``: espeak-ng variants, plus, with ``sources="all"``, the recorded voices
     of the split's persons that are installed here."""
     if split not in SPLITS:
-        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        raise BadValue(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     if sources not in SOURCES:
-        raise ValueError(f"sources must be one of {', '.join(SOURCES)}, got {sources!r}")
+        raise BadValue(f"sources must be one of {', '.join(SOURCES)}, got {sources!r}")
     if split == "flite":
         tool("flite")
         return [Voice("flite", v, v) for v in FLITE_VOICES]
@@ -112,7 +113,7 @@ def voices(split: str, sources: str = "espeak") -> list[Voice]:
     real = [Voice("recorded", p.key, p.key) for p in installed(split)] if sources in ("real", "mixed") else []
     if sources == "real":
         if not real:
-            raise RuntimeError(f"no recorded voices of the {split} split are installed (the asterisk and gcin "
+            raise Unavailable(f"no recorded voices of the {split} split are installed (the asterisk and gcin "
                                "prompt packages; `make system-deps` installs them)")
         return real
     out = [Voice("espeak-ng", v, f"espeak.{v}", (100, 200)) for v in espeak_variants(split)]

@@ -14,13 +14,15 @@ import pathlib
 import numpy as np
 import torch
 
+from ..._checks import BadType, BadValue
+
 #: the pipeline's input rate: the speaker encoder's (GE2E) and the VAD's; EEND features are made at
 #: ``features.FEATURE_RATE`` from it
 SAMPLE_RATE = 16000
 BLOCK_SECONDS = 60  # a file is read in blocks of this many seconds
 
 
-class AudioError(ValueError):
+class AudioError(BadValue):
     """An audio file that cannot be used; the message names the file."""
 
 
@@ -86,37 +88,37 @@ def as_mono(audio, sample_rate: int | None, target: int) -> tuple[torch.Tensor, 
     uri = "audio"
     if isinstance(audio, (str, pathlib.Path)):
         if sample_rate is not None:
-            raise ValueError("sample_rate is read from the file; pass it only with a waveform")
+            raise BadValue("sample_rate is read from the file; pass it only with a waveform")
         return read_mono(audio, target), pathlib.Path(audio).stem
     if isinstance(audio, dict):
         if "waveform" not in audio or "sample_rate" not in audio:
-            raise ValueError(f"an audio dict needs 'waveform' and 'sample_rate' keys, got {sorted(audio)}")
+            raise BadValue(f"an audio dict needs 'waveform' and 'sample_rate' keys, got {sorted(audio)}")
         if sample_rate is not None and sample_rate != audio["sample_rate"]:
-            raise ValueError(f"sample_rate={sample_rate} contradicts the dict's {audio['sample_rate']}")
+            raise BadValue(f"sample_rate={sample_rate} contradicts the dict's {audio['sample_rate']}")
         uri = str(audio.get("uri", uri))
         audio, sample_rate = audio["waveform"], audio["sample_rate"]
     if isinstance(audio, torch.Tensor):
         audio = audio.detach().cpu().numpy()
     if not isinstance(audio, np.ndarray):
-        raise TypeError(f"audio must be a path, a numpy array, a torch tensor or a dict, got {type(audio).__name__}")
+        raise BadType(f"audio must be a path, a numpy array, a torch tensor or a dict, got {type(audio).__name__}")
     if sample_rate is None:
-        raise ValueError("sample_rate is required with a waveform")
+        raise BadValue("sample_rate is required with a waveform")
     if not isinstance(sample_rate, (int, np.integer)) or sample_rate < 1000:
-        raise ValueError(f"sample_rate must be an integer >= 1000 Hz, got {sample_rate!r}")
+        raise BadValue(f"sample_rate must be an integer >= 1000 Hz, got {sample_rate!r}")
     if not np.issubdtype(audio.dtype, np.floating):
         if np.issubdtype(audio.dtype, np.integer):
             audio = audio.astype(np.float32) / np.iinfo(audio.dtype).max
         else:
-            raise TypeError(f"waveform must hold real numbers, got dtype {audio.dtype}")
+            raise BadType(f"waveform must hold real numbers, got dtype {audio.dtype}")
     if audio.ndim == 1:
         audio = audio[None]
     if audio.ndim != 2:
-        raise ValueError(f"waveform must be (channels, samples) or (samples,), got shape {list(audio.shape)}")
+        raise BadValue(f"waveform must be (channels, samples) or (samples,), got shape {list(audio.shape)}")
     if audio.shape[0] > audio.shape[1]:
-        raise ValueError(f"waveform shape {list(audio.shape)} looks like (samples, channels); pass (channels, samples)")
+        raise BadValue(f"waveform shape {list(audio.shape)} looks like (samples, channels); pass (channels, samples)")
     if audio.shape[1] == 0:
-        raise ValueError("waveform has no samples")
+        raise BadValue("waveform has no samples")
     if not np.isfinite(audio).all():
-        raise ValueError("waveform contains NaN or Inf")
+        raise BadValue("waveform contains NaN or Inf")
     mono = audio.astype(np.float32, copy=False).mean(axis=0)
     return torch.from_numpy(resample(mono, int(sample_rate), target)), uri

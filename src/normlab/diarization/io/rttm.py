@@ -9,6 +9,8 @@ import pathlib
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ..._checks import BadValue, existing_file
+
 
 @dataclass(frozen=True, order=True)
 class Turn:
@@ -26,13 +28,13 @@ class Turn:
 
 def _check_token(value: str, what: str) -> None:
     if not value or any(c.isspace() for c in value):
-        raise ValueError(f"{what} must be non-empty and without spaces, got {value!r}")
+        raise BadValue(f"{what} must be non-empty and without spaces, got {value!r}")
 
 
 def read_rttm(path: str | pathlib.Path) -> dict[str, list[Turn]]:
     """Turns per uri, sorted by start. Raises ValueError naming the file and line on a malformed SPEAKER line."""
     turns: dict[str, list[Turn]] = defaultdict(list)
-    for n, line in enumerate(pathlib.Path(path).read_text().splitlines(), start=1):
+    for n, line in enumerate(existing_file(path).read_text().splitlines(), start=1):
         fields = line.split()
         if not fields or fields[0] != "SPEAKER":
             continue
@@ -43,7 +45,7 @@ def read_rttm(path: str | pathlib.Path) -> dict[str, list[Turn]]:
             if dur < 0:
                 raise ValueError(f"negative duration {dur}")
         except ValueError as e:
-            raise ValueError(f"{path}:{n}: bad RTTM line ({e}): {line!r}") from None
+            raise BadValue(f"{path}:{n}: bad RTTM line ({e}): {line!r}") from None
         turns[fields[1]].append(Turn(fields[1], start, dur, fields[7]))
     return {uri: sorted(ts) for uri, ts in turns.items()}
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 import pathlib
 from collections import defaultdict
 
+from ..._checks import BadValue, existing_file
+
 
 def read_uem(path: str | pathlib.Path) -> dict[str, list[tuple[float, float]]]:
     """Scored regions per uri."""
     regions: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for n, line in enumerate(pathlib.Path(path).read_text().splitlines(), start=1):
+    for n, line in enumerate(existing_file(path).read_text().splitlines(), start=1):
         line = line.split(";", 1)[0].strip()
         if not line:
             continue
@@ -21,7 +23,7 @@ def read_uem(path: str | pathlib.Path) -> dict[str, list[tuple[float, float]]]:
             if off < on:
                 raise ValueError(f"offset {off} before onset {on}")
         except (IndexError, ValueError) as e:
-            raise ValueError(f"{path}:{n}: bad UEM line ({e}): {line!r}") from None
+            raise BadValue(f"{path}:{n}: bad UEM line ({e}): {line!r}") from None
         regions[fields[0]].append((on, off))
     return {uri: sorted(r) for uri, r in regions.items()}
 

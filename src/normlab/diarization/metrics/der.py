@@ -16,6 +16,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ..._checks import BadValue
 from ..io.rttm import Turn
 
 Intervals = list[tuple[float, float]]
@@ -147,7 +148,7 @@ def diarization_error_rate(reference: list[Turn], hypothesis: list[Turn], *, col
                            skip_overlap: bool = False, uem: Intervals | None = None) -> DERResult:
     """DER components of one recording (turns of a single uri)."""
     if collar < 0:
-        raise ValueError(f"collar must be >= 0, got {collar}")
+        raise BadValue(f"collar must be >= 0, got {collar}")
     region = scored_region(reference, hypothesis, collar=collar, skip_overlap=skip_overlap, uem=uem)
     ref = {k: intersect(v, region) for k, v in _by_speaker(reference).items()}
     hyp = {k: intersect(v, region) for k, v in _by_speaker(hypothesis).items()}

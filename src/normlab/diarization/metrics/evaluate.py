@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 import torch
 
+from ..._checks import BadValue, NotFound
 from ..data.dataset import MixtureSet
 from ..io.rttm import Turn, read_rttm
 from ..models.eend import EENDModel
@@ -28,10 +29,11 @@ MEDIANS = (1, 5, 11, 21)
 
 
 @torch.no_grad()
-def frame_probs(model: EENDModel, feats: torch.Tensor, chunk_frames: int = 1500, overlap_frames: int = 100) -> torch.Tensor:
+def frame_probs(model: EENDModel, feats: torch.Tensor, chunk_frames: int = 1500,
+                overlap_frames: int = 100) -> torch.Tensor:
     """Speaker probabilities ``(frames, speakers)`` for features ``(frames, dim)``."""
     if overlap_frames >= chunk_frames:
-        raise ValueError(f"overlap_frames ({overlap_frames}) must be smaller than chunk_frames ({chunk_frames})")
+        raise BadValue(f"overlap_frames ({overlap_frames}) must be smaller than chunk_frames ({chunk_frames})")
     model.eval()
     n = feats.shape[0]
     s = model.cfg.n_speakers
@@ -65,7 +67,7 @@ def evaluate(probs: dict[str, torch.Tensor], reference: dict[str, list[Turn]], *
     """DER of the thresholded, median-filtered probabilities against ``reference``."""
     missing = sorted(set(probs) - set(reference))
     if missing:
-        raise ValueError(f"no reference turns for {len(missing)} recordings, e.g. {missing[0]!r}")
+        raise BadValue(f"no reference turns for {len(missing)} recordings, e.g. {missing[0]!r}")
     hyp = _hypothesis(probs, threshold, median, frame_seconds)
     return score({u: reference[u] for u in probs}, hyp, collar=collar)
 
@@ -99,15 +101,15 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     with DER components in seconds and ``der`` as a fraction. The RTTMs are read back before scoring,
     so the numbers are those of ``normlab diarize score REF OUT_DIR --collar C`` on the same files.
     """
-    from ..pipeline.api import diarize_files
     from ..io.uem import read_uem
+    from ..pipeline.api import diarize_files
 
     wav_dir, out_dir = pathlib.Path(wav_dir), pathlib.Path(out_dir)
     if not wav_dir.is_dir():
-        raise FileNotFoundError(f"{wav_dir} is not a folder")
+        raise NotFound(f"{wav_dir} is not a folder")
     paths = sorted(p for p in wav_dir.iterdir() if p.suffix.lower() in (".wav", ".flac"))
     if not paths:
-        raise FileNotFoundError(f"{wav_dir} has no .wav or .flac files")
+        raise NotFound(f"{wav_dir} has no .wav or .flac files")
     reference = read_rttm(ref_rttm)
     regions = read_uem(uem) if uem else None
     status = diarize_files(paths, out_dir, progress=progress, **diarize_kw)

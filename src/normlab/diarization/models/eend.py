@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ..._checks import check_choice
+from ..._checks import BadValue, NotFound, check_choice
 from ...models.conformer import ConformerEncoder
 from ...models.transformer import TransformerEncoder
 from ..io.features import FeatureConfig
@@ -79,7 +79,7 @@ class EENDModel(nn.Module):
         """Load a saved model; ``None`` loads the one shipped in the package."""
         path = pathlib.Path(path) if path is not None else SHIPPED
         if not path.is_file():
-            raise FileNotFoundError(f"no model file at {path}" + (" (the package was installed without its model; "
+            raise NotFound(f"no model file at {path}" + (" (the package was installed without its model; "
                                     "`normlab diarize recipe` trains it)" if path == SHIPPED else ""))
         try:
             blob = torch.load(path, map_location="cpu", weights_only=True)
@@ -87,6 +87,6 @@ class EENDModel(nn.Module):
             model.load_state_dict(blob["state_dict"])
             model.features = FeatureConfig(**blob.get("features", {}))
         except Exception as e:  # a truncated file, another format, a config from elsewhere
-            raise ValueError(f"{path} is not a normlab EEND model file: {e}") from e
+            raise BadValue(f"{path} is not a normlab EEND model file: {e}") from e
         model.postprocess.update(blob.get("postprocess", {}))
         return model.eval()

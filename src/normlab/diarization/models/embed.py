@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..._checks import BadValue
 from ..io.audio import SAMPLE_RATE
 from .weights import MissingAssetError, asset, is_safetensors, read_safetensors, write_safetensors
 
@@ -124,7 +125,7 @@ class SpeakerEncoder(nn.Module):
             if missing:
                 raise KeyError(f"missing {sorted(missing)[:3]}")
         except Exception as e:  # noqa: BLE001 - another file format
-            raise ValueError(f"{path} is not a GE2E speaker encoder checkpoint: {e}") from None
+            raise BadValue(f"{path} is not a GE2E speaker encoder checkpoint: {e}") from None
         return model.eval()
 
     def save(self, path: str | pathlib.Path, metadata: dict[str, str] | None = None) -> None:

@@ -19,6 +19,8 @@ import sys
 
 import torch
 
+from ..._checks import BadValue, NotFound
+
 #: the package's asset folder (models, weights and their licences)
 ASSETS = pathlib.Path(__file__).resolve().parent.parent / "assets"
 
@@ -28,7 +30,7 @@ _DTYPES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF
 _NAMES = {v: k for k, v in _DTYPES.items()}
 
 
-class MissingAssetError(FileNotFoundError):
+class MissingAssetError(NotFound):
     """A file that ships inside normlab is not where the package put it (a damaged install)."""
 
 
@@ -88,7 +90,7 @@ def read_safetensors(path: str | pathlib.Path) -> tuple[dict[str, torch.Tensor],
             flat = torch.frombuffer(bytearray(body[begin:end]), dtype=dtype) if count else torch.empty(0, dtype=dtype)
             tensors[name] = flat.reshape(shape)
     except (ValueError, KeyError, TypeError, struct.error) as e:
-        raise ValueError(f"{path} is not a safetensors file: {e}") from None
+        raise BadValue(f"{path} is not a safetensors file: {e}") from None
     return tensors, dict(meta)
 
 

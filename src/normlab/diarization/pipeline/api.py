@@ -23,6 +23,7 @@ import pathlib
 from collections.abc import Callable
 from dataclasses import asdict
 
+from ..._checks import BadType, BadValue, MissingDependency
 from ..io.audio import SAMPLE_RATE, as_mono
 from ..io.features import FeatureConfig
 from ..io.rttm import Turn
@@ -45,11 +46,11 @@ def load_model(model=None):
     if m.features != made:
         diff = [k for k, v in asdict(made).items() if getattr(m.features, k) != v]
         theirs, ours = (", ".join(f"{k}={getattr(c, k)}" for k in diff) for c in (m.features, made))
-        raise ValueError(f"{where} was trained on features with {theirs}; this pipeline makes {ours}")
+        raise BadValue(f"{where} was trained on features with {theirs}; this pipeline makes {ours}")
     if m.cfg.input_dim != made.dim:
-        raise ValueError(f"{where} expects {m.cfg.input_dim}-dim features; this pipeline makes {made.dim}")
+        raise BadValue(f"{where} expects {m.cfg.input_dim}-dim features; this pipeline makes {made.dim}")
     if not 1 <= m.cfg.n_speakers <= 8:
-        raise ValueError(f"{where} has {m.cfg.n_speakers} local speakers; the pipeline supports 1-8")
+        raise BadValue(f"{where} has {m.cfg.n_speakers} local speakers; the pipeline supports 1-8")
     return m.eval()
 
 
@@ -66,7 +67,7 @@ def load_encoder(embedding=None):
 
 def _no_old_keywords(options: dict) -> None:
     if "encoder" in options:  # renamed as the CLI's --embedding (the EEND model's own encoder is ModelConfig.encoder)
-        raise TypeError("encoder= is now embedding= (the speaker encoder's weights, as the CLI's --embedding)")
+        raise BadType("encoder= is now embedding= (the speaker encoder's weights, as the CLI's --embedding)")
 
 
 @functools.lru_cache(maxsize=16)
@@ -153,7 +154,7 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
     pipeline's settings are made once; their errors, bad options and a missing matplotlib (``plot``) raise.
     """
     if format not in FORMATS:
-        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+        raise BadValue(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     if plot:
         from ..plot import pyplot, timeline_png
 
@@ -183,7 +184,7 @@ def to_annotation(turns: list[Turn], uri: str | None = None):
     try:
         from pyannote.core import Annotation, Segment
     except ImportError:
-        raise ImportError("to_annotation needs pyannote.core: pip install 'normlab[annotation]'") from None
+        raise MissingDependency("to_annotation needs pyannote.core: pip install 'normlab[annotation]'") from None
     uri = uri or (turns[0].uri if turns else None)
     ann = Annotation(uri=uri)
     for i, t in enumerate(sorted(turns)):

@@ -11,22 +11,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._checks import BadValue
+
 
 def check_speaker_counts(num_speakers: int | None = None, min_speakers: int | None = None,
                          max_speakers: int | None = None) -> tuple[int, int | None]:
     """Validate the speaker-count options; returns ``(lo, hi)`` (``hi`` None: unbounded). One-line ValueErrors."""
     for name, v in (("num_speakers", num_speakers), ("min_speakers", min_speakers), ("max_speakers", max_speakers)):
         if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+            raise BadValue(f"{name} must be a positive integer, got {v!r}")
     if num_speakers is not None:
         if (min_speakers is not None and min_speakers != num_speakers) or \
                 (max_speakers is not None and max_speakers != num_speakers):
-            raise ValueError(f"num_speakers={num_speakers} contradicts min_speakers={min_speakers}, "
+            raise BadValue(f"num_speakers={num_speakers} contradicts min_speakers={min_speakers}, "
                              f"max_speakers={max_speakers}")
         return int(num_speakers), int(num_speakers)
     lo = 1 if min_speakers is None else int(min_speakers)
     if max_speakers is not None and lo > max_speakers:
-        raise ValueError(f"min_speakers ({lo}) is greater than max_speakers ({max_speakers})")
+        raise BadValue(f"min_speakers ({lo}) is greater than max_speakers ({max_speakers})")
     return lo, None if max_speakers is None else int(max_speakers)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..._checks import check_choice
+from ..._checks import BadValue, check_choice
 
 #: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
 TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
@@ -56,10 +56,10 @@ class PipelineConfig:
         kw = {**stored, **mode_kw, **given} if mode == "speech" else {**mode_kw, **stored, **given}
         unknown = set(kw) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
-            raise ValueError(f"unknown pipeline option(s) {sorted(unknown)}")
+            raise BadValue(f"unknown pipeline option(s) {sorted(unknown)}")
         cfg = cls(**kw)
         if cfg.window <= 0 or not 0 < cfg.step <= cfg.window:
-            raise ValueError(f"need 0 < step <= window, got window={cfg.window}, step={cfg.step}")
+            raise BadValue(f"need 0 < step <= window, got window={cfg.window}, step={cfg.step}")
         check_choice(cfg.speakers, ("eend", "speech"), "speakers mode")
         check_choice(cfg.vad, ("off", "gate", "speech"), "vad mode")
         check_choice(cfg.weighting, ("hamming", "mean"), "window weighting")

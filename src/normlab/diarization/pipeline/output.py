@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from ..._checks import BadValue
 from ..io.rttm import Turn, format_rttm
 
 
@@ -94,4 +95,4 @@ def render(result: Diarization, fmt: str) -> str:
         return result.to_rttm()
     if fmt == "json":
         return result.to_json() + "\n"
-    raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    raise BadValue(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import torch
 
+from ..._checks import BadValue
 from ..io.rttm import Turn
 
 
 def median_filter(active: torch.Tensor, width: int) -> torch.Tensor:
     """Median over ``width`` frames (odd) along time of a ``(frames, speakers)`` 0/1 tensor; edges repeated."""
     if width < 1 or width % 2 == 0:
-        raise ValueError(f"median filter width must be odd and >= 1, got {width}")
+        raise BadValue(f"median filter width must be odd and >= 1, got {width}")
     if width == 1 or active.shape[0] == 0:
         return active
     h = width // 2

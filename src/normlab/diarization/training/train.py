@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ... import provenance, tracking
+from ..._checks import BadValue
 from ...distributed import mean_over_ranks, shard, world
 from .pit import pit_bce
 
@@ -35,7 +36,7 @@ class TrainConfig:
 
     def __post_init__(self):
         if self.decay not in ("none", "cosine"):
-            raise ValueError(f"decay must be 'none' or 'cosine', got {self.decay!r}")
+            raise BadValue(f"decay must be 'none' or 'cosine', got {self.decay!r}")
 
     def lr_at(self, step: int) -> float:
         """Learning rate of optimizer step ``step`` (0-based)."""
@@ -98,7 +99,7 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
         state = torch.load(last, map_location="cpu", weights_only=False)  # RNG states must stay on the CPU
         if config is not None and state.get("config") is not None and state["config"] != config:
             diff = _config_diff(state["config"], config)
-            raise ValueError(f"{last} was trained with other settings ({'; '.join(diff[:3])}"
+            raise BadValue(f"{last} was trained with other settings ({'; '.join(diff[:3])}"
                              f"{'; ...' if len(diff) > 3 else ''}): use the same options, or another --out")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
@@ -121,7 +122,7 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
                 g["lr"] = lr
             global_batch = batches(gen)
             if size > 1 and global_batch[0].shape[0] % size:
-                raise ValueError(f"the batch ({global_batch[0].shape[0]} sequences) must be a multiple of the "
+                raise BadValue(f"the batch ({global_batch[0].shape[0]} sequences) must be a multiple of the "
                                  f"number of processes ({size})")
             feats, labels, mask = (None if t is None else t.to(device) for t in shard(global_batch, rank, size))
             loss, _ = pit_bce(net(feats, mask), labels, mask)

@@ -17,7 +17,8 @@ CONCEPTS = {
     "speaker count of a model or mixture": ("--n-speakers", r"\bspeaker outputs\b|\bspeakers per mixture\b",
                                             ("--speakers", "--nspeakers", "--num-spk")),
     "mixture count": ("--n-mixtures", r"\bmixtures to simulate\b", ("--n", "--mixtures", "--num-mixtures")),
-    "worker processes": ("--jobs", r"^(simulation )?worker processes\b", ("--workers", "--processes", "--num-workers", "--procs")),
+    "worker processes": ("--jobs", r"^(simulation )?worker processes\b",
+                         ("--workers", "--processes", "--num-workers", "--procs")),
     "torch threads": ("--threads", r"^torch threads\b", ("--num-threads", "--nthreads", "--intra-op")),
     "device": ("--device", r"\bcuda:N\b", ("--gpu", "--cuda", "--devices")),
     "speaker encoder weights": ("--embedding", r"\bspeaker encoder weights\b",
@@ -111,7 +112,8 @@ def test_python_keywords_are_the_cli_names():
     for a in _options(run):
         name = elsewhere.get(a.dest, a.dest)
         assert name is None or name in keywords, a.dest
-    assert "embedding" in inspect.signature(diarize).parameters and "encoder" not in inspect.signature(diarize).parameters
+    params = inspect.signature(diarize).parameters
+    assert "embedding" in params and "encoder" not in params
 
 
 def test_recipe_options_explain_every_field():

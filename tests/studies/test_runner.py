@@ -125,7 +125,7 @@ def test_ray_run_killed_then_resumed_locally_loses_nothing_and_repeats_nothing(t
     assert 3 <= len(finished) < n
     ran_by_ray = executions(log)
     cfgs = [{"x": i, "log": str(log), "sleep": 0.3} for i in range(n)]
-    local = Runner(Store(str(db)), jobs=1)
+    local = Runner(Store(str(db)), jobs=2)  # one thread per cell, as on Ray: the same keys
     results = local.map("demo", counted_cell, cfgs)
     assert [r["y"] for r in results] == [i * i for i in range(n)]  # no finished cell lost
     assert local.ran == n - len(finished)  # only the missing cells ran
@@ -151,3 +151,34 @@ def test_device_is_part_of_the_key_and_provenance_is_recorded(tmp_path):
     page = render_html({"claims": [], "studies": [], "scale": "test", "seconds": 0, "cells_computed": 0,
                         "provenance": record}, tmp_path)
     assert f"torch {record['torch']}" in page and f"normlab {record['normlab']}" in page
+
+
+def threads_cell(cfg: dict) -> dict:
+    """What a cell sees of torch's settings."""
+    import torch
+
+    return {"threads": torch.get_num_threads(), "deterministic": torch.are_deterministic_algorithms_enabled()}
+
+
+def test_the_thread_count_is_part_of_the_key(tmp_path):
+    """Float results depend on the thread count: a store filled with --jobs 1 (2 threads per cell) is not
+    reused by --jobs 2 (1 thread per cell); 1 thread keeps the keys it always had."""
+    cfg = {"x": 1}
+    assert cell_key(threads_cell, cfg, threads=1) == cell_key(threads_cell, cfg)
+    assert cell_key(threads_cell, cfg, threads=2) != cell_key(threads_cell, cfg)
+    db = str(tmp_path / "runs.sqlite")
+    alone = Runner(Store(db), jobs=1)
+    assert alone.threads == 2 and alone.map("demo", threads_cell, [cfg]) == [
+        {"status": "ok", "threads": 2, "deterministic": True}]
+    beside = Runner(Store(db), jobs=2)
+    assert beside.threads == 1 and beside.map("demo", threads_cell, [cfg])[0]["threads"] == 1
+    assert beside.ran == 1 and Store(db).count() == 2
+
+
+def test_a_cell_runs_deterministic_and_leaves_the_settings_as_it_found_them():
+    import torch
+
+    threads = torch.get_num_threads()
+    result, _, _ = runner_mod._call(__name__, "threads_cell", {}, threads=1)
+    assert result == {"threads": 1, "deterministic": True}
+    assert torch.get_num_threads() == threads and not torch.are_deterministic_algorithms_enabled()

@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-from normlab.lab import lesson
 from normlab.cli import main
+from normlab.lab import lesson
 
 
 def test_lesson_000_passes_every_criterion():

@@ -9,7 +9,7 @@ from normlab.lab import lesson
 from normlab.studies.base import Criterion, bootstrap, interval, spread
 from normlab.studies.criteria import CRITERIA, branch_ratio_prediction
 
-DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "studies.md"
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "studies.md"
 
 
 def _docs_criteria() -> dict[str, str]:
@@ -29,6 +29,23 @@ def test_every_criterion_is_published_verbatim_in_the_docs():
     assert set(docs) == set(CRITERIA), set(CRITERIA) ^ set(docs)
     for cid, crit in CRITERIA.items():
         assert docs[cid] == crit.text, (cid, docs[cid], crit.text)
+
+
+def test_every_claim_is_stated_with_its_source_in_the_docs():
+    """docs/studies.md's claims table: one row per claim id, naming the study that checks it and a source."""
+    from normlab.studies import STUDIES
+
+    text = DOCS.read_text()
+    section = text[text.index("\n## The claims\n"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) == 4 and cells[0] in CRITERIA:
+            rows[cells[0]] = cells
+    assert set(rows) == set(CRITERIA), set(CRITERIA) ^ set(rows)
+    for cid, (_, study, statement, source) in rows.items():
+        assert study.strip("`") in STUDIES and statement and source, cid
 
 
 def test_criterion_text_and_value_are_one_object():

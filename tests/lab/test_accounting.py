@@ -2,8 +2,8 @@
 import pytest
 
 import normlab
-from normlab.lab import accounting
 from normlab.cli import main
+from normlab.lab import accounting
 
 
 def test_bert_base_figures():

@@ -1,4 +1,0 @@
-"""Deprecated: moved to :mod:`normlab.models.conformer` (this path is removed in normlab 0.3)."""
-from ._compat import forward_module
-
-forward_module(__name__, "normlab.models.conformer")

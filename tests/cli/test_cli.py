@@ -1,0 +1,92 @@
+"""The command line: help and version without torch, user errors as one line (exit 2), bugs with their traceback."""
+import subprocess
+import sys
+
+import pytest
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["report", "--help"], ["lesson", "--help"]])
+def test_help_and_version_do_not_import_torch(argv):
+    r = _run(f"import sys; from normlab.cli import main; code = main({argv!r}); "
+             "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH'); sys.exit(code)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "NO-TORCH"
+    assert "usage: normlab" in r.stdout or "normlab 0." in r.stdout
+
+
+def test_version_names_normlab_torch_and_python():
+    from normlab import __version__
+
+    r = _run("from normlab.cli import main; import sys; sys.exit(main(['--version']))")
+    assert r.returncode == 0 and r.stdout.startswith(f"normlab {__version__} (torch ") and "Python 3." in r.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["lesson", "--d-model", "0"], "expected a number >= 1"),
+    (["diarize", "train", "--data", "d", "--out", "o", "--norm", "groupnorm"], "invalid choice: 'groupnorm'"),
+    (["diarize", "train", "--data", "d", "--out", "o", "--placement", "middle"], "invalid choice: 'middle'"),
+    (["diarize", "train", "--data", "d", "--out", "o", "--encoder", "lstm"], "invalid choice: 'lstm'"),
+    (["diarize", "train", "--data", "d", "--out", "o", "--decay", "linear"], "invalid choice: 'linear'"),
+    (["diarize", "score", "/nonexistent.rttm", "/nonexistent"], "/nonexistent.rttm: no such file"),
+    (["count", "--preset", "gpt"], "invalid choice: 'gpt'"),
+    (["bench", "--shapes", "0x0"], "shape needs at least 1 row and 1 feature, got '0x0'"),
+    (["bench", "--shapes", "8x0"], "shape needs at least 1 row and 1 feature, got '8x0'"),
+])
+def test_user_errors_are_one_line_and_exit_2(argv, message, capsys):
+    from normlab.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and "Traceback" not in err[0]
+
+
+def test_user_error_family_keeps_the_builtin_bases():
+    import normlab
+    from normlab import _checks
+
+    assert normlab.UserError is _checks.UserError
+    for cls, base in [(_checks.BadValue, ValueError), (_checks.BadType, TypeError),
+                      (_checks.NotFound, FileNotFoundError), (_checks.MissingDependency, ImportError),
+                      (_checks.Unavailable, RuntimeError), (_checks.Unreachable, ConnectionError)]:
+        assert issubclass(cls, normlab.UserError) and issubclass(cls, base)
+    with pytest.raises(normlab.UserError, match="unknown norm 'groupnorm'"):
+        normlab.make_norm("groupnorm", 8)
+    with pytest.raises(normlab.UserError, match="does not match the trailing dimensions"):
+        normlab.LayerNorm(8)(__import__("torch").randn(2, 7))
+
+
+@pytest.mark.parametrize("error", [RuntimeError("shape '[0, 0]' is invalid"), KeyError("weight"),
+                                   TypeError("unsupported operand"), ValueError("math domain error")])
+def test_a_bug_shows_its_traceback_and_says_it_is_a_bug(error, monkeypatch, capsys):
+    """Errors that are not UserError are bugs, whatever their class: traceback, a line saying so, exit 1."""
+    from normlab.cli import main
+    from normlab.lab import accounting
+
+    def broken(preset):
+        raise error
+
+    monkeypatch.setattr(accounting, "count_preset", broken)
+    assert main(["count"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "in broken" in err
+    assert err.strip().splitlines()[-1].startswith(f"normlab count: internal error ({type(error).__name__}): a bug")
+
+
+def test_a_user_error_from_the_library_is_one_line(monkeypatch, capsys):
+    from normlab._checks import NotFound
+    from normlab.cli import main
+    from normlab.lab import accounting
+
+    def missing(preset):
+        raise NotFound("weights.pt: no such file\n(second line not shown)")
+
+    monkeypatch.setattr(accounting, "count_preset", missing)
+    assert main(["count"]) == 2
+    assert capsys.readouterr().err == "normlab count: error: weights.pt: no such file\n"
+    monkeypatch.setenv("NORMLAB_DEBUG", "1")  # debugging: the user error's traceback too
+    with pytest.raises(NotFound):
+        main(["count"])
