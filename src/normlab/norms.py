@@ -162,7 +162,7 @@ class RMSNorm(nn.Module):
 
 
 class _AddThenNorm:
-    """``forward(x, residual=None)`` for norms without a fused kernel: ``y``, or ``(norm(x + residual), x + residual)``."""
+    """``forward(x, residual=None)`` for norms without a fused kernel: ``y``, or ``(norm(x + r), x + r)``."""
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         if residual is None:
