@@ -52,9 +52,10 @@ def test_half_precision_rows_count_their_own_bytes():
 
 
 def test_page_faults_counts_fresh_pages():
-    assert bench.page_faults(lambda: torch.ones(4 << 20).add_(1)) >= 1000  # 16 MB of new pages, 4 KB each
+    # 64 MB: above glibc's largest dynamic mmap threshold (32 MB), so always fresh pages, 4 KB each
+    assert bench.page_faults(lambda: torch.ones(16 << 20).add_(1)) >= 4000
     x = torch.ones(1 << 10)
-    assert bench.page_faults(lambda: x.add_(1)) < 100
+    assert bench.page_faults(lambda: x.add_(1)) < 1000
 
 
 def test_dispatch_table_says_what_auto_runs_and_why(tmp_path, monkeypatch, capsys):
