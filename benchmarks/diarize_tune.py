@@ -1,6 +1,7 @@
 """Choose the pipeline's settings on a development set; score a held-out set once with the choice.
 
-    python benchmarks/diarize_tune.py --model MODEL --dev DIR[,DIR...] [--test DIR,...] --out tune.json
+    python benchmarks/diarize_tune.py --model MODEL --dev DIR[,DIR...] [--test DIR,...] --out tune.json \
+        [--grid NAME=V1,V2 ...]
 
 Each DIR holds ``wav/*.wav`` and ``ref.rttm`` (a ``normlab diarize simulate`` folder, or real recordings laid
 out the same way). Segmentation (model + VAD + embeddings) runs once per (mode, window step) and file; the
@@ -27,9 +28,32 @@ from normlab.diarization.pipeline.api import load_encoder, load_model
 from normlab.diarization.pipeline.config import PipelineConfig
 from normlab.diarization.pipeline.stitch import segment, stitch
 
-SEGMENT_GRID = {"speakers": ("eend", "speech"), "step": (5.0, 2.5)}
+SEGMENT_GRID = {"speakers": ("eend", "speech"), "vad": ("gate", "off", "speech"), "threshold": (0.3, 0.4, 0.5),
+                "step": (5.0, 2.5)}
 STITCH_GRID = {"cluster_threshold": (0.2, 0.3, 0.4, 0.5), "min_cluster": (2.0, 4.0, 8.0),
-               "weighting": ("mean", "hamming")}
+               "weighting": ("mean", "hamming"), "overlap_threshold": (0.5, 0.6, 0.7, 0.8)}
+
+
+def meaningful(kw: dict) -> bool:
+    """False for settings the pipeline ignores in that mode (they would repeat another row)."""
+    if kw.get("speakers") == "eend" and kw.get("vad") == "speech":
+        return False  # "speech" is a speech-mode reading; eend mode gates with the VAD instead
+    if kw.get("speakers") == "speech" and kw.get("overlap_threshold", STITCH_GRID["overlap_threshold"][0]) != \
+            STITCH_GRID["overlap_threshold"][0]:
+        return False  # one speaker at a time: no second speaker to threshold
+    return True
+
+
+def parse_grid(items: list[str]) -> None:
+    """``NAME=V1,V2`` replaces that axis of SEGMENT_GRID or STITCH_GRID."""
+    for item in items:
+        name, _, values = item.partition("=")
+        grid = SEGMENT_GRID if name in SEGMENT_GRID else STITCH_GRID if name in STITCH_GRID else None
+        if grid is None or not values:
+            raise SystemExit(f"--grid {item!r}: expected NAME=V1,V2 with NAME one of "
+                             f"{sorted([*SEGMENT_GRID, *STITCH_GRID])}")
+        kind = type(grid[name][0])
+        grid[name] = tuple(kind(v) for v in values.split(","))
 
 
 def files_of(dirs: list[str]) -> list[tuple[pathlib.Path, list]]:
@@ -77,26 +101,35 @@ def run(model_path, dev: list[str], test: list[str], extra: dict | None = None) 
     sets = {"dev": files_of(dev), **{f"test:{t}": files_of([t]) for t in test}}
     waves = {name: [(w.stem, read_mono(w, SAMPLE_RATE), ref) for w, ref in fs] for name, fs in sets.items()}
     rows, t0 = [], time.time()
-    cache: dict = {}
     for seg_kw in (dict(zip(SEGMENT_GRID, v)) for v in itertools.product(*SEGMENT_GRID.values())):
+        if not meaningful(seg_kw):
+            continue
         base = PipelineConfig.for_model(model, **seg_kw, **(extra or {}))
         segs = {uri: segment(model, encoder, w, uri, base) for uri, w, _ in waves["dev"]}
-        cache[tuple(seg_kw.items())] = segs
         refs = {uri: ref for uri, _, ref in waves["dev"]}
         for st_kw in (dict(zip(STITCH_GRID, v)) for v in itertools.product(*STITCH_GRID.values())):
+            if not meaningful({**seg_kw, **st_kw}):
+                continue
             cfg = PipelineConfig.for_model(model, **seg_kw, **st_kw, **(extra or {}))
             rows.append({**seg_kw, **st_kw, **measure(segs, refs, cfg)})
             print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in rows[-1].items()}),
                   f"{time.time() - t0:.0f}s", flush=True)
+    keys = (*SEGMENT_GRID, *STITCH_GRID)
     best = min(rows, key=lambda r: r["der_0.25"])
-    chosen = {k: best[k] for k in (*SEGMENT_GRID, *STITCH_GRID)}
+    chosen = {k: best[k] for k in keys}
+    vad_rows = [r for r in rows if r["vad"] == "speech"]  # the comparison: Silero alone decides speech
+    vad_best = min(vad_rows, key=lambda r: r["der_0.25"]) if vad_rows else None
     result = {"model": str(model_path), "dev": dev, "dev_files": len(waves["dev"]), "grid": rows, "chosen": chosen,
-              "dev_best": best}
+              "dev_best": best, "dev_vad_speech_best": vad_best}
+    readings = {"chosen": chosen, **({"vad_speech": {k: vad_best[k] for k in keys}} if vad_best else {})}
     for name in sets:
-        if name.startswith("test:"):  # scored once, with the dev choice
-            cfg = PipelineConfig.for_model(model, **chosen, **(extra or {}))
-            segs = {uri: segment(model, encoder, w, uri, cfg) for uri, w, _ in waves[name]}
-            result[name] = measure(segs, {uri: ref for uri, _, ref in waves[name]}, cfg)
+        if name.startswith("test:"):  # scored once per reading, with the dev choice
+            refs = {uri: ref for uri, _, ref in waves[name]}
+            result[name] = {}
+            for reading, kw in readings.items():
+                cfg = PipelineConfig.for_model(model, **kw, **(extra or {}))
+                segs = {uri: segment(model, encoder, w, uri, cfg) for uri, w, _ in waves[name]}
+                result[name][reading] = measure(segs, refs, cfg)
     return result
 
 
@@ -106,7 +139,10 @@ def main() -> None:
     ap.add_argument("--dev", required=True, help="comma-separated development folders")
     ap.add_argument("--test", default="", help="comma-separated held-out folders, scored once with the dev choice")
     ap.add_argument("--out", default="tune.json", help="where the grid, the choice and the test scores go")
+    ap.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
+                    help="replace one axis of the grid (repeatable), e.g. --grid vad=gate,off")
     args = ap.parse_args()
+    parse_grid(args.grid)
     torch.set_grad_enabled(False)
     result = run(args.model, args.dev.split(","), [t for t in args.test.split(",") if t])
     pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

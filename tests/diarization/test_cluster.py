@@ -130,3 +130,23 @@ def test_hamming_weighting_trusts_a_window_middle_over_another_window_edge():
         ends[w] = max(t.end for t in turns)
     assert ends["mean"] == pytest.approx(2.0)
     assert ends["hamming"] == pytest.approx(1.5)
+
+
+def test_overlap_threshold_sets_how_sure_a_second_speaker_must_be():
+    """One window, two local speakers: the first at 0.9 throughout, the second at 0.65 on frames 5-14. With the
+    overlap threshold at the speech threshold (0.5) both talk there; at 0.7 only the likelier; the first speaker
+    alone is never held to the overlap threshold (at 0.95 it still talks)."""
+    size = 20
+    probs = torch.zeros(1, size, 2)
+    probs[0, :, 0], probs[0, 5:15, 1] = 0.9, 0.65
+    seg = Segmentation("rec", size, 0.1, [0], probs, [(0, 0, 0, size, 0), (0, 1, 0, size, 1)], torch.eye(2, 8),
+                       np.array([3.0, 2.0]))
+    def speakers(overlap):
+        cfg = PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=0.0,
+                             overlap_threshold=overlap)
+        return sorted((t.speaker, round(t.start, 3), round(t.end, 3)) for t in stitch(seg, cfg))
+    assert speakers(None) == speakers(0.5) == [("spk0", 0.0, 2.0), ("spk1", 0.5, 1.5)]
+    assert speakers(0.7) == [("spk0", 0.0, 2.0)]
+    assert speakers(0.95) == [("spk0", 0.0, 2.0)]
+    with pytest.raises(ValueError, match="overlap_threshold"):
+        PipelineConfig.for_model(None, overlap_threshold=1.5)

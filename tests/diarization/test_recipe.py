@@ -10,6 +10,7 @@ import torch
 from normlab.diarization.io.rttm import Turn
 from normlab.diarization.metrics.evaluate import evaluate, tune
 from normlab.diarization.models.eend import SHIPPED, EENDModel, ModelConfig
+from normlab.diarization.training.recipe import RecipeConfig
 from normlab.diarization.training.train import TrainConfig
 from normlab.models.transformer import TransformerBlock
 
@@ -52,6 +53,24 @@ def test_cosine_schedule_warms_up_then_decays_to_5_percent():
     assert TrainConfig(steps=100, warmup=10).lr_at(99) == TrainConfig().lr
     with pytest.raises(ValueError, match="decay"):
         TrainConfig(decay="linear")
+
+
+def test_a_restart_starts_a_second_cosine_cycle():
+    """The first cycle ends at 5% of lr at ``restart_at`` (as a run of that length would), then a short warmup
+    to ``restart_lr`` and a second decay to 5% of lr at the last step; the recipe drops the restart when the run
+    is no longer than ``restart_at``."""
+    one = TrainConfig(steps=100, lr=1e-3, warmup=8, decay="cosine")
+    two = TrainConfig(steps=200, lr=1e-3, warmup=8, decay="cosine", restart_at=100, restart_lr=4e-4)
+    assert [two.lr_at(s) for s in range(100)] == [one.lr_at(s) for s in range(100)]
+    assert two.lr_at(100) == pytest.approx(5e-5 + (4e-4 - 5e-5) / 2)  # warmup of 8 // 4 = 2 steps
+    assert two.lr_at(101) == pytest.approx(4e-4)
+    assert two.lr_at(200) == pytest.approx(5e-5)
+    lrs = [two.lr_at(s) for s in range(101, 200)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    with pytest.raises(ValueError, match="restart_at"):
+        TrainConfig(steps=100, decay="cosine", restart_at=100)
+    assert RecipeConfig(steps=50, restart_at=3200).train_config().restart_at == 0
+    assert RecipeConfig(steps=6400, restart_at=3200).train_config().restart_at == 3200
 
 
 def test_attention_dropout_is_separate():

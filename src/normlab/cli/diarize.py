@@ -50,8 +50,9 @@ def _speaker_counts(args: argparse.Namespace) -> dict:
 
 def _pipeline_options(args: argparse.Namespace) -> dict:
     """Options the user set; the rest come from the model file (the same defaults as the Python API)."""
-    return {k: v for k, v in (("threshold", args.threshold), ("median", args.median),
-                              ("speakers", args.local_speakers), ("vad", args.vad)) if v is not None}
+    return {k: v for k, v in (("threshold", args.threshold), ("overlap_threshold", args.overlap_threshold),
+                              ("median", args.median), ("speakers", args.local_speakers), ("vad", args.vad))
+            if v is not None}
 
 
 def _model_on_device(args: argparse.Namespace):
@@ -243,6 +244,9 @@ def add_parsers(sub, name: str) -> None:
                        help="at most this many speakers (default: no bound)")
         q.add_argument("--threshold", type=float, default=None,
                        help="speaker activity threshold (default: the model's)")
+        q.add_argument("--overlap-threshold", type=float, default=None,
+                       help="eend mode: a second speaker at the same time counts above this; higher calls "
+                       "less overlap (default: the model's, else --threshold)")
         q.add_argument("--median", type=positive_int, default=None,
                        help="median filter width in frames, odd (default: the model's)")
         q.add_argument("--local-speakers", choices=["speech", "eend"], default=None,

@@ -8,7 +8,7 @@ from ..._checks import BadValue, check_choice
 
 #: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
 TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
-           "piece", "speakers", "vad", "vad_threshold", "weighting")
+           "piece", "speakers", "vad", "vad_threshold", "weighting", "overlap_threshold")
 
 
 #: each speakers mode's own defaults, tuned on its development data (docs/diarization.md): speech at 0.5 in
@@ -23,6 +23,8 @@ class PipelineConfig:
     window: float = 10.0  # seconds per local segmentation window (a few turns, few local speakers)
     step: float = 5.0  # seconds between window starts: each frame is seen by ~window/step windows
     threshold: float = 0.5  # speaker activity threshold on the aggregated probabilities (the model file's)
+    overlap_threshold: float | None = None  # eend mode: a window's second (third...) speaker counts above this
+    #                                         (None: threshold); higher than threshold, overlap is called less
     median: int = 11  # median filter width, frames (the model file's)
     cluster_threshold: float = 0.3  # cosine distance where the tree is cut (per mode: MODE_DEFAULTS)
     min_embed: float = 0.5  # seconds of a local speaker's speech needed for its embedding
@@ -63,4 +65,8 @@ class PipelineConfig:
         check_choice(cfg.speakers, ("eend", "speech"), "speakers mode")
         check_choice(cfg.vad, ("off", "gate", "speech"), "vad mode")
         check_choice(cfg.weighting, ("hamming", "mean"), "window weighting")
+        for name in ("threshold", "overlap_threshold", "vad_threshold"):
+            value = getattr(cfg, name)
+            if value is not None and not 0 <= value < 1:
+                raise BadValue(f"{name} must be in [0, 1), got {value}")
         return cfg

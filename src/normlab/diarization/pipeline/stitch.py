@@ -11,6 +11,14 @@ from .postprocess import median_filter, to_turns
 from .segment import Segmentation, segment
 
 
+def local_count(local: torch.Tensor, cfg: PipelineConfig) -> torch.Tensor:
+    """Speakers talking in each frame of one window ``(size, K)`` (local speakers merged by cluster): the
+    likeliest counts above ``cfg.threshold``, each further one above ``cfg.overlap_threshold``."""
+    top = local.sort(dim=1, descending=True).values
+    over = cfg.threshold if cfg.overlap_threshold is None else cfg.overlap_threshold
+    return (top[:, :1] > cfg.threshold).float() + (top[:, 1:] > over).sum(1, keepdim=True)
+
+
 def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None = None,
            min_speakers: int | None = None, max_speakers: int | None = None) -> list[Turn]:
     """Cluster the embeddings, map local speakers to global ones, average over windows, threshold: turns."""
@@ -38,7 +46,7 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
         n = min(size, seg.frames - s0)
         total[s0 : s0 + n] += (local * wgt)[:n]
         count[s0 : s0 + n] += wgt[:n]
-        speakers[s0 : s0 + n] += ((local > cfg.threshold).sum(1, keepdim=True) * wgt)[:n]  # one per distinct cluster
+        speakers[s0 : s0 + n] += (local_count(local, cfg) * wgt)[:n]
     covered = count.clamp_min(1e-9)  # frames no window covers have zero totals
     glob = total / covered  # weighted average over the windows covering each frame
     # how many speakers talk in each frame: the windows' mean count; then that many global speakers, the likeliest

@@ -58,10 +58,12 @@ class RecipeConfig:
     style: str = "conversation"  # "conversation": turn-taking (conversation.py); "mixture": EEND's timelines
     real_p: float = 0.7  # in "mixed" conversations, share of speakers who are real people
     augment: int = 1  # 1: speaker warps and levels, rooms, noise types, telephone, gain (augment.Perturbation)
-    steps: int = 3200
+    steps: int = 6400
     lr: float = 1e-3
     warmup: int = 200
     decay: str = "cosine"
+    restart_at: int = 3200  # a second cosine cycle from here to ``steps`` (peak restart_lr; a run of at most
+    restart_lr: float = 3e-4  # restart_at steps has one cycle): a longer run keeps the first cycle's low-lr end
     batch: int = 32
     frames: int = 100  # 100 ms frames per training window: the window the model is made for (10 s)
     d_model: int = 128
@@ -81,6 +83,8 @@ class RecipeConfig:
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(steps=self.steps, lr=self.lr, warmup=self.warmup, decay=self.decay,
+                           restart_at=self.restart_at if self.restart_at < self.steps else 0,
+                           restart_lr=self.restart_lr,
                            ckpt_every=max(1, min(100, self.steps // 10)), seed=self.seed)
 
 

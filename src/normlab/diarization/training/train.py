@@ -33,17 +33,30 @@ class TrainConfig:
     ckpt_every: int = 100  # steps between checkpoints
     seed: int = 0  # seeds the batch generator and dropout
     decay: str = "none"  # after warmup: "none" (constant) or "cosine" (to 5% of lr at the last step)
+    restart_at: int = 0  # cosine only: the first cycle ends (at 5% of lr) here and a second one starts ...
+    restart_lr: float = 3e-4  # ... at this peak (after a warmup of warmup // 4 steps), down to 5% of lr at the end
 
     def __post_init__(self):
         if self.decay not in ("none", "cosine"):
             raise BadValue(f"decay must be 'none' or 'cosine', got {self.decay!r}")
+        if self.restart_at and not (self.decay == "cosine" and self.warmup < self.restart_at < self.steps):
+            raise BadValue(f"restart_at needs decay='cosine' and warmup < restart_at < steps, got "
+                           f"restart_at={self.restart_at}, warmup={self.warmup}, steps={self.steps}")
 
     def lr_at(self, step: int) -> float:
         """Learning rate of optimizer step ``step`` (0-based)."""
+        floor = 0.05 * self.lr
+        if self.restart_at and step >= self.restart_at:  # the second cycle: warm up again, then down to the floor
+            warmup, into = max(self.warmup // 4, 1), step - self.restart_at
+            if into < warmup:
+                return floor + (self.restart_lr - floor) * (into + 1) / warmup
+            frac = (into - warmup) / max(self.steps - self.restart_at - warmup, 1)
+            return floor + (self.restart_lr - floor) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
         warm = min(1.0, (step + 1) / max(self.warmup, 1))
         if self.decay == "none" or step < self.warmup:
             return self.lr * warm
-        frac = (step - self.warmup) / max(self.steps - self.warmup, 1)
+        end = self.restart_at or self.steps
+        frac = (step - self.warmup) / max(end - self.warmup, 1)
         return self.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
