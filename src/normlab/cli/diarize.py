@@ -12,7 +12,7 @@ from ._common import flag, positive_int, progress, renamed
 HELP = {"diarize": "speaker diarization: AUDIO... to RTTM, and DER scoring"}
 
 #: subcommands; any other first word is an audio file: ``normlab diarize AUDIO...`` is ``diarize run AUDIO...``
-COMMANDS = ("score", "run", "evaluate", "simulate", "train", "recipe")
+COMMANDS = ("score", "run", "evaluate", "simulate", "train", "recipe", "tune")
 
 
 def _read_rttms(paths: list[str]) -> dict:
@@ -132,6 +132,62 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_diarize_tune(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    import torch
+
+    from .._checks import BadValue
+    from ..diarization.models.eend import SHIPPED
+    from ..diarization.pipeline.api import load_encoder, load_model
+    from ..diarization.pipeline.tuning import SEGMENT_GRID, STITCH_GRID, parse_grid, tune_pipeline
+    from ..diarization.training.provenance import write_pipeline
+
+    if args.save and args.model is None:
+        raise BadValue("--save writes into the model file: give it with --model (the shipped model is read-only)")
+    tests = {}
+    for item in args.test:
+        name, _, dirs = item.rpartition("=")
+        tests[name or pathlib.Path(dirs.split(",")[0]).name] = dirs.split(",")
+    grids = parse_grid(args.grid, (SEGMENT_GRID, STITCH_GRID))
+    torch.set_grad_enabled(False)
+    model, encoder = load_model(args.model), load_encoder(args.embedding)
+
+    def show(row: dict, seconds: float) -> None:  # one line per setting tried: a long job shows its progress
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}),
+              f"{seconds:.0f}s", file=sys.stderr, flush=True)
+
+    result = tune_pipeline(model, encoder, args.dev.split(","), tests, segment_grid=grids[0], stitch_grid=grids[1],
+                           jobs=args.jobs, progress=show)
+    pathlib.Path(args.out).write_text(json.dumps({"model": str(args.model or SHIPPED), **result}, indent=1) + "\n")
+    if args.save:
+        write_pipeline(args.model, result["modes"], result["speakers"], {k: v for k, v in result.items()
+                                                                          if k != "grid"})
+    print(format_tuning(result))
+    print(f"wrote {args.out}" + (f"; stored the choice in {args.model}" if args.save else ""))
+    return 0
+
+
+def format_tuning(result: dict) -> str:
+    """The dev choice per mode and every test set's scores, one line each."""
+    def line(r):
+        return (f"DER {100 * r['der_0.25']:.2f}% / {100 * r['der_0']:.2f}% (collar 0.25 / 0; missed "
+                f"{100 * r['missed']:.1f}%, false alarm {100 * r['false_alarm']:.1f}%, confusion "
+                f"{100 * r['confusion']:.1f}%), speaker count right on {100 * r['count_right']:.0f}% of files, "
+                f"overlap precision {r['overlap_precision']:.2f}")
+    out = [f"dev ({result['dev_files']} files, {len(result.get('grid', []))} settings): default mode "
+           f"{result['speakers']}"]
+    for m, kw in result["modes"].items():
+        out.append(f"  {m}: {kw}")
+    for name, r in result["dev_scores"].items():
+        out.append(f"  dev, {name}: {line(r)}")
+    for key in (k for k in result if k.startswith("test:")):
+        for name, r in result[key].items():
+            out.append(f"  {key[5:]} (scored once), {name}: {line(r)}")
+    return "\n".join(out)
+
+
 def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
     import torch
 
@@ -156,6 +212,9 @@ def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
             print(f"{key} ({result[key + '_recordings']} mixtures, {what}), {name.replace('_', ' ')} s: "
                   f"DER {100 * r['der']:.2f}% (false alarm {100 * r['false_alarm']:.2f}%, missed "
                   f"{100 * r['missed']:.2f}%, confusion {100 * r['confusion']:.2f}%)")
+    if "pipeline" in result:
+        print("pipeline settings chosen on the dev set (stored in the model file):")
+        print(format_tuning(result["pipeline"]))
     print(f"wrote {args.out}/model.pt and {args.out}/results.json ({sum(result['seconds'].values()):.0f} s)")
     return 0
 
@@ -283,6 +342,21 @@ def add_parsers(sub, name: str) -> None:
                     "timelines with missed speech, false alarm and confusion marked (default: no page)")
     pipeline_options(ev)
     ev.set_defaults(func=_cmd_diarize_evaluate)
+
+    tu = dsub.add_parser("tune", help="choose the pipeline's settings on a dev set (every file together), score "
+                         "held-out sets once with the choice")
+    tu.add_argument("--dev", required=True, help="comma-separated dev folders: wav/*.wav (or *.wav) and ref.rttm")
+    tu.add_argument("--test", action="append", default=[], metavar="[NAME=]DIR[,DIR]",
+                    help="a held-out set, scored once with the dev choice (repeatable)")
+    tu.add_argument("--model", default=None, help="EEND model file (default: the shipped model)")
+    tu.add_argument("--embedding", default=None, metavar="WEIGHTS",
+                    help="speaker encoder weights (default: the shipped GE2E weights)")
+    tu.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
+                    help="replace one axis of the grid (repeatable), e.g. --grid vad=off,gate")
+    tu.add_argument("--jobs", type=positive_int, default=1, help=f"processes segmenting files in parallel {d}")
+    tu.add_argument("--out", default="tune.json", help=f"the grid, the choice and the test scores {d}")
+    flag(tu, "--save", "store the choice in the --model file (the pipeline's defaults for it)")
+    tu.set_defaults(func=_cmd_diarize_tune)
 
     rc = dsub.add_parser("recipe", help="simulate, train, tune on dev, score on test: the shipped model's recipe")
     rc.add_argument("--out", required=True, help="writes OUT/model.pt, OUT/results.json (re-running resumes; required)")

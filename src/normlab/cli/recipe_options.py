@@ -46,6 +46,11 @@ HELP = {
     "encoder": "encoder type",
     "dropout": "dropout in the feed-forward hidden layer and on branch outputs",
     "seed": "random seed (data and training)",
+    "restart_at": "step where a second cosine learning-rate cycle starts (ignored when --steps is not larger)",
+    "restart_lr": "the second cycle's peak learning rate",
+    "dev_extra": "more dev folders (wav/*.wav and ref.rttm, comma-separated) for choosing the pipeline's settings",
+    "tune_grid": "pipeline settings to try on the dev set, NAME=V1,V2 items separated by ';' (default: the full "
+                 "grid of pipeline/tuning.py); 'none' skips the pipeline tuning",
 }
 FLAGS = ("augment",)  # 0/1 fields that mean on/off
 

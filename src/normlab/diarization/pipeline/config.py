@@ -45,17 +45,23 @@ class PipelineConfig:
     def for_model(cls, model, **overrides) -> "PipelineConfig":
         """The pipeline's defaults, the model file's ``postprocess``, the mode's, then ``overrides`` (None ignored).
 
-        The model file's post-processing was chosen for the model's own local
-        speakers, so in ``eend`` mode it wins over ``MODE_DEFAULTS["eend"]``;
-        ``speech`` mode reads the model differently (any speaker, gated) and its
-        own settings (``MODE_DEFAULTS["speech"]``) win over the file's.
-        ``overrides`` win over everything.
+        A model file carries two kinds of settings: the window-level ones its
+        recipe chose for its own local speakers (threshold, median), and, under
+        ``postprocess["modes"][mode]``, the whole pipeline's settings chosen on
+        a development set for each mode (``normlab diarize tune
+        --save``). The latter win over everything but ``overrides``. Without
+        them, in ``eend`` mode the file's settings win over
+        ``MODE_DEFAULTS["eend"]``, while ``speech`` mode (which reads the model
+        differently: any speaker, gated) keeps ``MODE_DEFAULTS["speech"]``.
         """
-        stored = {k: v for k, v in getattr(model, "postprocess", {}).items() if k in TUNABLE}
+        post = getattr(model, "postprocess", {})
+        stored = {k: v for k, v in post.items() if k in TUNABLE}
         given = {k: v for k, v in overrides.items() if v is not None}
         mode = given.get("speakers", stored.get("speakers", cls.speakers))
         mode_kw = MODE_DEFAULTS.get(mode, {})
-        kw = {**stored, **mode_kw, **given} if mode == "speech" else {**mode_kw, **stored, **given}
+        tuned = {k: v for k, v in post.get("modes", {}).get(mode, {}).items() if k in TUNABLE}
+        kw = {**stored, **mode_kw} if mode == "speech" else {**mode_kw, **stored}
+        kw = {**kw, **tuned, **given}
         unknown = set(kw) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise BadValue(f"unknown pipeline option(s) {sorted(unknown)}")

@@ -75,6 +75,21 @@ def write(path: str | pathlib.Path, meta: dict) -> None:
     os.replace(tmp, path)
 
 
+def write_pipeline(path: str | pathlib.Path, modes: dict, speakers: str, tuning: dict) -> None:
+    """Store the pipeline settings chosen on a development set in the model file at ``path`` (atomically):
+    ``postprocess["modes"][mode]`` for each mode in ``modes``, the default mode ``speakers``, and how they were
+    chosen (``meta["pipeline_tuning"]``: the dev set, its scores, the versions)."""
+    path = pathlib.Path(path)
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    post = blob.setdefault("postprocess", {})
+    post["modes"] = {**post.get("modes", {}), **modes}
+    post["speakers"] = speakers
+    blob.setdefault("meta", {})["pipeline_tuning"] = {**tuning, "versions": versions()}
+    tmp = path.with_suffix(".pipeline.tmp")
+    torch.save(blob, tmp)
+    os.replace(tmp, path)
+
+
 def read(path: str | pathlib.Path) -> dict:
     """The ``meta`` entry of a model file (empty for files written before it existed)."""
     return torch.load(pathlib.Path(path), map_location="cpu", weights_only=True).get("meta", {})

@@ -75,6 +75,8 @@ class RecipeConfig:
     dropout: float = 0.0  # none: it costs ~13% of a CPU step, and 13 h of varied audio over a few thousand steps
     #                       does not overfit (train and dev losses stay together)
     seed: int = 0
+    dev_extra: str = ""  # more dev folders (comma-separated; e.g. real recordings) for the pipeline's settings
+    tune_grid: str = ""  # NAME=V1,V2 items (';'-separated) narrowing pipeline/tuning.py's grid; "none": no tuning
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
@@ -195,6 +197,23 @@ def _meta(cfg: RecipeConfig, data: pathlib.Path, train_seconds: float) -> dict:
             "torch_threads": torch.get_num_threads()}
 
 
+def tune_recipe_pipeline(model_path: pathlib.Path, data: pathlib.Path, cfg: RecipeConfig, jobs: int = 1) -> dict:
+    """Choose the pipeline's settings for the model at ``model_path`` on ``data/dev`` (and ``cfg.dev_extra``),
+    score the test sets once, and store the choice in the model file; returns the tuning without its grid."""
+    from ..models.embed import SpeakerEncoder
+    from ..pipeline.tuning import SEGMENT_GRID, STITCH_GRID, parse_grid, tune_pipeline
+
+    model = EENDModel.load(model_path)
+    grids = parse_grid([g for g in cfg.tune_grid.split(";") if g.strip()], (SEGMENT_GRID, STITCH_GRID))
+    dev = [data / "dev", *[pathlib.Path(d) for d in cfg.dev_extra.split(",") if d]]
+    tests = {name: [data / name] for name in ("test", "test_synth") if (data / name / "ref.rttm").exists()}
+    result = tune_pipeline(model, SpeakerEncoder.load(), dev, tests, segment_grid=grids[0], stitch_grid=grids[1],
+                           jobs=jobs)
+    provenance.write_pipeline(model_path, result["modes"], result["speakers"],
+                              {k: v for k, v in result.items() if k != "grid"})
+    return {k: v for k, v in result.items() if k != "grid"}
+
+
 def run_recipe(out: str | pathlib.Path, cfg: RecipeConfig = RecipeConfig(), *, data: str | pathlib.Path | None = None,
                progress: Progress | None = None, jobs: int = 1) -> dict:
     """Simulate (into ``data``, default ``out/data``), train, tune, score; write ``out/model.pt`` and
@@ -220,6 +239,10 @@ def run_recipe(out: str | pathlib.Path, cfg: RecipeConfig = RecipeConfig(), *, d
     tmp = out / "model.pt.tmp"
     model.save(tmp)
     provenance.write(tmp, meta)
+    if cfg.tune_grid != "none":  # the whole pipeline's settings, chosen on the dev set (pipeline/tuning.py)
+        t4 = time.time()
+        result["pipeline"] = tune_recipe_pipeline(tmp, data, cfg, jobs)
+        result["seconds"]["pipeline"] = round(time.time() - t4, 1)
     tmp.replace(out / "model.pt")  # never a half-written model file
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     return result

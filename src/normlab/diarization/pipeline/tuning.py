@@ -1,0 +1,202 @@
+"""Choose the pipeline's settings on a development set; score held-out sets once with the choice.
+
+Segmentation (model + VAD + embeddings) runs once per segmentation setting
+(mode, VAD use, threshold, piece, window step) and file; the clustering and
+stitching settings are a grid over those segmentations. The dev choice
+minimises total DER at collar 0.25 over every dev file together, in each mode;
+the mode with the lower DER becomes the default. Each held-out set is then
+scored once with the choice and once with the best ``vad="speech"`` reading
+(Silero alone decides speech), the comparison the model has to beat. Besides
+DER the rows give the share of files whose speaker count is right and the
+overlap precision (of the frames called overlap, the share that are overlap in
+the reference).
+"""
+from __future__ import annotations
+
+import itertools
+import pathlib
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import torch
+
+from ..._checks import BadValue, NotFound
+from ..io.audio import SAMPLE_RATE, read_mono
+from ..io.rttm import Turn, read_rttm
+from ..metrics.der import score
+from .config import PipelineConfig
+from .stitch import segment, stitch
+
+#: the settings each segmentation of the dev set is made with (model and embeddings run once per combination)
+SEGMENT_GRID = {"speakers": ("eend", "speech"), "vad": ("off", "gate", "speech"), "threshold": (0.2, 0.3, 0.4),
+                "piece": (1.5,), "step": (5.0, 2.5)}
+#: the settings tried on each segmentation (clustering and stitching only: cheap)
+STITCH_GRID = {"cluster_threshold": (0.2, 0.3, 0.4, 0.5), "min_cluster": (2.0, 4.0, 8.0),
+               "weighting": ("mean", "hamming"), "overlap_threshold": (0.5, 0.6, 0.7, 0.8)}
+KEYS = (*SEGMENT_GRID, *STITCH_GRID)
+
+
+def meaningful(kw: dict, stitch_grid: dict = STITCH_GRID) -> bool:
+    """False for settings the pipeline ignores in that mode (they would repeat another row)."""
+    if kw.get("speakers") == "eend" and kw.get("vad") == "speech":
+        return False  # "speech" is a speech-mode reading; eend mode gates with the VAD instead
+    first = stitch_grid["overlap_threshold"][0]
+    if kw.get("speakers") == "speech" and kw.get("overlap_threshold", first) != first:
+        return False  # one speaker at a time: no second speaker to threshold
+    return True
+
+
+def parse_grid(items: list[str], grids: tuple[dict, dict]) -> tuple[dict, dict]:
+    """``NAME=V1,V2`` replaces that axis of (a copy of) the segment or the stitch grid."""
+    seg, st = dict(grids[0]), dict(grids[1])
+    for item in items:
+        name, _, values = item.partition("=")
+        grid = seg if name in seg else st if name in st else None
+        if grid is None or not values:
+            raise BadValue(f"grid {item!r}: expected NAME=V1,V2 with NAME one of {sorted([*seg, *st])}")
+        kind = type(grid[name][0])
+        try:
+            grid[name] = tuple(kind(v) for v in values.split(","))
+        except ValueError as e:
+            raise BadValue(f"grid {item!r}: {e}") from None
+    return seg, st
+
+
+def files_of(dirs: list) -> list[tuple[pathlib.Path, list[Turn]]]:
+    """(audio, reference turns) of every ``DIR/wav/*.wav`` (or ``DIR/*.wav``) named in ``DIR/ref.rttm``
+    (or the folder's one ``.rttm``)."""
+    out = []
+    for d in map(pathlib.Path, dirs):
+        rttm = d / "ref.rttm" if (d / "ref.rttm").is_file() else next(iter(sorted(d.glob("*.rttm"))), None)
+        if rttm is None:
+            raise NotFound(f"{d}: no ref.rttm (a folder of wav/*.wav and ref.rttm, or *.wav with one .rttm)")
+        ref = read_rttm(rttm)
+        wavs = sorted((d / "wav").glob("*.wav")) if (d / "wav").is_dir() else sorted(d.glob("*.wav"))
+        out += [(w, ref.get(w.stem, [])) for w in wavs if w.stem in ref]
+    return out
+
+
+def overlap_precision(ref: list[Turn], hyp: list[Turn], step: float = 0.01) -> tuple[float, float]:
+    """(frames the hypothesis calls overlap that are reference overlap, frames it calls overlap)."""
+    end = max([t.start + t.duration for t in ref + hyp], default=0.0)
+    n = int(end / step) + 1
+
+    def counts(turns):
+        c = np.zeros(n, np.int16)
+        for spk in {t.speaker for t in turns}:
+            a = np.zeros(n, bool)
+            for t in turns:
+                if t.speaker == spk:
+                    a[int(t.start / step) : int((t.start + t.duration) / step)] = True
+            c += a
+        return c
+
+    r, h = counts(ref), counts(hyp)
+    return float(((h >= 2) & (r >= 2)).sum()), float((h >= 2).sum())
+
+
+def measure(segs: dict, refs: dict, cfg: PipelineConfig) -> dict:
+    """DER at collars 0.25 and 0, its parts, speaker counts and overlap precision of one setting."""
+    hyp = {uri: stitch(s, cfg) for uri, s in segs.items()}
+    out = {f"der_{c:g}": score(refs, hyp, collar=c).der for c in (0.25, 0.0)}
+    r = score(refs, hyp, collar=0.0)
+    out.update({k: getattr(r, k) / r.total for k in ("missed", "false_alarm", "confusion")})
+    out["count_right"] = float(np.mean([len({t.speaker for t in hyp[u]}) == len({t.speaker for t in refs[u]})
+                                        for u in refs]))
+    hit, called = map(sum, zip(*(overlap_precision(refs[u], hyp[u]) for u in refs)))
+    out["overlap_precision"] = hit / called if called else float("nan")
+    out["overlap_called_s"] = called * 0.01
+    return out
+
+
+_WORKER: dict = {}
+
+
+def _init(model, encoder) -> None:
+    torch.set_num_threads(1)
+    torch.set_grad_enabled(False)
+    _WORKER.update(model=model, encoder=encoder)
+
+
+def _segment_one(job):
+    path, cfg = job
+    return path.stem, segment(_WORKER["model"], _WORKER["encoder"], read_mono(path, SAMPLE_RATE), path.stem, cfg)
+
+
+class Segmenter:
+    """Segments files with one model and encoder, in ``jobs`` processes (each loads them once)."""
+
+    def __init__(self, model, encoder, jobs: int = 1):
+        self.pool = ProcessPoolExecutor(jobs, initializer=_init, initargs=(model, encoder)) if jobs > 1 else None
+        if self.pool is None:
+            _init(model, encoder)
+
+    def __call__(self, paths: list[pathlib.Path], cfg: PipelineConfig) -> dict:
+        jobs = [(p, cfg) for p in paths]
+        return dict(self.pool.map(_segment_one, jobs) if self.pool else map(_segment_one, jobs))
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+def _settings(grid: dict) -> list[dict]:
+    return [dict(zip(grid, v)) for v in itertools.product(*grid.values())]
+
+
+def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segment_grid: dict = SEGMENT_GRID,
+                  stitch_grid: dict = STITCH_GRID, jobs: int = 1,
+                  progress: Callable[[dict, float], None] | None = None) -> dict:
+    """Every setting of the grids on the ``dev`` folders together; ``tests`` (name -> folders) scored once.
+
+    Returns the rows, the dev choice per mode (``modes``), the default mode
+    (``speakers``), the best ``vad="speech"`` reading and, per test set, the
+    choice's and that reading's scores.
+    """
+    dev_files = files_of(dev)
+    if not dev_files:
+        raise NotFound(f"no dev recordings with references in {[str(d) for d in dev]}")
+    refs = {w.stem: ref for w, ref in dev_files}
+    run = Segmenter(model, encoder, jobs)
+    rows, t0 = [], time.time()
+    try:
+        for seg_kw in _settings(segment_grid):
+            if not meaningful(seg_kw, stitch_grid):
+                continue
+            segs = run([w for w, _ in dev_files], PipelineConfig.for_model(model, **seg_kw))
+            for st_kw in _settings(stitch_grid):
+                if not meaningful({**seg_kw, **st_kw}, stitch_grid):
+                    continue
+                cfg = PipelineConfig.for_model(model, **seg_kw, **st_kw)
+                rows.append({**seg_kw, **st_kw, **measure(segs, refs, cfg)})
+                if progress:
+                    progress(rows[-1], time.time() - t0)
+        keys = (*segment_grid, *stitch_grid)
+        pick = lambda rs: {k: min(rs, key=lambda r: r["der_0.25"])[k] for k in keys}  # noqa: E731
+        modes = {m: pick(rs) for m in ("eend", "speech") if (rs := [r for r in rows if r["speakers"] == m
+                                                                       and r["vad"] != "speech"])}
+        if not modes:
+            raise BadValue("the grid has no setting where the model decides speech (vad off or gate)")
+        best = {m: min(r["der_0.25"] for r in rows if all(r[k] == v for k, v in kw.items()))
+                for m, kw in modes.items()}
+        speakers = min(best, key=best.get)
+        vad_rows = [r for r in rows if r["vad"] == "speech"]
+        readings = {"chosen": modes[speakers]}
+        if vad_rows:
+            readings["vad_speech"] = pick(vad_rows)
+        result = {"dev": [str(d) for d in dev], "dev_files": len(dev_files), "grid": rows, "modes": modes,
+                  "speakers": speakers, "readings": readings,
+                  "dev_scores": {name: next(r for r in rows if all(r[k] == kw[k] for k in keys))
+                                 for name, kw in readings.items()}}
+        for name, dirs in (tests or {}).items():  # scored once per reading, with the dev choice
+            files = files_of(dirs)
+            test_refs = {w.stem: ref for w, ref in files}
+            result[f"test:{name}"] = {}
+            for reading, kw in readings.items():
+                cfg = PipelineConfig.for_model(model, **kw)
+                result[f"test:{name}"][reading] = measure(run([w for w, _ in files], cfg), test_refs, cfg)
+    finally:
+        run.close()
+    return result

@@ -1,0 +1,113 @@
+"""Pipeline tuning (``pipeline/tuning.py``, ``normlab diarize tune``): the dev choice is the grid's minimum in each
+mode, held-out sets are scored once with it (never re-tuned), and a saved choice becomes the model's defaults."""
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from normlab import UserError
+from normlab.cli import main
+from normlab.diarization.io.rttm import Turn, write_rttm
+from normlab.diarization.models.eend import EENDModel, ModelConfig
+from normlab.diarization.models.embed import SpeakerEncoder
+from normlab.diarization.pipeline.config import PipelineConfig
+from normlab.diarization.pipeline.stitch import segment
+from normlab.diarization.pipeline.tuning import (
+    SEGMENT_GRID,
+    STITCH_GRID,
+    files_of,
+    meaningful,
+    measure,
+    parse_grid,
+    tune_pipeline,
+)
+
+SR = 16000
+SEG = {"speakers": ("eend", "speech"), "vad": ("off", "speech"), "threshold": (0.3, 0.8), "piece": (1.5,),
+       "step": (2.0,)}
+STITCH = {"cluster_threshold": (0.3, 0.6), "min_cluster": (0.0,), "weighting": ("mean",),
+          "overlap_threshold": (0.5, 0.7)}
+
+
+def _folder(root, name, seeds):
+    """A dev/test folder: two tone 'speakers' taking turns (wav/*.wav, ref.rttm)."""
+    d = root / name
+    (d / "wav").mkdir(parents=True)
+    refs = {}
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        t = np.arange(8 * SR) / SR
+        voices = [0.3 * np.sin(2 * np.pi * f * t) for f in (180.0 + 20 * seed, 900.0)]
+        audio = np.where((t % 4) < 2, voices[0], voices[1]) * ((t % 2) < 1.6)
+        sf.write(d / "wav" / f"r{seed}.wav", (audio + 0.01 * rng.standard_normal(len(t))).astype(np.float32), SR)
+        refs[f"r{seed}"] = [Turn(f"r{seed}", a, 1.6, f"s{(a // 2) % 2:.0f}") for a in np.arange(0, 8, 2.0)]
+    write_rttm([t for ts in refs.values() for t in ts], d / "ref.rttm")
+    return d
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tune")
+    torch.manual_seed(0)
+    model = EENDModel(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, n_speakers=3, dropout=0.0))
+    with torch.no_grad():
+        model.head.bias.fill_(1.0)
+    model.postprocess.update({"window": 4.0, "median": 1})
+    model.save(root / "m.pt")
+    SpeakerEncoder().save(root / "enc.pt")  # random weights: the test is about the bookkeeping, not the DER
+    return root, _folder(root, "dev", [1, 2]), _folder(root, "test", [3])
+
+
+def test_grid_axes_and_meaningless_rows():
+    seg, st = parse_grid(["vad=off", "threshold=0.2,0.4"], (SEGMENT_GRID, STITCH_GRID))
+    assert seg["vad"] == ("off",) and seg["threshold"] == (0.2, 0.4) and SEGMENT_GRID["vad"] != ("off",)
+    for bad in ("colour=red", "threshold=", "threshold=high"):
+        with pytest.raises(UserError, match="grid"):
+            parse_grid([bad], (SEGMENT_GRID, STITCH_GRID))
+    assert not meaningful({"speakers": "eend", "vad": "speech"})
+    assert not meaningful({"speakers": "speech", "overlap_threshold": 0.7}, {"overlap_threshold": (0.5, 0.7)})
+    assert meaningful({"speakers": "eend", "vad": "off", "overlap_threshold": 0.7}, {"overlap_threshold": (0.5, 0.7)})
+
+
+def test_dev_choice_is_the_minimum_and_tests_are_scored_with_it(setup):
+    root, dev, test = setup
+    model, encoder = EENDModel.load(root / "m.pt"), SpeakerEncoder.load(root / "enc.pt")
+    torch.set_grad_enabled(False)
+    try:
+        r = tune_pipeline(model, encoder, [dev], {"held": [test]}, segment_grid=SEG, stitch_grid=STITCH)
+    finally:
+        torch.set_grad_enabled(True)
+    # eend: vad off x 2 thresholds x 4 stitch settings; speech: 2 vad x 2 thresholds x 2 (no overlap axis)
+    assert len(r["grid"]) == 2 * 4 + 4 * 2
+    assert len({g["der_0.25"] for g in r["grid"]}) > 2  # the grid has something to choose
+    for mode, kw in r["modes"].items():
+        rows = [g for g in r["grid"] if g["speakers"] == mode and g["vad"] != "speech"]
+        assert kw == {k: min(rows, key=lambda g: g["der_0.25"])[k] for k in kw}
+    assert r["dev_scores"]["chosen"]["der_0.25"] == min(g["der_0.25"] for g in r["grid"] if g["vad"] != "speech")
+    assert r["readings"]["chosen"] == r["modes"][r["speakers"]] and r["readings"]["vad_speech"]["vad"] == "speech"
+    cfg = PipelineConfig.for_model(model, **r["readings"]["chosen"])  # the held-out set: the choice alone
+    segs = {w.stem: segment(model, encoder, torch.from_numpy(sf.read(w, dtype="float32")[0]), w.stem, cfg)
+            for w, _ in files_of([test])}
+    assert r["test:held"]["chosen"] == pytest.approx(measure(segs, {w.stem: t for w, t in files_of([test])}, cfg),
+                                                     nan_ok=True)
+
+
+def test_cli_saves_the_choice_as_the_model_defaults(setup, tmp_path, capsys):
+    root, dev, test = setup
+    model = tmp_path / "m.pt"
+    model.write_bytes((root / "m.pt").read_bytes())
+    grid = [a for k, v in {**SEG, **STITCH}.items() for a in ("--grid", f"{k}={','.join(map(str, v))}")]
+    assert main(["diarize", "tune", "--dev", str(dev), "--test", f"held={test}", "--model", str(model),
+                 "--embedding", str(root / "enc.pt"), "--out", str(tmp_path / "t.json"), "--save", *grid]) == 0
+    out = json.loads((tmp_path / "t.json").read_text())
+    assert "held (scored once), chosen: DER" in capsys.readouterr().out
+    loaded = EENDModel.load(model)
+    cfg = PipelineConfig.for_model(loaded)
+    assert {k: getattr(cfg, k) for k in out["readings"]["chosen"]} == out["readings"]["chosen"]
+    assert PipelineConfig.for_model(loaded, threshold=0.45).threshold == 0.45  # the caller still wins
+    other = "speech" if out["speakers"] == "eend" else "eend"
+    assert PipelineConfig.for_model(loaded, speakers=other).threshold == out["modes"][other]["threshold"]
+    assert main(["diarize", "tune", "--dev", str(dev), "--save"]) == 2  # the shipped model is never written
+    assert "--model" in capsys.readouterr().err
