@@ -160,12 +160,16 @@ def test_recipe_end_to_end_at_debug_size_resumes_and_records_provenance(tmp_path
     torch.set_num_threads(1)
     cfg = RecipeConfig(n_train=3, n_dev=2, n_test=2, n_test_dry=1, n_train_synth=0, n_test_synth=0, steps=6,
                        warmup=2, batch=4, d_model=16, n_layers=1, n_heads=2, min_utterances=2, max_utterances=3,
-                       sources="espeak")
+                       sources="espeak", tune_grid="speakers=eend,speech;vad=off;threshold=0.3;step=5.0;"
+                       "cluster_threshold=0.3;min_cluster=2.0;weighting=mean;overlap_threshold=0.5,0.7")
     out = tmp_path / "r"
     result = run_recipe(out, cfg)
     best = min(result["dev_grid"], key=lambda g: g["der"])
     model = EENDModel.load(out / "model.pt")
-    assert model.postprocess == {"threshold": best["threshold"], "median": best["median"]}
+    pipeline = result["pipeline"]  # then the whole pipeline's settings, on the same dev set, stored per mode
+    assert model.postprocess == {"threshold": best["threshold"], "median": best["median"],
+                                 "modes": pipeline["modes"], "speakers": pipeline["speakers"]}
+    assert set(pipeline["modes"]) == {"eend", "speech"} and "test:test" in pipeline
     assert model.cfg.n_speakers == 4 and result["window_frames"] == 100
     assert result["test_recordings"] == 2 and math.isfinite(result["test"]["collar_0.25"]["der"])
     assert result["test_dry_recordings"] == 1 and "collar_0" in result["test_dry"]
