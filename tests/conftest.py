@@ -38,3 +38,18 @@ def skip_unsupported(impl: str, op: str, x: torch.Tensor, eps: float | None = No
 def max_err(a: torch.Tensor, ref: torch.Tensor) -> float:
     """Max abs difference of ``a`` from a float64 reference."""
     return (a.double() - ref.double()).abs().max().item() if a.numel() else 0.0
+
+
+@pytest.fixture
+def no_matplotlib(monkeypatch):
+    """``import matplotlib`` (and its submodules) fails as it does where the plot extra is not installed."""
+    import builtins
+
+    real = builtins.__import__
+
+    def no_mpl(name, *a, **k):
+        if name.split(".")[0] == "matplotlib":
+            raise ImportError("No module named 'matplotlib'")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_mpl)

@@ -159,17 +159,7 @@ def test_cli_evaluate_writes_one_page_with_every_recording(files, tmp_path, caps
     assert 'id="talk"' in page and "<table" in page
 
 
-def test_without_matplotlib_plot_stops_before_any_work(files, tmp_path, capsys, monkeypatch):
-    import builtins
-
-    real = builtins.__import__
-
-    def no_mpl(name, *a, **k):
-        if name.split(".")[0] == "matplotlib":
-            raise ImportError("No module named 'matplotlib'")
-        return real(name, *a, **k)
-
-    monkeypatch.setattr(builtins, "__import__", no_mpl)
+def test_without_matplotlib_plot_stops_before_any_work(files, tmp_path, capsys, no_matplotlib):
     d = files
     rc = main(["diarize", str(d / "wav" / "talk.wav"), "--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt"),
                "--out", str(tmp_path / "p"), "--plot"])

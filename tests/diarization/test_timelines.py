@@ -131,16 +131,6 @@ def test_the_page_has_the_table_and_aligned_rows_with_the_errors_by_kind():
     assert "12" in [t.text for t in root.find(f"{SVG}g").findall(f"{SVG}text")]
 
 
-def test_without_matplotlib_plot_is_one_line_naming_the_extra(monkeypatch, tmp_path):
-    import builtins
-
-    real = builtins.__import__
-
-    def no_mpl(name, *a, **k):
-        if name.split(".")[0] == "matplotlib":
-            raise ImportError("No module named 'matplotlib'")
-        return real(name, *a, **k)
-
-    monkeypatch.setattr(builtins, "__import__", no_mpl)
+def test_without_matplotlib_plot_is_one_line_naming_the_extra(no_matplotlib, tmp_path):
     with pytest.raises(ImportError, match=r"^timeline plots need matplotlib: pip install 'normlab\[plot\]'$"):
         timeline_png(REF, tmp_path / "x.png")
