@@ -27,8 +27,8 @@ def _rigged(monkeypatch, winner: str):
     """Make timing report ``winner`` 10x faster than every other candidate; count the timings."""
     calls = []
 
-    def fake(cands, op, x, d, eps):
-        calls.append(op)
+    def fake(cands, op, x, d, eps, backward=True):
+        calls.append(op if backward else f"{op} fwd")
         return {n: (0.1 if n == winner else 1.0) for n in cands}, f"4x{d}"
 
     monkeypatch.setattr(autotune, "_time", fake)
@@ -45,7 +45,8 @@ def test_decision_is_measured_once_kept_and_saved(tuner):
     saved = json.loads(tuner.path.read_text())
     assert saved["machine"] == autotune.machine()
     (k,) = saved["decisions"]
-    assert k == f"layer_norm|float32|d256|t{torch.get_num_threads()}|cpu" and saved["decisions"][k]["impl"] == d.impl
+    assert k == f"layer_norm|float32|d256|t{torch.get_num_threads()}|cpu|train"
+    assert saved["decisions"][k]["impl"] == d.impl
     again = autotune.Tuner(tuner.path).choose("layer_norm", x, 256, 1e-5, {"cpu": None, "native": None}, "cpu")
     assert again.why == "cached" and again.impl == d.impl
 
@@ -60,8 +61,30 @@ def test_a_decision_never_changes_mid_run(tuner, monkeypatch):
 
 
 @needs_two
+def test_inference_is_its_own_decision_timed_forward_only(tuner, monkeypatch):
+    """Under no_grad no backward follows: the key says ``fwd`` and only the forward is timed, so inference may
+    run torch's forward where training runs the C++ pair; each mode keeps its own decision for the process."""
+    timed = []
+
+    def fake(cands, op, x, d, eps, backward=True):
+        timed.append(backward)
+        return ({"cpu": 0.1, "native": 1.0} if backward else {"cpu": 1.0, "native": 0.1}), f"4x{d}"
+
+    monkeypatch.setattr(autotune, "_time", fake)
+    x = torch.randn(8, 768)
+    assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "cpu"
+    with torch.no_grad():
+        assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "native"
+        assert autotune.key("layer_norm", x, 768).endswith("|fwd")
+    with torch.inference_mode():
+        assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "native"
+    assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "cpu" and timed == [True, False]
+    assert {k.rsplit("|", 1)[1] for k in json.loads(tuner.path.read_text())["decisions"]} == {"train", "fwd"}
+
+
+@needs_two
 def test_fixed_choice_kept_within_the_margin(tuner, monkeypatch):
-    monkeypatch.setattr(autotune, "_time", lambda c, *a: ({"cpu": 1.0, "native": 0.97}, "4x768"))
+    monkeypatch.setattr(autotune, "_time", lambda c, *a, **k: ({"cpu": 1.0, "native": 0.97}, "4x768"))
     assert kernels.resolve("auto", "layer_norm", torch.randn(4, 768), 1e-5) == "cpu"  # 3% is noise
 
 

@@ -204,7 +204,8 @@ def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
     print(f"dev ({cfg.n_dev} mixtures): threshold {pp['threshold']:g}, median {pp['median']} -> "
           f"DER {100 * result['dev_der']:.2f}%")
     print("DER per 10 s window (local; speakers matched per window), each set scored once:")
-    sets = [(k, what) for k, what in (("test", "unseen voices, perturbed"), ("test_dry", "unseen voices, clean"),
+    sets = [(k, what) for k, what in (("test", "unseen voices, perturbed"), ("test_mixed", "unseen people and voices"),
+                                      ("test_dry", "unseen voices, clean"),
                                       ("test_reverb", "unseen voices, reverberant"), ("flite", "flite voices"))
             if k in result]
     for key, what in sets:

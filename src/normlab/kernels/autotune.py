@@ -1,7 +1,8 @@
 """``auto`` measures where it runs: each kind of call is timed once per machine, then remembered.
 
 The first time ``auto`` meets a kind of call, the **key** (op, dtype, row-length
-bucket, thread count, device), with more than one kernel able to run it, it
+bucket, thread count, device, and whether autograd is recording: ``train`` or
+``fwd``), with more than one kernel able to run it, it
 times those kernels on a sample of that row length and keeps the fastest (as
 cuDNN's benchmark mode and Triton's autotuner do). The decision is kept for
 the process (it never changes mid-run) and saved, with the time of each
@@ -15,11 +16,18 @@ one warning.
   compiled path is not timed (its first call compiles for seconds); it runs
   where the fixed table puts it.
 * **The sample**: ``max(1, SAMPLE_ELEMS // D)`` rows of the call's own row
-  length, forward then backward (a training step's pair), each candidate once
+  length, forward then backward (a training step's pair) for a ``train`` key,
+  the forward alone for an ``fwd`` key (inference: under ``no_grad`` or
+  ``inference_mode``, where no backward follows), each candidate once
   to warm up, then :data:`REPEATS` rounds interleaved; a candidate's time is
   its fastest round. The fixed table's choice is kept unless another candidate
   is :data:`MARGIN` faster, so noise does not flip a tie. Cost: a few ms per key on an idle core (more
   where other processes take the cores: docs/performance.md).
+* **Two modes, two decisions**: torch's forward-only kernel can beat the
+  C++ one where the C++ pair wins forward+backward, so inference and training
+  each get the faster. Within a mode every guarantee of ``docs/numerics.md``
+  holds bitwise; between the modes a forward agrees within the contract's
+  accuracy bounds, not necessarily to the bit.
 * **No rows bucket in the key**: if two batch sizes could pick two kernels,
   a row computed alone and the same row inside a batch would come out of
   different kernels, and bitwise batch invariance (``docs/numerics.md``)
@@ -78,9 +86,15 @@ def row_bucket(d: int) -> int:
     return 1 << max(d - 1, 0).bit_length()
 
 
+def mode() -> str:
+    """``train`` where autograd records (a backward may follow), else ``fwd``."""
+    return "train" if torch.is_grad_enabled() else "fwd"
+
+
 def key(op: str, x: torch.Tensor, d: int) -> str:
     dev = str(x.device)
-    return f"{op}|{str(x.dtype).removeprefix('torch.')}|d{row_bucket(d)}|t{torch.get_num_threads()}|{dev}"
+    return (f"{op}|{str(x.dtype).removeprefix('torch.')}|d{row_bucket(d)}|t{torch.get_num_threads()}|{dev}"
+            f"|{mode()}")
 
 
 def machine() -> dict:
@@ -93,7 +107,7 @@ def machine() -> dict:
 class Decision:
     impl: str
     why: str  # "measured", "cached", "only candidate", "fixed table (...)"
-    ms: dict[str, float] = field(default_factory=dict)  # candidate -> fastest round, fwd+bwd on the sample
+    ms: dict[str, float] = field(default_factory=dict)  # candidate -> fastest round on the sample (fwd+bwd or fwd)
     sample: str = ""  # rows x D
     cost_ms: float = 0.0  # what measuring cost, timing and sample included
 
@@ -109,14 +123,17 @@ def _sample(op: str, dtype: torch.dtype, d: int, device) -> tuple:
     return spec, x, r, w, b, dy, ds
 
 
-def _time(kernels: dict[str, Kernel], op: str, x: torch.Tensor, d: int, eps: float) -> tuple[dict, str]:
-    """Fastest fwd+bwd round of each kernel on a fresh sample (ms), and the sample's shape."""
+def _time(kernels: dict[str, Kernel], op: str, x: torch.Tensor, d: int, eps: float,
+          backward: bool = True) -> tuple[dict, str]:
+    """Fastest round of each kernel on a fresh sample (ms; forward+backward, or the forward alone), and the
+    sample's shape."""
     spec, xs, r, w, b, dy, ds = _sample(op, x.dtype, d, x.device)
     sync = torch.cuda.synchronize if xs.is_cuda else (lambda: None)
 
     def step(k: Kernel):
         y, s, mean, rstd = k.fwd(xs, r, w, b, eps, rms=spec.rms, s_dtype=xs.dtype)
-        k.bwd(dy, xs if s is None else s, mean, rstd, w, ds, rms=spec.rms)
+        if backward:
+            k.bwd(dy, xs if s is None else s, mean, rstd, w, ds, rms=spec.rms)
 
     best = {name: float("inf") for name in kernels}
     with torch.no_grad():
@@ -196,7 +213,7 @@ class Tuner:
     def known(self, op: str, x: torch.Tensor, d: int, candidates) -> Decision | None:
         """The decision already taken for this kind of call, if any: one lookup by a tuple key (no lock and no
         string formatting: decisions are only ever added)."""
-        fast = (op, x.dtype, x.device, row_bucket(d), torch.get_num_threads())
+        fast = (op, x.dtype, x.device, row_bucket(d), torch.get_num_threads(), torch.is_grad_enabled())
         dec = self._fast.get(fast)
         if dec is None and self._decisions is not None:
             dec = self._decisions.get(key(op, x, d))
@@ -215,7 +232,7 @@ class Tuner:
             if known is not None and known.impl in candidates:
                 return known
             t0 = time.perf_counter()
-            ms, sample = _time(candidates, op, x, d, eps)
+            ms, sample = _time(candidates, op, x, d, eps, backward=mode() == "train")
             best = min(ms, key=ms.get)
             impl = best if ms[best] < (1 - MARGIN) * ms[fixed] else fixed
             dec = Decision(impl, "measured", ms, sample, round((time.perf_counter() - t0) * 1e3, 2))

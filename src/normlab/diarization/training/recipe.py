@@ -40,6 +40,8 @@ class RecipeConfig:
     n_train: int = 400  # simulated training conversations, 1-4 speakers: real people and synthesizers, perturbed
     n_train_real: int = 1000  # more training conversations of real people only (prompts.py), perturbed
     n_dev: int = 40  # for the threshold and median width: conversations of the dev split's real people
+    n_dev_mixed: int = 40  # for the pipeline's settings: dev people and dev synthesizer voices, 1-4 speakers
+    n_test_mixed: int = 40  # scored once: test people and test synthesizer voices, 1-4 speakers
     n_test: int = 40  # scored once: conversations of the test split's real people, perturbed like train
     n_test_dry: int = 0  # scored once (test voices), no perturbation: white noise at 10-20 dB only
     n_train_synth: int = 300  # EEND-style mixtures of synthesizer voices (the previous recipe's training set)
@@ -108,6 +110,10 @@ def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
     if real and cfg.n_train_real:
         sets.append(("train_real", sim("train", cfg.n_train_real, sources="real", seed=cfg.seed + 2)))
     sets += [("dev", sim("dev", cfg.n_dev, **held)), ("test", sim("test", cfg.n_test, **held))]
+    if cfg.n_dev_mixed:  # more speakers than two real people give: their pseudo-speakers and synthesizer voices
+        sets.append(("dev_mixed", sim("dev", cfg.n_dev_mixed, seed=cfg.seed + 3)))
+    if cfg.n_test_mixed:
+        sets.append(("test_mixed", sim("test", cfg.n_test_mixed, seed=cfg.seed + 3)))
     if cfg.n_test_synth:
         sets.append(("test_synth", sim("test", cfg.n_test_synth, sources="all", style="mixture")))
     if cfg.n_test_dry:
@@ -175,7 +181,7 @@ def score_model(model: EENDModel, data: pathlib.Path, frames: int = 100) -> dict
     model.postprocess.update(best)
     result = {"postprocess": best, "dev_grid": grid, "dev_der": min(g["der"] for g in grid),
               "window_frames": frames}
-    for name in ("test", "test_synth", "test_dry", "test_reverb", "flite"):  # scored once each, dev-tuned setting
+    for name in ("test", "test_mixed", "test_synth", "test_dry", "test_reverb", "flite"):  # scored once each
         if (data / name / "ref.rttm").exists():
             probs, ref = window_probs(model, data / name, frames)
             result[name] = _der(probs, ref, best)
@@ -205,8 +211,10 @@ def tune_recipe_pipeline(model_path: pathlib.Path, data: pathlib.Path, cfg: Reci
 
     model = EENDModel.load(model_path)
     grids = parse_grid([g for g in cfg.tune_grid.split(";") if g.strip()], (SEGMENT_GRID, STITCH_GRID))
-    dev = [data / "dev", *[pathlib.Path(d) for d in cfg.dev_extra.split(",") if d]]
-    tests = {name: [data / name] for name in ("test", "test_synth") if (data / name / "ref.rttm").exists()}
+    dev = [data / name for name in ("dev", "dev_mixed") if (data / name / "ref.rttm").exists()]
+    dev += [pathlib.Path(d) for d in cfg.dev_extra.split(",") if d]
+    tests = {name: [data / name] for name in ("test", "test_mixed", "test_synth")
+             if (data / name / "ref.rttm").exists()}
     result = tune_pipeline(model, SpeakerEncoder.load(), dev, tests, segment_grid=grids[0], stitch_grid=grids[1],
                            jobs=jobs)
     provenance.write_pipeline(model_path, result["modes"], result["speakers"],
