@@ -66,13 +66,17 @@ def test_dispatch_table_says_what_auto_runs_and_why(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(autotune, "TUNER", autotune.Tuner(tmp_path / "dispatch.json"))
     monkeypatch.setattr(autotune, "_enabled", True)
     result = bench_dispatch.run(("layer_norm", "rms_norm"), ((4, 768), (64, 768)), ("float32",))
-    ln, ln64, rms = result["rows"][0], result["rows"][1], result["rows"][2]
+    rows = {(r["op"], r["shape"], r["mode"]): r for r in result["rows"]}
+    ln, ln64, rms = rows["layer_norm", "4x768", "train"], rows["layer_norm", "64x768", "train"], \
+        rows["rms_norm", "4x768", "train"]
+    fwd = rows["layer_norm", "4x768", "fwd"]
     if cpu.available():
-        assert ln["why"] == "measured" and set(ln["ms"]) == {"cpu", "native"} and ln["impl"] in ln["ms"]
+        assert ln["why"] == fwd["why"] == "measured" and set(ln["ms"]) == {"cpu", "native"} and ln["impl"] in ln["ms"]
         assert ln64["key"] == ln["key"] and ln64["impl"] == ln["impl"]  # one decision per key
+        assert fwd["key"] == ln["key"].replace("|train", "|fwd")  # inference: a decision of its own
     assert rms["why"] == "only candidate" and rms["ms"] == {}
     text = bench_dispatch.markdown(result)
-    assert f"| layer_norm | 4x768 | float32 | {ln['impl']} | {ln['why']} |" in text
+    assert f"| layer_norm | 4x768 | float32 | train | {ln['impl']} | {ln['why']} |" in text
     assert main(["bench", "--dispatch", "--ops", "rms_norm", "--shapes", "8x16", "--dtypes", "bfloat16",
                  "--threads", "1", "--out", str(tmp_path)]) == 0
     assert "| rms_norm | 8x16 | bfloat16 |" in capsys.readouterr().out

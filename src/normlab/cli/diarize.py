@@ -310,12 +310,12 @@ def add_parsers(sub, name: str) -> None:
         q.add_argument("--median", type=positive_int, default=None,
                        help="median filter width in frames, odd (default: the model's)")
         q.add_argument("--local-speakers", choices=["speech", "eend"], default=None,
-                       help="speech: the model's speech in 1.5 s pieces, each piece's speaker from its embedding "
-                       "(best on real recordings); eend: the model's own local speakers, overlap kept "
-                       "(best on simulated conversations) (default: the model file's, else speech)")
+                       help="speech: the model's speech in pieces, each piece's speaker from its embedding, one "
+                       "speaker at a time; eend: the model's own local speakers, overlap kept (default: the one "
+                       "chosen on the model's dev set, stored in its file)")
         q.add_argument("--vad", choices=["gate", "speech", "off"], default=None,
                        help="Silero VAD: gate silences what it calls non-speech; speech: it alone "
-                       "decides speech; off (default: the model file's, else gate)")
+                       "decides speech; off: the model decides (default: the model file's, else gate)")
         q.add_argument("--device", type=check_spec, default="cpu",
                        help=f"where the segmentation model runs: {DEVICE_HELP} {d}")
 

@@ -21,14 +21,15 @@ from .bench import DTYPES, OPS, SHAPES, machine
 
 def run(ops=OPS, shapes=SHAPES, dtypes=DTYPES, progress: Callable | None = None) -> dict:
     rows = []
-    grid = [(o, s, d) for o in ops for s in shapes for d in dtypes]
-    for i, (op, (n, d), dtype) in enumerate(grid):
+    grid = [(o, s, d, m) for o in ops for s in shapes for d in dtypes for m in ("train", "fwd")]
+    for i, (op, (n, d), dtype, mode) in enumerate(grid):
         if progress:
-            progress(i, len(grid), f"{op} {n}x{d} {dtype}")
+            progress(i, len(grid), f"{op} {n}x{d} {dtype} {mode}")
         x = torch.empty(n, d, dtype=getattr(torch, dtype))  # only its dtype, device and shape are looked at
         eps = torch.finfo(acc_dtype(x.dtype)).eps if OP_SPECS[op].rms else 1e-5
-        dec = kernels.decide("auto", op, x, eps)
-        rows.append({"op": op, "shape": f"{n}x{d}", "dtype": dtype, "key": autotune.key(op, x, d), "impl": dec.impl,
+        with torch.set_grad_enabled(mode == "train"):  # training and inference are decided apart
+            dec, k = kernels.decide("auto", op, x, eps), autotune.key(op, x, d)
+        rows.append({"op": op, "shape": f"{n}x{d}", "dtype": dtype, "mode": mode, "key": k, "impl": dec.impl,
                      "why": dec.why, "ms": dec.ms, "sample": dec.sample, "cost_ms": dec.cost_ms})
     return {"machine": machine(), "autotune": autotune.enabled(), "cache": str(autotune.TUNER.path), "rows": rows}
 
@@ -37,11 +38,13 @@ def markdown(result: dict) -> str:
     state = "on" if result["autotune"] else "off (NORMLAB_AUTOTUNE=0 or set_autotune(False))"
     lines = [f"Dispatch on {result['machine']['cpu']}, {result['machine']['threads']} threads: autotune {state}; "
              f"decisions cached in {result['cache']}.", "",
-             "| op | shape | dtype | runs | why | candidates: fwd+bwd ms on the sample | sample | measuring cost ms |",
-             "|---|---|---|---|---|---|---|---:|"]
+             "| op | shape | dtype | mode | runs | why | candidates: ms on the sample (train: fwd+bwd, fwd: forward) "
+             "| sample | measuring cost ms |",
+             "|---|---|---|---|---|---|---|---|---:|"]
     for r in result["rows"]:
         cands = ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["ms"].items(), key=lambda kv: kv[1])) or "-"
         cost = f"{r['cost_ms']:.1f}" if r["cost_ms"] else "-"
-        lines.append(f"| {r['op']} | {r['shape']} | {r['dtype']} | {r['impl']} | {r['why']} | {cands} "
+        lines.append(f"| {r['op']} | {r['shape']} | {r['dtype']} | {r.get('mode', 'train')} | {r['impl']} | {r['why']} "
+                     f"| {cands} "
                      f"| {r['sample'] or '-'} | {cost} |")
     return "\n".join(lines)
