@@ -50,7 +50,7 @@ demo: system-deps $(STAMP)
 	  $(VENV)/bin/normlab diarize evaluate $(SAMPLE) $(SAMPLE)/sample.rttm; fi
 	@if command -v espeak-ng >/dev/null 2>&1; then \
 	  $(VENV)/bin/normlab diarize simulate --out $(DEMO) --n-mixtures 3 --split test --seed 7 && \
-	  $(VENV)/bin/normlab diarize $(DEMO)/wav/*.wav --local-speakers eend --out $(DEMO)/rttm && \
+	  $(VENV)/bin/normlab diarize $(DEMO)/wav/*.wav --out $(DEMO)/rttm && \
 	  $(VENV)/bin/normlab diarize score $(DEMO)/ref.rttm $(DEMO)/rttm --collar 0.25; \
 	else echo "espeak-ng missing: diarization demo skipped"; fi
 

@@ -159,7 +159,7 @@ def test_recipe_end_to_end_at_debug_size_resumes_and_records_provenance(tmp_path
 
     torch.set_num_threads(1)
     cfg = RecipeConfig(n_train=3, n_dev=2, n_test=2, n_test_dry=1, n_train_synth=0, n_test_synth=0, steps=6,
-                       n_dev_mixed=0, n_test_mixed=0,
+                       n_dev_mixed=0, n_dev_synth=0, n_test_mixed=0,
                        warmup=2, batch=4, d_model=16, n_layers=1, n_heads=2, min_utterances=2, max_utterances=3,
                        sources="espeak", tune_grid="speakers=eend,speech;vad=off;threshold=0.3;step=5.0;"
                        "cluster_threshold=0.3;min_cluster=2.0;weighting=mean;overlap_threshold=0.5,0.7")

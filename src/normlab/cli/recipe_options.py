@@ -15,6 +15,7 @@ HELP = {
     "n_train_real": "more training conversations of real people only, perturbed",
     "n_dev": "dev conversations (the dev split's people), for the threshold and median width",
     "n_dev_mixed": "dev conversations of 1-4 speakers (dev people and dev synthesizer voices), for the pipeline",
+    "n_dev_synth": "EEND-style dev mixtures of the dev split's synthesizer voices, for the pipeline",
     "n_test_mixed": "test conversations of 1-4 speakers (test people and test synthesizer voices), scored once",
     "n_test": "test conversations (the test split's people, perturbed like train), scored once",
     "n_test_dry": "test conversations without perturbation (white noise at 10-20 dB only), scored once",

@@ -41,6 +41,7 @@ class RecipeConfig:
     n_train_real: int = 1000  # more training conversations of real people only (prompts.py), perturbed
     n_dev: int = 40  # for the threshold and median width: conversations of the dev split's real people
     n_dev_mixed: int = 40  # for the pipeline's settings: dev people and dev synthesizer voices, 1-4 speakers
+    n_dev_synth: int = 40  # for the pipeline's settings: EEND-style mixtures of dev synthesizer voices (overlap)
     n_test_mixed: int = 40  # scored once: test people and test synthesizer voices, 1-4 speakers
     n_test: int = 40  # scored once: conversations of the test split's real people, perturbed like train
     n_test_dry: int = 0  # scored once (test voices), no perturbation: white noise at 10-20 dB only
@@ -112,6 +113,8 @@ def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
     sets += [("dev", sim("dev", cfg.n_dev, **held)), ("test", sim("test", cfg.n_test, **held))]
     if cfg.n_dev_mixed:  # more speakers than two real people give: their pseudo-speakers and synthesizer voices
         sets.append(("dev_mixed", sim("dev", cfg.n_dev_mixed, seed=cfg.seed + 3)))
+    if cfg.n_dev_synth:
+        sets.append(("dev_synth", sim("dev", cfg.n_dev_synth, sources="all", style="mixture")))
     if cfg.n_test_mixed:
         sets.append(("test_mixed", sim("test", cfg.n_test_mixed, seed=cfg.seed + 3)))
     if cfg.n_test_synth:
@@ -211,7 +214,7 @@ def tune_recipe_pipeline(model_path: pathlib.Path, data: pathlib.Path, cfg: Reci
 
     model = EENDModel.load(model_path)
     grids = parse_grid([g for g in cfg.tune_grid.split(";") if g.strip()], (SEGMENT_GRID, STITCH_GRID))
-    dev = [data / name for name in ("dev", "dev_mixed") if (data / name / "ref.rttm").exists()]
+    dev = [data / name for name in ("dev", "dev_mixed", "dev_synth") if (data / name / "ref.rttm").exists()]
     dev += [pathlib.Path(d) for d in cfg.dev_extra.split(",") if d]
     tests = {name: [data / name] for name in ("test", "test_mixed", "test_synth")
              if (data / name / "ref.rttm").exists()}
