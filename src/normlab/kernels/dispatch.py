@@ -169,7 +169,12 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
             kernel = get_kernel("compiled" if impl in ("auto", "cpu") else impl)
         else:
             kernel = get_kernel(resolve(impl, op, x, eps, d))
-        out = NormFunction.apply(rows(x), rows(residual), w, b, eps, OP_SPECS[op].rms, s_dtype or x.dtype, kernel)
+        spec, s_dt = OP_SPECS[op], s_dtype or x.dtype
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, residual, w, b)):
+            out = NormFunction.apply(rows(x), rows(residual), w, b, eps, spec.rms, s_dt, kernel)
+        else:  # nothing for autograd to record: the kernel alone (an autograd Function costs ~0.2 ms a call)
+            y, s, _, _ = kernel.fwd(rows(x), rows(residual), w, b, eps, rms=spec.rms, s_dtype=s_dt)
+            out = y if s is None else (y, s)
     if residual is None:
         return out.reshape(x.shape)
     return out[0].reshape(x.shape), out[1].reshape(x.shape)
