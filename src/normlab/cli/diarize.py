@@ -346,14 +346,16 @@ def add_parsers(sub, name: str) -> None:
 
     tu = dsub.add_parser("tune", help="choose the pipeline's settings on a dev set (every file together), score "
                          "held-out sets once with the choice")
-    tu.add_argument("--dev", required=True, help="comma-separated dev folders: wav/*.wav (or *.wav) and ref.rttm")
+    tu.add_argument("--dev", required=True, help="comma-separated dev folders: wav/*.wav (or *.wav) and ref.rttm "
+                    "(required)")
     tu.add_argument("--test", action="append", default=[], metavar="[NAME=]DIR[,DIR]",
-                    help="a held-out set, scored once with the dev choice (repeatable)")
+                    help="a held-out set, scored once with the dev choice (repeatable; default: none)")
     tu.add_argument("--model", default=None, help="EEND model file (default: the shipped model)")
     tu.add_argument("--embedding", default=None, metavar="WEIGHTS",
                     help="speaker encoder weights (default: the shipped GE2E weights)")
     tu.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
-                    help="replace one axis of the grid (repeatable), e.g. --grid vad=off,gate")
+                    help="replace one axis of the grid (repeatable), e.g. --grid vad=off,gate (default: the grid "
+                    "of normlab.diarization.pipeline.tuning)")
     tu.add_argument("--jobs", type=positive_int, default=1, help=f"processes segmenting files in parallel {d}")
     tu.add_argument("--out", default="tune.json", help=f"the grid, the choice and the test scores {d}")
     flag(tu, "--save", "store the choice in the --model file (the pipeline's defaults for it)")
