@@ -74,11 +74,9 @@ def test_grid_axes_and_meaningless_rows():
 def test_dev_choice_is_the_minimum_and_tests_are_scored_with_it(setup):
     root, dev, test = setup
     model, encoder = EENDModel.load(root / "m.pt"), SpeakerEncoder.load(root / "enc.pt")
-    torch.set_grad_enabled(False)
-    try:
-        r = tune_pipeline(model, encoder, [dev], {"held": [test]}, segment_grid=SEG, stitch_grid=STITCH)
-    finally:
-        torch.set_grad_enabled(True)
+    threads = torch.get_num_threads()
+    r = tune_pipeline(model, encoder, [dev], {"held": [test]}, segment_grid=SEG, stitch_grid=STITCH)
+    assert torch.is_grad_enabled() and torch.get_num_threads() == threads  # the caller's process as it was
     # eend: vad off x 2 thresholds x 4 stitch settings; speech: 2 vad x 2 thresholds x 2 (no overlap axis)
     assert len(r["grid"]) == 2 * 4 + 4 * 2
     assert len({g["der_0.25"] for g in r["grid"]}) > 2  # the grid has something to choose
@@ -88,8 +86,9 @@ def test_dev_choice_is_the_minimum_and_tests_are_scored_with_it(setup):
     assert r["dev_scores"]["chosen"]["der_0.25"] == min(g["der_0.25"] for g in r["grid"] if g["vad"] != "speech")
     assert r["readings"]["chosen"] == r["modes"][r["speakers"]] and r["readings"]["vad_speech"]["vad"] == "speech"
     cfg = PipelineConfig.for_model(model, **r["readings"]["chosen"])  # the held-out set: the choice alone
-    segs = {w.stem: segment(model, encoder, torch.from_numpy(sf.read(w, dtype="float32")[0]), w.stem, cfg)
-            for w, _ in files_of([test])}
+    with torch.no_grad():
+        segs = {w.stem: segment(model, encoder, torch.from_numpy(sf.read(w, dtype="float32")[0]), w.stem, cfg)
+                for w, _ in files_of([test])}
     assert r["test:held"]["chosen"] == pytest.approx(measure(segs, {w.stem: t for w, t in files_of([test])}, cfg),
                                                      nan_ok=True)
 

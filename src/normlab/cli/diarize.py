@@ -136,8 +136,6 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    import torch
-
     from .._checks import BadValue
     from ..diarization.models.eend import SHIPPED
     from ..diarization.pipeline.api import load_encoder, load_model
@@ -151,7 +149,6 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
         name, _, dirs = item.rpartition("=")
         tests[name or pathlib.Path(dirs.split(",")[0]).name] = dirs.split(",")
     grids = parse_grid(args.grid, (SEGMENT_GRID, STITCH_GRID))
-    torch.set_grad_enabled(False)
     model, encoder = load_model(args.model), load_encoder(args.embedding)
 
     def show(row: dict, seconds: float) -> None:  # one line per setting tried: a long job shows its progress

@@ -119,27 +119,32 @@ _WORKER: dict = {}
 
 
 def _init(model, encoder) -> None:
+    """A worker process: one thread each (the processes share the cores), the models loaded once."""
     torch.set_num_threads(1)
-    torch.set_grad_enabled(False)
     _WORKER.update(model=model, encoder=encoder)
 
 
 def _segment_one(job):
     path, cfg = job
-    return path.stem, segment(_WORKER["model"], _WORKER["encoder"], read_mono(path, SAMPLE_RATE), path.stem, cfg)
+    with torch.no_grad():
+        return path.stem, segment(_WORKER["model"], _WORKER["encoder"], read_mono(path, SAMPLE_RATE), path.stem,
+                                  cfg)
 
 
 class Segmenter:
-    """Segments files with one model and encoder, in ``jobs`` processes (each loads them once)."""
+    """Segments files with one model and encoder, in ``jobs`` processes (each loads them once); with one job in
+    this process, leaving its thread count and grad mode as they were."""
 
     def __init__(self, model, encoder, jobs: int = 1):
         self.pool = ProcessPoolExecutor(jobs, initializer=_init, initargs=(model, encoder)) if jobs > 1 else None
-        if self.pool is None:
-            _init(model, encoder)
+        self.models = (model, encoder)
 
     def __call__(self, paths: list[pathlib.Path], cfg: PipelineConfig) -> dict:
-        jobs = [(p, cfg) for p in paths]
-        return dict(self.pool.map(_segment_one, jobs) if self.pool else map(_segment_one, jobs))
+        if self.pool:
+            return dict(self.pool.map(_segment_one, [(p, cfg) for p in paths]))
+        model, encoder = self.models
+        with torch.no_grad():
+            return {p.stem: segment(model, encoder, read_mono(p, SAMPLE_RATE), p.stem, cfg) for p in paths}
 
     def close(self) -> None:
         if self.pool is not None:
