@@ -102,7 +102,7 @@ def test_the_gate_silences_noise_the_model_calls_speech(vad):
         pytest.skip(str(e))
     noise = (0.03 * np.random.default_rng(0).standard_normal(SAMPLE_RATE * 20)).astype(np.float32)
     assert diarize(noise, sample_rate=SAMPLE_RATE, vad="off")  # the segmentation model alone: a false alarm
-    assert diarize(noise, sample_rate=SAMPLE_RATE) == []  # the default gate: nothing
+    assert diarize(noise, sample_rate=SAMPLE_RATE, vad="gate") == []  # the gate: nothing
 
 
 def test_missing_weights_name_the_file_and_the_fix(monkeypatch, tmp_path):
@@ -128,7 +128,8 @@ def test_cli_options_reach_the_pipeline(vad, tmp_path, capsys):
         pytest.skip(str(e))
     noise = (0.03 * np.random.default_rng(1).standard_normal(SAMPLE_RATE * 12)).astype(np.float32)
     sf.write(tmp_path / "noise.wav", noise, SAMPLE_RATE)
-    runs = (([], "gated"), (["--vad", "off"], "open"), (["--vad", "off", "--local-speakers", "eend"], "eend"))
+    runs = ((["--vad", "gate"], "gated"), (["--vad", "off"], "open"),
+            (["--vad", "off", "--local-speakers", "eend"], "eend"))
     for extra, out in runs:
         assert main(["diarize", str(tmp_path / "noise.wav"), "--out", str(tmp_path / out), *extra]) == 0
     capsys.readouterr()
