@@ -15,12 +15,15 @@ from normlab.diarization.models.embed import SpeakerEncoder
 from normlab.diarization.pipeline.config import PipelineConfig
 from normlab.diarization.pipeline.stitch import segment
 from normlab.diarization.pipeline.tuning import (
+    BEYOND_DOUBT,
+    PREFERRED_MODE,
     SEGMENT_GRID,
     STITCH_GRID,
     files_of,
     meaningful,
     measure,
     parse_grid,
+    share_better,
     tune_pipeline,
 )
 
@@ -83,14 +86,30 @@ def test_dev_choice_is_the_minimum_and_tests_are_scored_with_it(setup):
     for mode, kw in r["modes"].items():
         rows = [g for g in r["grid"] if g["speakers"] == mode and g["vad"] != "speech"]
         assert kw == {k: min(rows, key=lambda g: g["der_0.25"])[k] for k in kw}
-    assert r["dev_scores"]["chosen"]["der_0.25"] == min(g["der_0.25"] for g in r["grid"] if g["vad"] != "speech")
+    # the default mode: eend unless speech's choice is lower on the dev files beyond doubt
+    share = r["mode_choice"]["other_better_share"]
+    assert r["speakers"] == ("speech" if share >= BEYOND_DOUBT else "eend") and PREFERRED_MODE == "eend"
     assert r["readings"]["chosen"] == r["modes"][r["speakers"]] and r["readings"]["vad_speech"]["vad"] == "speech"
+    assert all(not k.startswith("_") for g in r["grid"] for k in g)  # per-file errors stay in memory
     cfg = PipelineConfig.for_model(model, **r["readings"]["chosen"])  # the held-out set: the choice alone
     with torch.no_grad():
         segs = {w.stem: segment(model, encoder, torch.from_numpy(sf.read(w, dtype="float32")[0]), w.stem, cfg)
                 for w, _ in files_of([test])}
-    assert r["test:held"]["chosen"] == pytest.approx(measure(segs, {w.stem: t for w, t in files_of([test])}, cfg),
-                                                     nan_ok=True)
+    direct = measure(segs, {w.stem: t for w, t in files_of([test])}, cfg)
+    assert direct.pop("_files") and r["test:held"]["chosen"] == pytest.approx(direct, nan_ok=True)
+
+
+def test_mode_choice_needs_a_win_beyond_doubt():
+    """share_better: paired bootstrap over files; a win on every file is certain, a tie or one lucky file is not."""
+    files = [f"f{i}" for i in range(30)]
+    b = {u: (3.0, 10.0) for u in files}
+    assert share_better({u: (2.0, 10.0) for u in files}, b) == 1.0  # lower on every file
+    assert share_better(b, b) == 0.0  # a tie is no win
+    lucky = {**b, "f0": (0.0, 10.0), "f1": (4.5, 10.0)}  # one file much better, one worse: lower on the sum only
+    assert 0.0 < share_better(lucky, b) < BEYOND_DOUBT
+    assert share_better(lucky, b) == share_better(lucky, b)  # deterministic
+    with pytest.raises(UserError, match="same files"):
+        share_better({"f0": (1.0, 1.0)}, b)
 
 
 def test_cli_saves_the_choice_as_the_model_defaults(setup, tmp_path, capsys):

@@ -4,9 +4,12 @@ Lesson 000 puts Pre-Norm blocks in a diarization encoder. Here the same EEND
 model is trained with the same data, steps and learning rate (no warmup, so
 the placements are compared where they differ most) in three placements:
 Pre-LN, Post-LN and no norm at all; each is scored with DER (collar 0.25 s)
-on mixtures of voices never heard in training, its threshold and median
-width chosen on a dev split. Needs espeak-ng; without it the claims are
-reported as SKIP.
+on two held-out sets: EEND-style mixtures of synthesizer voices never heard in
+training, and, where the recorded prompts of real persons are installed
+(``diarization/data/prompts.py``), conversations of two real persons never
+heard in training. The threshold and median width are chosen on a dev split
+(real persons' conversations when installed). A claim holds only if it holds
+on every set. Needs espeak-ng; without it the claims are reported as SKIP.
 """
 from __future__ import annotations
 
@@ -35,15 +38,38 @@ def der_cell(cfg: dict) -> dict:
     if not math.isfinite(final):
         return {"der": math.inf, "der_collar0": math.inf, "final_loss": final, "losses": curve}
     res = score_model(model, data)
-    return {"der": res["test"]["collar_0.25"]["der"], "der_collar0": res["test"]["collar_0"]["der"],
-            "final_loss": final, "losses": curve}
+    sets = {name: res[split] for name, split in cfg["sets"].items()}
+    return {"der": {k: v["collar_0.25"]["der"] for k, v in sets.items()},
+            "der_collar0": {k: v["collar_0"]["der"] for k, v in sets.items()}, "final_loss": final, "losses": curve}
 
 
-def _recipe(ctx: Context) -> dict:
+#: the held-out sets a cell is scored on (name in the report -> the recipe's folder), with and without real persons
+TEST_SETS = {True: {"synthetic": "test_synth", "real persons": "test"}, False: {"synthetic": "test"}}
+SET_TEXT = {"synthetic": "mixtures of unheard synthesizer voices",
+            "real persons": "conversations of two unheard real persons"}
+
+
+def real_persons() -> bool:
+    """Whether the recorded prompts of the train, dev and test persons are installed (then dev and one test
+    set are real persons' conversations)."""
+    from ..diarization.data.prompts import installed
+
+    return all(installed(split) for split in ("train", "dev", "test"))
+
+
+def _recipe(ctx: Context, real: bool) -> dict:
+    """The study's data and training, every set size stated (the recipe's own defaults are the shipped model's).
+
+    With real persons: train on conversations of synthesizer voices and the train persons, tune on the dev
+    persons' conversations, score on the test persons' conversations and on synthesizer mixtures; without
+    them, every set is synthesizer voices (``test`` is then the synthetic set)."""
     # full: 5 seeds, twice the steps and 2.5x the training mixtures of quick, 2.5x the test mixtures, the same
     # model (about 25 CPU minutes; at 1500 steps, d_model 128 and 500-frame windows it was ~8 CPU hours)
-    return {"n_train": ctx.pick(6, 40, 100), "n_dev": ctx.pick(2, 6, 12), "n_test": ctx.pick(2, 8, 20), "n_flite": 0,
-            "n_train_reverb": 0, "n_test_reverb": 0,
+    n_test = ctx.pick(2, 8, 20)
+    none = dict.fromkeys(("n_train_real", "n_train_synth", "n_dev_mixed", "n_dev_synth", "n_test_mixed", "n_test_dry",
+                          "n_flite", "n_train_reverb", "n_test_reverb"), 0)
+    return {**none, "sources": "mixed" if real else "all", "n_train": ctx.pick(6, 40, 100),
+            "n_dev": ctx.pick(2, 6, 12), "n_test": n_test, "n_test_synth": n_test if real else 0,
             "steps": ctx.pick(20, 300, 600), "warmup": 0, "decay": "none", "lr": 1e-3, "batch": 8,
             "frames": ctx.pick(100, 200, 200), "d_model": ctx.pick(32, 64, 64), "n_layers": 4, "n_heads": 4}
 
@@ -66,38 +92,56 @@ def run(ctx: Context) -> dict:
     from ..diarization.data.dataset import MixtureSet
     from ..diarization.training.recipe import RecipeConfig, simulate_splits
 
-    data = ctx.out.parent / "diarization-data" / ctx.scale
-    simulate_splits(data, RecipeConfig(**_recipe(ctx)), jobs=ctx.runner.jobs)  # the same data for every cell
-    for split in ("train", "dev", "test"):
+    real = real_persons()
+    sets, recipe = TEST_SETS[real], _recipe(ctx, real)
+    data = ctx.out.parent / "diarization-data" / f"{ctx.scale}-{'real' if real else 'synthetic'}"
+    simulate_splits(data, RecipeConfig(**recipe), jobs=ctx.runner.jobs)  # the same data for every cell
+    for split in ("train", "dev", *sets.values()):
         MixtureSet(data / split)  # feature caches written once, here, before the cells read them
-    configs = {(name, s): {"placement": p, "norm": n, "seed": s, "data": str(data), "recipe": _recipe(ctx)}
+    configs = {(name, s): {"placement": p, "norm": n, "seed": s, "data": str(data), "recipe": recipe, "sets": sets}
                for name, (p, n) in PLACEMENTS.items() for s in ctx.seeds}
     results = dict(zip(configs, ctx.runner.map(NAME, der_cell, list(configs.values()))))
-    ders = {name: [results[(name, s)].get("der", math.inf) for s in ctx.seeds] for name in PLACEMENTS}
-    der0 = {name: [results[(name, s)].get("der_collar0", math.inf) for s in ctx.seeds] for name in PLACEMENTS}
-    m = {name: mean(v) for name, v in ders.items()}
-    measured = {"mean DER": m, "DER per seed": ders, "mean DER collar 0": {k: mean(v) for k, v in der0.items()}}
+
+    def per_seed(key: str, name: str, test: str) -> list[float]:
+        return [results[(name, s)][key][test] if isinstance(results[(name, s)].get(key), dict) else math.inf
+                for s in ctx.seeds]  # a diverged cell has no per-set scores: inf on every set
+
+    ders = {t: {name: per_seed("der", name, t) for name in PLACEMENTS} for t in sets}
+    m = {t: {name: mean(v) for name, v in d.items()} for t, d in ders.items()}
+    measured = {"mean DER": m, "DER per seed": ders,
+                "mean DER collar 0": {t: {name: mean(per_seed("der_collar0", name, t)) for name in PLACEMENTS}
+                                      for t in sets},
+                "test sets": {t: f"{recipe['n_test']} {SET_TEXT[t]}" for t in sets}}
     (d1, t1, c1), (d2, t2, c2) = CLAIMS
-    seeds_note = "per-seed DER: " + "; ".join(spread(name, ders[name]) for name in PLACEMENTS)
-    claims = [claim(d1, t1, "lesson 000", measured, c1, m["pre"] <= m["post"] + c1["margin"] / 100, seeds_note),
-              claim(d2, t2, "lesson 000", measured, c2, m["none"] > m["pre"], seeds_note)]
+    seeds_note = "; ".join(f"{t} per-seed DER: " + ", ".join(spread(name, ders[t][name]) for name in PLACEMENTS)
+                           for t in sets)
+    claims = [claim(d1, t1, "lesson 000", measured, c1,
+                    all(m[t]["pre"] <= m[t]["post"] + c1["margin"] / 100 for t in sets), seeds_note),
+              claim(d2, t2, "lesson 000", measured, c2, all(m[t]["none"] > m[t]["pre"] for t in sets), seeds_note)]
     plt = pyplot()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.2))
+    width = 0.8 / len(sets)
+    for j, t in enumerate(sets):
+        for i, name in enumerate(PLACEMENTS):
+            x = i + (j - (len(sets) - 1) / 2) * width
+            finite = [100 * v for v in ders[t][name] if math.isfinite(v)]
+            ax.bar(x, 100 * m[t][name] if math.isfinite(m[t][name]) else 0, width, color=f"C{i}",
+                   alpha=0.6 if j == 0 else 0.3, hatch=None if j == 0 else "//", label=t if i == 0 else None)
+            ax.scatter([x] * len(finite), finite, color="k", s=10, zorder=3)
     for i, name in enumerate(PLACEMENTS):
-        finite = [100 * v for v in ders[name] if math.isfinite(v)]
-        ax.bar(i, 100 * m[name] if math.isfinite(m[name]) else 0, color=f"C{i}", alpha=0.6)
-        ax.scatter([i] * len(finite), finite, color="k", s=10, zorder=3)
         for s in ctx.seeds:
             losses = results[(name, s)].get("losses", [])
             bx.plot([10 * k for k in range(len(losses))], losses, color=f"C{i}", alpha=0.7,
                     label=name if s == ctx.seeds[0] else None)
     ax.set_xticks(range(len(PLACEMENTS)), list(PLACEMENTS))
     ax.set(ylabel="test DER, %, collar 0.25 s", title="DER by placement (bars: mean, dots: seeds)")
+    ax.legend(fontsize=7)
     bx.set(xlabel="step", ylabel="PIT BCE loss (10-step mean)", title="training loss", yscale="log")
     bx.legend()
     result = finish(ctx, fig, NAME, TITLE, claims)
     pct = lambda v: f"{100 * v:.2f}%"  # noqa: E731
-    result["table"] = {"columns": ["placement", "mean DER, collar 0.25 s", "mean DER, collar 0", "DER per seed"],
-                       "rows": [[name, pct(m[name]), pct(mean(der0[name])), ", ".join(pct(v) for v in ders[name])]
-                                for name in PLACEMENTS]}
+    result["table"] = {"columns": ["test set", "placement", "mean DER, collar 0.25 s", "mean DER, collar 0",
+                                   "DER per seed"],
+                       "rows": [[t, name, pct(m[t][name]), pct(measured["mean DER collar 0"][t][name]),
+                                 ", ".join(pct(v) for v in ders[t][name])] for t in sets for name in PLACEMENTS]}
     return result
