@@ -23,28 +23,19 @@ from normlab.diarization.io.features import FeatureConfig
 from normlab.diarization.models.embed import MissingWeightsError, SpeakerEncoder, weights_path
 from normlab.diarization.pipeline.config import PipelineConfig
 from normlab.diarization.pipeline.segment import long_mel
-
-SR = 16000
+from tiny_diarizer import SR, tiny_models, tones
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("api")
-    torch.manual_seed(0)
-    model = EENDModel(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, n_speakers=3, dropout=0.0))
-    with torch.no_grad():
-        model.head.bias.fill_(2.0)  # says "speech" often, so that there is something to cluster
-    # tones, not speech: the model's own local speakers, without the speech-activity gate
-    model.postprocess.update({"threshold": 0.55, "median": 5, "window": 4.0, "step": 2.0, "cluster_threshold": 0.3,
-                              "speakers": "eend", "vad": "off"})
-    model.save(d / "m.pt")
-    SpeakerEncoder().save(d / "enc.pt")  # random weights
-    rng = np.random.default_rng(0)
-    t = np.arange(12 * SR) / SR
-    voices = [0.3 * np.sin(2 * np.pi * f * t) * (rng.random(len(t)) > 0.2) for f in (180.0, 900.0)]
-    audio = np.where((t % 4) < 2, voices[0], voices[1]).astype(np.float32) + 0.01 * rng.standard_normal(len(t))
-    sf.write(d / "talk.wav", audio.astype(np.float32), SR)
-    return d, audio.astype(np.float32)
+    # says "speech" often, so that there is something to cluster; tones, not speech: the model's own local
+    # speakers, without the speech-activity gate
+    tiny_models(d, 2.0, threshold=0.55, median=5, window=4.0, step=2.0, cluster_threshold=0.3, speakers="eend",
+                vad="off")
+    audio = tones(12)
+    sf.write(d / "talk.wav", audio, SR)
+    return d, audio
 
 
 def _turns(d, audio, **kw):

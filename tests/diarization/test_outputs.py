@@ -6,13 +6,10 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 import soundfile as sf
-import torch
 
 from normlab.cli import main
 from normlab.diarization import (
     Diarization,
-    EENDModel,
-    ModelConfig,
     Turn,
     diarize,
     exclusive_turns,
@@ -20,10 +17,8 @@ from normlab.diarization import (
     write_rttm,
 )
 from normlab.diarization.metrics.der import merge
-from normlab.diarization.models.embed import SpeakerEncoder
 from normlab.diarization.models.weights import sha256
-
-SR = 16000
+from tiny_diarizer import SR, tiny_models, tones
 
 
 def _overlaps(turns) -> float:
@@ -72,20 +67,10 @@ def test_the_result_is_a_list_of_turns_with_rttm_and_json():
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("outputs")
-    torch.manual_seed(0)
-    model = EENDModel(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, n_speakers=3, dropout=0.0))
-    with torch.no_grad():
-        model.head.bias.fill_(2.0)  # says "speech" often
-    model.postprocess.update({"threshold": 0.55, "median": 5, "window": 4.0, "step": 2.0, "cluster_threshold": 0.3,
-                              "speakers": "eend", "vad": "off"})
-    model.save(d / "m.pt")
-    SpeakerEncoder().save(d / "enc.pt")
-    rng = np.random.default_rng(0)
-    t = np.arange(10 * SR) / SR
-    voices = [0.3 * np.sin(2 * np.pi * f * t) * (rng.random(len(t)) > 0.2) for f in (180.0, 900.0)]
-    audio = np.where((t % 4) < 2, voices[0], voices[1]) + 0.01 * rng.standard_normal(len(t))
+    tiny_models(d, 2.0, threshold=0.55, median=5, window=4.0, step=2.0, cluster_threshold=0.3, speakers="eend",
+                vad="off")  # says "speech" often
     (d / "wav").mkdir()
-    sf.write(d / "wav" / "talk.wav", audio.astype(np.float32), SR)
+    sf.write(d / "wav" / "talk.wav", tones(10), SR)
     return d
 
 

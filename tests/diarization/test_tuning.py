@@ -10,7 +10,7 @@ import torch
 from normlab import UserError
 from normlab.cli import main
 from normlab.diarization.io.rttm import Turn, write_rttm
-from normlab.diarization.models.eend import EENDModel, ModelConfig
+from normlab.diarization.models.eend import EENDModel
 from normlab.diarization.models.embed import SpeakerEncoder
 from normlab.diarization.pipeline.config import PipelineConfig
 from normlab.diarization.pipeline.stitch import segment
@@ -26,8 +26,8 @@ from normlab.diarization.pipeline.tuning import (
     share_better,
     tune_pipeline,
 )
+from tiny_diarizer import SR, tiny_models
 
-SR = 16000
 SEG = {"speakers": ("eend", "speech"), "vad": ("off", "speech"), "threshold": (0.3, 0.8), "piece": (1.5,),
        "step": (2.0,)}
 STITCH = {"cluster_threshold": (0.3, 0.6), "min_cluster": (0.0,), "weighting": ("mean",),
@@ -53,13 +53,7 @@ def _folder(root, name, seeds):
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("tune")
-    torch.manual_seed(0)
-    model = EENDModel(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, n_speakers=3, dropout=0.0))
-    with torch.no_grad():
-        model.head.bias.fill_(1.0)
-    model.postprocess.update({"window": 4.0, "median": 1})
-    model.save(root / "m.pt")
-    SpeakerEncoder().save(root / "enc.pt")  # random weights: the test is about the bookkeeping, not the DER
+    tiny_models(root, 1.0, window=4.0, median=1)  # random weights: the test is about the bookkeeping, not the DER
     return root, _folder(root, "dev", [1, 2]), _folder(root, "test", [3])
 
 
