@@ -102,10 +102,11 @@ def test_corrupt_cache_is_ignored_with_one_warning(content, tuner, monkeypatch):
 
 
 @needs_two
-def test_cache_from_another_machine_is_ignored(tuner, monkeypatch):
+@pytest.mark.parametrize("field", ["isa", "kernels"])  # another CPU; decisions measured with other kernels
+def test_cache_from_another_machine_is_ignored(tuner, monkeypatch, field):
     x = torch.randn(4, 64)
     k = autotune.key("layer_norm", x, 64)
-    other = {**autotune.machine(), "isa": "0123456789abcdef"}
+    other = {**autotune.machine(), field: "0123456789abcdef"}
     entry = {"impl": "native", "why": "measured", "ms": {"cpu": 9.0, "native": 1.0}, "sample": "4x64", "cost_ms": 1}
     tuner.path.write_text(json.dumps({"format": autotune.FORMAT, "machine": other, "decisions": {k: entry}}))
     _rigged(monkeypatch, "cpu")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 
 import pytest
 import torch
@@ -144,6 +145,47 @@ def test_cpu_weight_gradients_do_not_depend_on_thread_count(op):
     finally:
         torch.set_num_threads(threads)
     assert all(torch.equal(a, c) for a, c in zip(one, two))
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no C++ compiler")
+@pytest.mark.parametrize("dtype", sorted(cpu.dtypes(), key=str))
+@pytest.mark.parametrize("d", [768, 77, 1])
+def test_streamed_stores_give_the_same_bits(dtype, d, monkeypatch):
+    """Outputs larger than the last-level cache are streamed (``cpu.stream_bytes``); forced on for small ones,
+    the forward and backward of every op give the bits of ordinary stores, on rows that start at any
+    alignment (a view one element into its storage, rows of odd width)."""
+    g = torch.Generator().manual_seed(1)
+    k = cpu.CpuKernel()
+    base = torch.randn(67 * d + 1, generator=g).to(dtype)
+    x = base[1:].view(67, d)  # 4 bytes (2 for half types) past the allocation's alignment
+    r, dy = (torch.randn(67, d, generator=g).to(dtype) for _ in range(2))
+    w, b = torch.randn(d, generator=g), torch.randn(d, generator=g)
+
+    def run():
+        out = []
+        for rms in (False, True):
+            for res in (None, r):
+                y, s, mean, rstd = k.fwd(x, res, w, None if rms else b, 1e-5, rms=rms)
+                out += [y, s, mean, rstd, *k.bwd(dy, x if s is None else s, mean, rstd, w, r, rms=rms)]
+        return out
+
+    monkeypatch.setattr(cpu, "stream_bytes", lambda: 1 << 60)
+    plain = run()
+    monkeypatch.setattr(cpu, "stream_bytes", lambda: 0)
+    assert cpu.streamed(x)
+    streamed = run()
+    assert all((a is None and c is None) or torch.equal(a, c) for a, c in zip(plain, streamed))
+
+
+def test_stream_threshold_reads_the_cache_and_the_environment(monkeypatch):
+    assert cpu.last_level_cache_bytes() >= 1 << 16
+    for given, want in (("0", 0), ("1048576", 1 << 20), ("lots", cpu.last_level_cache_bytes())):
+        cpu.stream_bytes.cache_clear()
+        monkeypatch.setenv(cpu.STREAM_ENV, given)
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            assert cpu.stream_bytes() == want
+    cpu.stream_bytes.cache_clear()
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no C++ compiler")

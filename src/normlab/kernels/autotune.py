@@ -38,6 +38,7 @@ one warning.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -98,9 +99,17 @@ def key(op: str, x: torch.Tensor, d: int) -> str:
 
 
 def machine() -> dict:
-    """What a decision is valid for: this CPU's ISA, its core count, this torch."""
+    """What a decision is valid for: this CPU's ISA, its core count, this torch, these kernels (normlab's
+    version and the C++ source: a changed kernel is measured again)."""
+    from .. import __version__
+
     return {"isa": hashlib.sha256(build.isa_flags().encode()).hexdigest()[:16], "cores": os.cpu_count(),
-            "torch": torch.__version__}
+            "torch": torch.__version__, "normlab": __version__, "kernels": _source_digest()}
+
+
+@functools.cache
+def _source_digest() -> str:
+    return hashlib.sha256(build.SOURCE.read_bytes()).hexdigest()[:16]
 
 
 @dataclass
@@ -176,7 +185,7 @@ class Tuner:
             if data.get("format") != FORMAT:
                 return {}, f"has format {data.get('format')!r}, not {FORMAT}"
             if data.get("machine") != machine():
-                return {}, f"was written on another machine or torch ({data.get('machine')})"
+                return {}, f"was written on another machine, torch or normlab ({data.get('machine')})"
             return {k: Decision(**{**v, "why": "cached"}) for k, v in data["decisions"].items()}, None
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             return {}, f"is not a valid dispatch cache ({type(e).__name__}: {str(e)[:80]})"

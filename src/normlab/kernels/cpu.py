@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
+import pathlib
 import platform
 import warnings
 
@@ -65,8 +67,8 @@ def _load() -> tuple[ctypes.CDLL | None, frozenset]:
         dtypes.add(torch.float16)
     p, i64, dbl, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int
     for dt in dtypes:
-        getattr(lib, f"normlab_fwd_{_SUFFIX[dt]}").argtypes = [p] * 8 + [i64, i64, dbl, i32, i32]
-        getattr(lib, f"normlab_bwd_{_SUFFIX[dt]}").argtypes = [p] * 10 + [i64, i64, i32, i32]
+        getattr(lib, f"normlab_fwd_{_SUFFIX[dt]}").argtypes = [p] * 8 + [i64, i64, dbl, i32, i32, i32]
+        getattr(lib, f"normlab_bwd_{_SUFFIX[dt]}").argtypes = [p] * 10 + [i64, i64, i32, i32, i32]
     lib.normlab_rows_per_partial.restype = i64
     notes = [note] if note else []
     if torch.float16 not in dtypes:
@@ -90,6 +92,40 @@ def available() -> bool:
     return library() is not None
 
 
+#: outputs this large or larger are written with streaming stores (``NORMLAB_STREAM_BYTES`` overrides; 0: always)
+STREAM_ENV = "NORMLAB_STREAM_BYTES"
+
+
+@functools.cache
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache's size (Linux sysfs; 32 MiB where it cannot be read)."""
+    sizes = []
+    for f in pathlib.Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = f.read_text().strip().upper()
+        try:
+            sizes.append(int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0))
+        except ValueError:
+            continue
+    return max(sizes, default=32 << 20)
+
+
+@functools.cache
+def stream_bytes() -> int:
+    """Outputs of at least this many bytes are streamed: larger than the last-level cache, they could not stay
+    in it, so they are written without being read first (a third less memory traffic, the same bits)."""
+    given = os.environ.get(STREAM_ENV)
+    if given is not None:
+        try:
+            return max(0, int(given))
+        except ValueError:
+            _warn(f"{STREAM_ENV}={given!r} is not a byte count; using the last-level cache size")
+    return last_level_cache_bytes()
+
+
+def streamed(out: torch.Tensor) -> bool:
+    return out.numel() * out.element_size() >= stream_bytes()
+
+
 def _ptr(t: torch.Tensor | None):
     return None if t is None else t.data_ptr()
 
@@ -108,7 +144,7 @@ def _fwd(x, r, w, b, eps, rms):
     w, b = _param(w, ad), _param(b, ad)
     fn = getattr(library(), f"normlab_fwd_{_SUFFIX[dt]}")
     fn(_ptr(x), _ptr(r), _ptr(s), _ptr(w), _ptr(b), _ptr(y), _ptr(mean), _ptr(rstd), n, d, eps, int(rms),
-       torch.get_num_threads())
+       int(streamed(y)), torch.get_num_threads())
     return y, s, mean, rstd
 
 
@@ -127,7 +163,7 @@ def _bwd(dy, x, mean, rstd, w, ds, rms):
     fn = getattr(library(), f"normlab_bwd_{_SUFFIX[dt]}")
     w = _param(w, ad)  # held in a name: a temporary would be freed before the call reads it
     fn(_ptr(dy), _ptr(x), _ptr(mean), _ptr(rstd), _ptr(w), _ptr(ds), _ptr(dx), _ptr(dw), _ptr(db),
-       _ptr(partial), n, d, int(rms), torch.get_num_threads())
+       _ptr(partial), n, d, int(rms), int(streamed(dx)), torch.get_num_threads())
     return dx, dw, db
 
 

@@ -22,6 +22,11 @@
 // thread count. Threads take rows (forward) and blocks (backward) dynamically: which thread computes a
 // row or a block never changes its bits, and a thread slowed by other work on a shared machine does
 // not hold the others up.
+//
+// Streaming stores: with stream = 1 (the caller sets it when an output is larger than the last-level
+// cache, so it could not stay there anyway) the outputs y and dx are written with non-temporal
+// stores where the target has them (x86 SSE2/AVX): the lines go to memory without being read first, a
+// third less memory traffic. The values are the same bits either way; each thread fences its own stores.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -156,6 +161,66 @@ static inline void vst(f16* p, vf v) {
 #endif
 template <class V, class S> static inline V splat(S a) { return V{} + a; }
 
+// Non-temporal vst: the same bits as vst, to memory without a read for ownership. Needs p aligned to the
+// store's width (SALIGN<T> bytes); row_store peels scalar elements up to it. Where the target has no
+// streaming store for T, it is vst.
+#if defined(__SSE2__)
+#define NORMLAB_HAS_STREAM 1
+static inline void vst_nt(float* p, vf v) {
+#if NORMLAB_VECTOR_BYTES == 32
+  _mm256_stream_ps(p, (__m256)v);
+#else
+  _mm_stream_ps(p, (__m128)v);
+#endif
+}
+static inline void vst_nt(double* p, vd v) {
+#if NORMLAB_VECTOR_BYTES == 32
+  _mm256_stream_pd(p, (__m256d)v);
+#else
+  _mm_stream_pd(p, (__m128d)v);
+#endif
+}
+template <class T> static inline void vst_nt(T* p, vf v) {  // bfloat16, float16: VB / 2 bytes
+#if NORMLAB_VECTOR_BYTES == 32
+  alignas(16) T h[VB / 4];
+  vst(h, v);
+  _mm_stream_si128((__m128i*)p, _mm_load_si128((const __m128i*)h));
+#else
+  alignas(8) T h[VB / 4];
+  vst(h, v);
+  _mm_stream_si64((long long*)p, *(const long long*)h);
+#endif
+}
+static inline void stream_fence() { _mm_sfence(); }
+#else
+#define NORMLAB_HAS_STREAM 0
+template <class T, class V> static inline void vst_nt(T* p, V v) { vst(p, v); }
+static inline void stream_fence() {}
+#endif
+template <class T> struct SAlign { static const int B = VB; };  // bytes of one vector of T in memory
+template <> struct SAlign<bf16> { static const int B = VB / 2; };
+#if NORMLAB_HAS_F16
+template <> struct SAlign<f16> { static const int B = VB / 2; };
+#endif
+
+// out[j] for j < d from fv(j) (the W values at j, a vector of A) and f1(j) (the one value, an A): vector
+// stores, streamed when `stream`, and the scalar elements before the first aligned vector and after the
+// last. fv and f1 compute the same expression (no fused multiply-add), so where the split falls never
+// changes a bit.
+template <class T, class FV, class F1>
+static inline void row_store(T* out, i64 d, bool stream, FV fv, F1 f1) {
+  typedef typename Acc<T>::type A;
+  const int W = Vec<A>::W;
+  i64 j = 0;
+  if (stream && NORMLAB_HAS_STREAM) {
+    for (; j < d && reinterpret_cast<uintptr_t>(out + j) % SAlign<T>::B != 0; ++j) out[j] = st<T>(f1(j));
+    for (; j + W <= d; j += W) vst_nt(out + j, fv(j));
+  } else {
+    for (; j + W <= d; j += W) vst(out + j, fv(j));
+  }
+  for (; j < d; ++j) out[j] = st<T>(f1(j));
+}
+
 // LANES = 64 / sizeof(A) accumulators (one cache line) as NV vectors; lane l of vector k is accumulator
 // k * W + l. The fold is the fixed pairwise tree over the LANES accumulators (acc[i] += acc[i + h] for
 // h = LANES/2, ..., 1), whatever W is: the bits do not depend on the vector width.
@@ -198,14 +263,13 @@ template <class A> static inline A rstd_of(A m, A eps) {
 // One row: y = (s - mean) * rstd * w + b with s = x (+ r, rounded to T and written to so). RMS: mean = 0.
 template <class T, bool RMS, bool HW, bool HB, bool HR, class A = typename Acc<T>::type>
 static inline void fwd_row(const T* xi, const T* ri, T* so, const A* w, const A* b, T* yi, A* mean, A* rstd,
-                           i64 d, A inv_d, A eps) {
+                           i64 d, A inv_d, A eps, bool stream) {
   typedef typename Vec<A>::type V;
-  const int W = Vec<A>::W;
   const T* si = xi;
   if (HR) {
-    i64 j = 0;
-    for (; j + W <= d; j += W) vst(so + j, vld(xi + j) + vld(ri + j));
-    for (; j < d; ++j) so[j] = st<T>(ld(xi[j]) + ld(ri[j]));
+    // s is read back three times below: ordinary stores keep it in cache (never streamed)
+    row_store(so, d, false, [=](i64 j) { return vld(xi + j) + vld(ri + j); },
+              [=](i64 j) { return ld(xi[j]) + ld(ri[j]); });
     si = so;  // the statistics see s as stored, as eager's x + r does
   }
   A m = 0, rs;
@@ -221,29 +285,31 @@ static inline void fwd_row(const T* xi, const T* ri, T* so, const A* w, const A*
   }
   *rstd = rs;
   const V mv = splat<V>(m), rv = splat<V>(rs);
-  i64 j = 0;
-  for (; j + W <= d; j += W) {
+  row_store(yi, d, stream, [=](i64 j) {
     V v = (vld(si + j) - mv) * rv;
     if (HW) v = v * vld(w + j);
     if (HB) v = v + vld(b + j);
-    vst(yi + j, v);
-  }
-  for (; j < d; ++j) {
+    return v;
+  }, [=](i64 j) {
     A v = (ld(si[j]) - m) * rs;
     if (HW) v = v * w[j];
     if (HB) v = v + b[j];
-    yi[j] = st<T>(v);
-  }
+    return v;
+  });
 }
 
 template <class T, bool RMS, bool HW, bool HB, bool HR, class A = typename Acc<T>::type>
 static void fwd(const T* x, const T* r, T* s, const A* w, const A* b, T* y, A* mean, A* rstd, i64 n, i64 d,
-                A eps, int nthreads) {
+                A eps, bool stream, int nthreads) {
   const A inv_d = A(1) / A(d);
-#pragma omp parallel for schedule(dynamic, 16) num_threads(nthreads) if (n * d > SERIAL_WORK && nthreads > 1)
-  for (i64 i = 0; i < n; ++i)
-    fwd_row<T, RMS, HW, HB, HR>(x + i * d, HR ? r + i * d : nullptr, HR ? s + i * d : nullptr, w, b, y + i * d,
-                                RMS ? nullptr : mean + i, rstd + i, d, inv_d, eps);
+#pragma omp parallel num_threads(nthreads) if (n * d > SERIAL_WORK && nthreads > 1)
+  {
+#pragma omp for schedule(dynamic, 16) nowait
+    for (i64 i = 0; i < n; ++i)
+      fwd_row<T, RMS, HW, HB, HR>(x + i * d, HR ? r + i * d : nullptr, HR ? s + i * d : nullptr, w, b,
+                                  y + i * d, RMS ? nullptr : mean + i, rstd + i, d, inv_d, eps, stream);
+    if (stream) stream_fence();  // this thread's streamed stores are visible before the region ends
+  }
 }
 
 // ------------------------------------------------------------------ backward
@@ -254,7 +320,7 @@ static void fwd(const T* x, const T* r, T* s, const A* w, const A* b, T* y, A* m
 // dx += ds (the add variants). Partial sums of the block: pw += dy x_hat, pb += dy (LayerNorm).
 template <class T, bool RMS, bool HW, bool HDS, class A = typename Acc<T>::type>
 static inline void bwd_row(const T* gi, const T* xi, A m, A rs, const A* w, const T* dsi, T* dxi, A* pw, A* pb,
-                           i64 d, A inv_d) {
+                           i64 d, A inv_d, bool stream) {
   typedef typename Vec<A>::type V;
   const int W = Vec<A>::W;
   const V mv = splat<V>(m), rv = splat<V>(rs);
@@ -280,32 +346,41 @@ static inline void bwd_row(const T* gi, const T* xi, A m, A rs, const A* w, cons
   const A c1 = RMS ? A(0) : (fold<A>(ga) + t1) * inv_d;
   const A c2 = (fold<A>(ha) + t2) * inv_d;
   const V c1v = splat<V>(c1), c2v = splat<V>(c2);
-  for (j = 0; j + W <= d; j += W) {
-    const V dy = vld(gi + j);
-    const V xh = (vld(xi + j) - mv) * rv;
-    const V g = HW ? dy * vld(w + j) : dy;
-    V v = rv * (g - c1v - xh * c2v);
-    if (HDS) v += vld(dsi + j);
-    vst(dxi + j, v);
-    if (HW) vst(pw + j, vld(pw + j) + dy * xh);
-    if (!RMS) vst(pb + j, vld(pb + j) + dy);
-  }
-  for (; j < d; ++j) {
-    const A dy = ld(gi[j]);
-    const A xh = (ld(xi[j]) - m) * rs;
-    const A g = HW ? dy * w[j] : dy;
+  // dx, and the block's partial rows (an element's own sum: where the vector body starts changes no bit)
+  auto one = [&](i64 k) {
+    const A dy = ld(gi[k]);
+    const A xh = (ld(xi[k]) - m) * rs;
+    const A g = HW ? dy * w[k] : dy;
     A v = rs * (g - c1 - xh * c2);
-    if (HDS) v += ld(dsi[j]);
-    dxi[j] = st<T>(v);
-    if (HW) pw[j] += dy * xh;
-    if (!RMS) pb[j] += dy;
+    if (HDS) v += ld(dsi[k]);
+    dxi[k] = st<T>(v);
+    if (HW) pw[k] += dy * xh;
+    if (!RMS) pb[k] += dy;
+  };
+  auto vec = [&](i64 k, auto store) {
+    const V dy = vld(gi + k);
+    const V xh = (vld(xi + k) - mv) * rv;
+    const V g = HW ? dy * vld(w + k) : dy;
+    V v = rv * (g - c1v - xh * c2v);
+    if (HDS) v += vld(dsi + k);
+    store(dxi + k, v);
+    if (HW) vst(pw + k, vld(pw + k) + dy * xh);
+    if (!RMS) vst(pb + k, vld(pb + k) + dy);
+  };
+  j = 0;
+  if (stream && NORMLAB_HAS_STREAM) {
+    for (; j < d && reinterpret_cast<uintptr_t>(dxi + j) % SAlign<T>::B != 0; ++j) one(j);
+    for (; j + W <= d; j += W) vec(j, [](T* q, V v) { vst_nt(q, v); });
+  } else {
+    for (; j + W <= d; j += W) vec(j, [](T* q, V v) { vst(q, v); });
   }
+  for (; j < d; ++j) one(j);
 }
 
 // partial: (ceil(n / ROWS), 2, d) scratch; dw written when HW, db when LayerNorm.
 template <class T, bool RMS, bool HW, bool HDS, class A = typename Acc<T>::type>
 static void bwd(const T* dy, const T* x, const A* mean, const A* rstd, const A* w, const T* ds, T* dx, A* dw,
-                A* db, A* partial, i64 n, i64 d, int nthreads) {
+                A* db, A* partial, i64 n, i64 d, bool stream, int nthreads) {
   typedef typename Vec<A>::type V;
   const int W = Vec<A>::W;
   const A inv_d = A(1) / A(d);
@@ -321,8 +396,9 @@ static void bwd(const T* dy, const T* x, const A* mean, const A* rstd, const A* 
       const i64 end = (blk + 1) * ROWS < n ? (blk + 1) * ROWS : n;
       for (i64 i = blk * ROWS; i < end; ++i)
         bwd_row<T, RMS, HW, HDS>(dy + i * d, x + i * d, RMS ? A(0) : mean[i], rstd[i], w,
-                                 HDS ? ds + i * d : nullptr, dx + i * d, pw, pb, d, inv_d);
+                                 HDS ? ds + i * d : nullptr, dx + i * d, pw, pb, d, inv_d, stream);
     }
+    if (stream) stream_fence();  // before the barrier that ends this loop
     // second reduction: column sums of the partial rows in block order, W columns at a time (taken
     // dynamically too: a thread descheduled by other work on a shared machine does not hold up its share)
 #pragma omp for schedule(dynamic, 8)
@@ -354,8 +430,8 @@ static void bwd(const T* dy, const T* x, const A* mean, const A* rstd, const A* 
 // runtime flags -> template instantiation
 template <class T, class A = typename Acc<T>::type>
 static void norm_fwd(const T* x, const T* r, T* s, const A* w, const A* b, T* y, A* mean, A* rstd, i64 n, i64 d,
-                     A eps, int rms, int nthreads) {
-#define NL_FWD(R, W, B, RR) fwd<T, R, W, B, RR>(x, r, s, w, b, y, mean, rstd, n, d, eps, nthreads)
+                     A eps, int rms, int stream, int nthreads) {
+#define NL_FWD(R, W, B, RR) fwd<T, R, W, B, RR>(x, r, s, w, b, y, mean, rstd, n, d, eps, stream != 0, nthreads)
 #define NL_FWD_R(R, W, B) (r ? NL_FWD(R, W, B, true) : NL_FWD(R, W, B, false))
 #define NL_FWD_B(R, W) (b ? NL_FWD_R(R, W, true) : NL_FWD_R(R, W, false))
   if (rms) {
@@ -367,8 +443,8 @@ static void norm_fwd(const T* x, const T* r, T* s, const A* w, const A* b, T* y,
 
 template <class T, class A = typename Acc<T>::type>
 static void norm_bwd(const T* dy, const T* x, const A* mean, const A* rstd, const A* w, const T* ds, T* dx, A* dw,
-                     A* db, A* partial, i64 n, i64 d, int rms, int nthreads) {
-#define NL_BWD(R, W, S) bwd<T, R, W, S>(dy, x, mean, rstd, w, ds, dx, dw, db, partial, n, d, nthreads)
+                     A* db, A* partial, i64 n, i64 d, int rms, int stream, int nthreads) {
+#define NL_BWD(R, W, S) bwd<T, R, W, S>(dy, x, mean, rstd, w, ds, dx, dw, db, partial, n, d, stream != 0, nthreads)
 #define NL_BWD_S(R, W) (ds ? NL_BWD(R, W, true) : NL_BWD(R, W, false))
   if (rms) {
     w ? NL_BWD_S(true, true) : NL_BWD_S(true, false);
@@ -382,14 +458,14 @@ static void norm_bwd(const T* dy, const T* x, const A* mean, const A* rstd, cons
 #define NORMLAB_ENTRIES(T, SUF)                                                                             \
   extern "C" void normlab_fwd_##SUF(const T* x, const T* r, T* s_out, const Acc<T>::type* w,              \
                                     const Acc<T>::type* b, T* y, Acc<T>::type* mean, Acc<T>::type* rstd,  \
-                                    i64 n, i64 d, double eps, int rms, int nthreads) {                     \
-    norm_fwd<T>(x, r, s_out, w, b, y, mean, rstd, n, d, Acc<T>::type(eps), rms, nthreads);                \
+                                    i64 n, i64 d, double eps, int rms, int stream, int nthreads) {         \
+    norm_fwd<T>(x, r, s_out, w, b, y, mean, rstd, n, d, Acc<T>::type(eps), rms, stream, nthreads);        \
   }                                                                                                         \
   extern "C" void normlab_bwd_##SUF(const T* dy, const T* x, const Acc<T>::type* mean,                     \
                                     const Acc<T>::type* rstd, const Acc<T>::type* w, const T* ds, T* dx,   \
                                     Acc<T>::type* dw, Acc<T>::type* db, Acc<T>::type* partial, i64 n,      \
-                                    i64 d, int rms, int nthreads) {                                        \
-    norm_bwd<T>(dy, x, mean, rstd, w, ds, dx, dw, db, partial, n, d, rms, nthreads);                       \
+                                    i64 d, int rms, int stream, int nthreads) {                            \
+    norm_bwd<T>(dy, x, mean, rstd, w, ds, dx, dw, db, partial, n, d, rms, stream, nthreads);               \
   }
 
 NORMLAB_ENTRIES(float, f32)
@@ -401,3 +477,4 @@ NORMLAB_ENTRIES(f16, f16)
 
 extern "C" i64 normlab_rows_per_partial(void) { return ROWS; }
 extern "C" int normlab_has_f16(void) { return NORMLAB_HAS_F16; }
+extern "C" int normlab_has_stream(void) { return NORMLAB_HAS_STREAM; }
