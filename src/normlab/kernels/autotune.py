@@ -7,9 +7,10 @@ times those kernels on a sample of that row length and keeps the fastest (as
 cuDNN's benchmark mode and Triton's autotuner do). The decision is kept for
 the process (it never changes mid-run) and saved, with the time of each
 candidate, in ``dispatch.json`` beside the built kernels, for this machine:
-the file records the CPU's ISA flags, the core count and the torch version,
-and a file from another machine, or one that does not parse, is ignored with
-one warning.
+the file records the CPU's ISA flags, the core count, the torch and normlab
+versions and a digest of the kernel source, and a file from another machine
+(or made with other kernels), or one that does not parse, is ignored with one
+warning.
 
 * **Candidates** (:data:`TIMED`): the kernels that need no compile on first
   use and pass the numerics contract for the call (``supports()``). The
