@@ -114,7 +114,8 @@ def test_cli_saves_the_choice_as_the_model_defaults(setup, tmp_path, capsys):
     assert main(["diarize", "tune", "--dev", str(dev), "--test", f"held={test}", "--model", str(model),
                  "--embedding", str(root / "enc.pt"), "--out", str(tmp_path / "t.json"), "--save", *grid]) == 0
     out = json.loads((tmp_path / "t.json").read_text())
-    assert "held (scored once), chosen: DER" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "held (scored once), chosen: DER" in printed and "of bootstrap resamples of the dev files" in printed
     loaded = EENDModel.load(model)
     cfg = PipelineConfig.for_model(loaded)
     assert {k: getattr(cfg, k) for k in out["readings"]["chosen"]} == out["readings"]["chosen"]

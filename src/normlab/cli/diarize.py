@@ -175,6 +175,10 @@ def format_tuning(result: dict) -> str:
                 f"overlap precision {r['overlap_precision']:.2f}")
     out = [f"dev ({result['dev_files']} files, {len(result.get('grid', []))} settings): default mode "
            f"{result['speakers']}"]
+    choice = result.get("mode_choice", {})
+    if choice.get("other_better_share") is not None:
+        out[0] += (f" ({choice['other']} mode lower in {100 * choice['other_better_share']:.0f}% of bootstrap "
+                   f"resamples of the dev files; it needs {100 * choice['beyond_doubt']:.0f}% to be the default)")
     for m, kw in result["modes"].items():
         out.append(f"  {m}: {kw}")
     for name, r in result["dev_scores"].items():
