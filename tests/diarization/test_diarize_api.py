@@ -79,6 +79,11 @@ def test_each_mode_reads_its_own_settings(files):
                                                                           mode["piece"])
     assert speech.median == 5  # what the mode does not set still comes from the file
     assert PipelineConfig.for_model(m, speakers="speech", threshold=0.7).threshold == 0.7
+    # Silero alone deciding speech is a speech-mode reading: asked for alone it brings that mode, with eend it is
+    # one clear error (it used to act as the gate, silently)
+    assert PipelineConfig.for_model(m, vad="speech").speakers == "speech"
+    with pytest.raises(UserError, match="use vad 'gate'"):
+        PipelineConfig.for_model(m, vad="speech", speakers="eend")
 
 
 class _Built(UserError):

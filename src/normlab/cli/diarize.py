@@ -316,7 +316,8 @@ def add_parsers(sub, name: str) -> None:
                        "chosen on the model's dev set, stored in its file)")
         q.add_argument("--vad", choices=["gate", "speech", "off"], default=None,
                        help="Silero VAD: gate silences what it calls non-speech; speech: it alone "
-                       "decides speech; off: the model decides (default: the model file's, else gate)")
+                       "decides speech (with --local-speakers speech, the default then); off: the model decides "
+                       "(default: the model file's, else gate)")
         q.add_argument("--device", type=check_spec, default="cpu",
                        help=f"where the segmentation model runs: {DEVICE_HELP} {d}")
 

@@ -45,8 +45,11 @@ class PipelineConfig:
     def for_model(cls, model, **overrides) -> "PipelineConfig":
         """The pipeline's defaults, the model file's ``postprocess``, the mode's, then ``overrides`` (None ignored).
 
-        A model file carries two kinds of settings: the window-level ones its
-        recipe chose for its own local speakers (threshold, median), and, under
+        ``vad="speech"`` without ``speakers`` means ``speakers="speech"`` (the VAD's
+        speech, each piece's speaker from its embedding); with ``speakers="eend"``
+        it is an error. A model file carries two kinds of settings: the
+        window-level ones its recipe chose for its own local speakers
+        (threshold, median), and, under
         ``postprocess["modes"][mode]``, the whole pipeline's settings chosen on
         a development set for each mode (``normlab diarize tune
         --save``). The latter win over everything but ``overrides``. Without
@@ -57,11 +60,12 @@ class PipelineConfig:
         post = getattr(model, "postprocess", {})
         stored = {k: v for k, v in post.items() if k in TUNABLE}
         given = {k: v for k, v in overrides.items() if v is not None}
-        mode = given.get("speakers", stored.get("speakers", cls.speakers))
+        # vad="speech" (Silero alone decides speech) is a speech-mode reading: asked for alone, it brings that mode
+        mode = given.get("speakers", "speech" if given.get("vad") == "speech" else stored.get("speakers", cls.speakers))
         mode_kw = MODE_DEFAULTS.get(mode, {})
         tuned = {k: v for k, v in post.get("modes", {}).get(mode, {}).items() if k in TUNABLE}
         kw = {**stored, **mode_kw} if mode == "speech" else {**mode_kw, **stored}
-        kw = {**kw, **tuned, **given}
+        kw = {**kw, **tuned, **given, "speakers": mode}
         unknown = set(kw) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise BadValue(f"unknown pipeline option(s) {sorted(unknown)}")
@@ -71,6 +75,9 @@ class PipelineConfig:
         check_choice(cfg.speakers, ("eend", "speech"), "speakers mode")
         check_choice(cfg.vad, ("off", "gate", "speech"), "vad mode")
         check_choice(cfg.weighting, ("hamming", "mean"), "window weighting")
+        if cfg.speakers == "eend" and cfg.vad == "speech":
+            raise BadValue("vad 'speech' (Silero alone decides speech) reads the model in speakers mode 'speech'; "
+                           "with speakers 'eend' use vad 'gate'")
         for name in ("threshold", "overlap_threshold", "vad_threshold"):
             value = getattr(cfg, name)
             if value is not None and not 0 <= value < 1:
