@@ -51,6 +51,19 @@ def test_decision_is_measured_once_kept_and_saved(tuner):
     assert again.why == "cached" and again.impl == d.impl
 
 
+def test_sample_is_in_cache_unless_the_call_is_not(monkeypatch):
+    """A call whose output fits the last-level cache is timed on SAMPLE_ELEMS; a larger one on a sample whose
+    output is that cache's size (memory-bound, streamed, as the call)."""
+    monkeypatch.setattr(cpu, "stream_bytes", lambda: 1 << 20)  # a 1 MiB last-level cache
+    small = autotune.SAMPLE_ELEMS // 256
+    assert autotune.sample_rows(torch.empty(100, 256), 256) == small  # 100 KB: in cache
+    assert autotune.sample_rows(torch.empty(4096, 256), 256) == (1 << 20) // (256 * 4)  # 4 MiB: 1 MiB sample
+    assert autotune.sample_rows(torch.empty(1100, 256), 256) == 1024  # just over: an output of 1 MiB
+    assert autotune.sample_rows(torch.empty(4096, 256, dtype=torch.bfloat16), 256) == (1 << 20) // (256 * 2)
+    big = torch.empty(4096, 256, device="meta")  # not a CPU call: the in-cache sample
+    assert autotune.sample_rows(big, 256) == small
+
+
 @needs_two
 def test_a_decision_never_changes_mid_run(tuner, monkeypatch):
     calls = _rigged(monkeypatch, "native")

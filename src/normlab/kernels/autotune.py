@@ -17,9 +17,12 @@ warning.
   compiled path is not timed (its first call compiles for seconds); it runs
   where the fixed table puts it.
 * **The sample**: ``max(1, SAMPLE_ELEMS // D)`` rows of the call's own row
-  length, forward then backward (a training step's pair) for a ``train`` key,
-  the forward alone for an ``fwd`` key (inference: under ``no_grad`` or
-  ``inference_mode``, where no backward follows), each candidate once
+  length (:func:`sample_rows`: for a CPU call whose output is larger than the
+  last-level cache, as many rows as make an output of that size, at most the
+  call's: in cache, a kernel's memory traffic does not show), forward then
+  backward (a training step's pair) for a ``train`` key, the forward alone
+  for an ``fwd`` key (inference: under ``no_grad`` or ``inference_mode``,
+  where no backward follows), each candidate once
   to warm up, then :data:`REPEATS` rounds interleaved; a candidate's time is
   its fastest round. The fixed table's choice is kept unless another candidate
   is :data:`MARGIN` faster, so noise does not flip a tie. Cost: a few ms per key on an idle core (more
@@ -122,8 +125,22 @@ class Decision:
     cost_ms: float = 0.0  # what measuring cost, timing and sample included
 
 
-def _sample(op: str, dtype: torch.dtype, d: int, device) -> tuple:
-    n = max(1, SAMPLE_ELEMS // max(d, 1))
+def sample_rows(x: torch.Tensor, d: int) -> int:
+    """Rows of the timing sample: ``SAMPLE_ELEMS // D`` (in cache); for a CPU call whose output would not fit in
+    the last-level cache, enough rows for an output of that size (capped at the call's own rows), so the sample
+    is memory-bound as the call is and the C++ kernels stream their stores on it as they will on the call."""
+    d = max(d, 1)
+    rows = max(1, SAMPLE_ELEMS // d)
+    if x.device.type == "cpu":
+        from .cpu import stream_bytes
+
+        call_rows, row_bytes = x.numel() // d, d * x.element_size()
+        if call_rows * row_bytes >= stream_bytes():
+            rows = max(rows, min(call_rows, -(-stream_bytes() // row_bytes)))
+    return rows
+
+
+def _sample(op: str, dtype: torch.dtype, d: int, device, n: int) -> tuple:
     g = torch.Generator(device=device).manual_seed(0)
     t = lambda *s: torch.empty(*s, device=device, dtype=dtype).uniform_(-2, 2, generator=g)  # noqa: E731
     spec = OP_SPECS[op]
@@ -137,7 +154,7 @@ def _time(kernels: dict[str, Kernel], op: str, x: torch.Tensor, d: int, eps: flo
           backward: bool = True) -> tuple[dict, str]:
     """Fastest round of each kernel on a fresh sample (ms; forward+backward, or the forward alone), and the
     sample's shape."""
-    spec, xs, r, w, b, dy, ds = _sample(op, x.dtype, d, x.device)
+    spec, xs, r, w, b, dy, ds = _sample(op, x.dtype, d, x.device, sample_rows(x, d))
     sync = torch.cuda.synchronize if xs.is_cuda else (lambda: None)
 
     def step(k: Kernel):
