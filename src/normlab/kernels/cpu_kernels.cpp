@@ -260,18 +260,11 @@ template <class A> static inline A rstd_of(A m, A eps) {
 
 // ------------------------------------------------------------------ forward
 
-// One row: y = (s - mean) * rstd * w + b with s = x (+ r, rounded to T and written to so). RMS: mean = 0.
-template <class T, bool RMS, bool HW, bool HB, bool HR, class A = typename Acc<T>::type>
-static inline void fwd_row(const T* xi, const T* ri, T* so, const A* w, const A* b, T* yi, A* mean, A* rstd,
-                           i64 d, A inv_d, A eps, bool stream) {
+// A row's statistics and output from s (si: the storage type T, or the row already widened to A).
+template <class T, bool RMS, bool HW, bool HB, class S, class A = typename Acc<T>::type>
+static inline void norm_row(const S* si, const A* w, const A* b, T* yi, A* mean, A* rstd, i64 d, A inv_d, A eps,
+                            bool stream) {
   typedef typename Vec<A>::type V;
-  const T* si = xi;
-  if (HR) {
-    // s is read back three times below: ordinary stores keep it in cache (never streamed)
-    row_store(so, d, false, [=](i64 j) { return vld(xi + j) + vld(ri + j); },
-              [=](i64 j) { return ld(xi[j]) + ld(ri[j]); });
-    si = so;  // the statistics see s as stored, as eager's x + r does
-  }
   A m = 0, rs;
   if (RMS) {
     rs = rstd_of<A>(row_reduce<A>(d, [=](i64 j) { V v = vld(si + j); return v * v; },
@@ -296,6 +289,34 @@ static inline void fwd_row(const T* xi, const T* ri, T* so, const A* w, const A*
     if (HB) v = v + b[j];
     return v;
   });
+}
+
+// Half-precision rows up to this many elements are widened to A once, into a buffer on the stack (in L1), and
+// the three passes read the buffer: one conversion per element instead of three. Widening is exact, so the bits
+// are those of the passes over T.
+static const i64 WIDEN_MAX = 4096;
+
+// One row: y = (s - mean) * rstd * w + b with s = x (+ r, rounded to T and written to so). RMS: mean = 0.
+template <class T, bool RMS, bool HW, bool HB, bool HR, class A = typename Acc<T>::type>
+static inline void fwd_row(const T* xi, const T* ri, T* so, const A* w, const A* b, T* yi, A* mean, A* rstd,
+                           i64 d, A inv_d, A eps, bool stream) {
+  const T* si = xi;
+  if (HR) {
+    // s is read back below: ordinary stores keep it in cache (never streamed)
+    row_store(so, d, false, [=](i64 j) { return vld(xi + j) + vld(ri + j); },
+              [=](i64 j) { return ld(xi[j]) + ld(ri[j]); });
+    si = so;  // the statistics see s as stored, as eager's x + r does
+  }
+  if (sizeof(T) < sizeof(A) && d <= WIDEN_MAX) {
+    alignas(64) A buf[WIDEN_MAX];
+    const int W = Vec<A>::W;
+    i64 j = 0;
+    for (; j + W <= d; j += W) vst(buf + j, vld(si + j));
+    for (; j < d; ++j) buf[j] = ld(si[j]);
+    norm_row<T, RMS, HW, HB>(static_cast<const A*>(buf), w, b, yi, mean, rstd, d, inv_d, eps, stream);
+  } else {
+    norm_row<T, RMS, HW, HB>(si, w, b, yi, mean, rstd, d, inv_d, eps, stream);
+  }
 }
 
 template <class T, bool RMS, bool HW, bool HB, bool HR, class A = typename Acc<T>::type>
