@@ -177,6 +177,28 @@ def test_streamed_stores_give_the_same_bits(dtype, d, monkeypatch):
     assert all((a is None and c is None) or torch.equal(a, c) for a, c in zip(plain, streamed))
 
 
+@pytest.mark.skipif(not HAS_CPU, reason="no C++ compiler")
+@pytest.mark.parametrize("dtype", sorted(cpu.dtypes() - {torch.float32, torch.float64}, key=str))
+@pytest.mark.parametrize("d", [4096, 4097])  # half rows up to 4096 are widened once into a buffer, wider ones not
+def test_half_rows_either_side_of_the_widening_buffer(dtype, d):
+    """Both forward paths of a half-precision row give y rounded once from float32 statistics: against float64,
+    within half an ulp of the storage type plus float32 rounding, and the same bits alone or in a batch."""
+    g = torch.Generator().manual_seed(2)
+    k = cpu.CpuKernel()
+    x = (3 * torch.randn(9, d, generator=g) + 1).to(dtype)
+    w, b = torch.randn(d, generator=g), torch.randn(d, generator=g)
+    for rms in (False, True):
+        y, _, mean, rstd = k.fwd(x, None, w, None if rms else b, 1e-5, rms=rms)
+        xd = x.double()
+        mu = 0 if rms else xd.mean(1, keepdim=True)
+        ref = (xd - mu) * torch.rsqrt(((xd - mu) ** 2).mean(1, keepdim=True) + 1e-5) * w.double()
+        ref = ref if rms else ref + b.double()
+        ulp = torch.finfo(dtype).eps * ref.abs().clamp_min(torch.finfo(dtype).tiny)
+        assert ((y.double() - ref).abs() <= 0.5 * ulp + 1e-5 * ref.abs().max()).all()
+        alone = k.fwd(x[4:5].clone(), None, w, None if rms else b, 1e-5, rms=rms)[0]
+        assert torch.equal(alone, y[4:5])
+
+
 def test_stream_threshold_reads_the_cache_and_the_environment(monkeypatch):
     assert cpu.last_level_cache_bytes() >= 1 << 16
     for given, want in (("0", 0), ("1048576", 1 << 20), ("lots", cpu.last_level_cache_bytes())):
