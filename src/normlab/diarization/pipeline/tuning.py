@@ -113,15 +113,15 @@ def measure(segs: dict, refs: dict, cfg: PipelineConfig) -> dict:
     ``"_files"`` each file's (error, scored time) at collar 0.25, for ``share_better``."""
     hyp = {uri: stitch(s, cfg) for uri, s in segs.items()}
     per_file = {u: diarization_error_rate(refs[u], hyp.get(u, []), collar=0.25) for u in sorted(refs)}
-    out = {"der_0.25": sum(per_file.values(), DERResult()).der, "der_0": score(refs, hyp, collar=0.0).der}
     r = score(refs, hyp, collar=0.0)
+    out = {"der_0.25": sum(per_file.values(), DERResult()).der, "der_0": r.der}
     out.update({k: getattr(r, k) / r.total for k in ("missed", "false_alarm", "confusion")})
     out["count_right"] = float(np.mean([len({t.speaker for t in hyp[u]}) == len({t.speaker for t in refs[u]})
                                         for u in refs]))
     hit, called = map(sum, zip(*(overlap_precision(refs[u], hyp[u]) for u in refs)))
     out["overlap_precision"] = hit / called if called else float("nan")
     out["overlap_called_s"] = called * 0.01
-    out["_files"] = {u: (r.false_alarm + r.missed + r.confusion, r.total) for u, r in per_file.items()}
+    out["_files"] = {u: (f.false_alarm + f.missed + f.confusion, f.total) for u, f in per_file.items()}
     return out
 
 
