@@ -134,9 +134,9 @@ def sample_rows(x: torch.Tensor, d: int) -> int:
     if x.device.type == "cpu":
         from .cpu import stream_bytes
 
-        call_rows, row_bytes = x.numel() // d, d * x.element_size()
-        if call_rows * row_bytes >= stream_bytes():
-            rows = max(rows, min(call_rows, -(-stream_bytes() // row_bytes)))
+        call_rows, row_bytes, cache = x.numel() // d, d * x.element_size(), stream_bytes()
+        if call_rows * row_bytes >= cache:
+            rows = max(rows, min(call_rows, -(-cache // row_bytes)))
     return rows
 
 

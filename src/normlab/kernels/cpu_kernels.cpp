@@ -203,22 +203,30 @@ template <> struct SAlign<bf16> { static const int B = VB / 2; };
 template <> struct SAlign<f16> { static const int B = VB / 2; };
 #endif
 
-// out[j] for j < d from fv(j) (the W values at j, a vector of A) and f1(j) (the one value, an A): vector
-// stores, streamed when `stream`, and the scalar elements before the first aligned vector and after the
-// last. fv and f1 compute the same expression (no fused multiply-add), so where the split falls never
-// changes a bit.
+// The element loop of every output row: vec(j, store) computes the W elements at j and writes its result
+// vector through store(p, v), streamed when `stream` (where the target has streaming stores: from the first
+// element aligned for them, the ones before by one(j)); one(j) computes element j, and does the tail. vec and
+// one compute the same expressions (no fused multiply-add), so where the split falls never changes a bit.
 template <class T, class FV, class F1>
-static inline void row_store(T* out, i64 d, bool stream, FV fv, F1 f1) {
+static inline void row_loop(T* out, i64 d, bool stream, FV vec, F1 one) {
   typedef typename Acc<T>::type A;
+  typedef typename Vec<A>::type V;
   const int W = Vec<A>::W;
   i64 j = 0;
   if (stream && NORMLAB_HAS_STREAM) {
-    for (; j < d && reinterpret_cast<uintptr_t>(out + j) % SAlign<T>::B != 0; ++j) out[j] = st<T>(f1(j));
-    for (; j + W <= d; j += W) vst_nt(out + j, fv(j));
+    for (; j < d && reinterpret_cast<uintptr_t>(out + j) % SAlign<T>::B != 0; ++j) one(j);
+    for (; j + W <= d; j += W) vec(j, [](T* q, V v) { vst_nt(q, v); });
   } else {
-    for (; j + W <= d; j += W) vst(out + j, fv(j));
+    for (; j + W <= d; j += W) vec(j, [](T* q, V v) { vst(q, v); });
   }
-  for (; j < d; ++j) out[j] = st<T>(f1(j));
+  for (; j < d; ++j) one(j);
+}
+
+// out[j] = fv(j) (the W values at j, a vector of A) or f1(j) (the one value, an A), rounded to T.
+template <class T, class FV, class F1>
+static inline void row_store(T* out, i64 d, bool stream, FV fv, F1 f1) {
+  row_loop(out, d, stream, [&](i64 j, auto store) { store(out + j, fv(j)); },
+           [&](i64 j) { out[j] = st<T>(f1(j)); });
 }
 
 // LANES = 64 / sizeof(A) accumulators (one cache line) as NV vectors; lane l of vector k is accumulator
@@ -388,14 +396,7 @@ static inline void bwd_row(const T* gi, const T* xi, A m, A rs, const A* w, cons
     if (HW) vst(pw + k, vld(pw + k) + dy * xh);
     if (!RMS) vst(pb + k, vld(pb + k) + dy);
   };
-  j = 0;
-  if (stream && NORMLAB_HAS_STREAM) {
-    for (; j < d && reinterpret_cast<uintptr_t>(dxi + j) % SAlign<T>::B != 0; ++j) one(j);
-    for (; j + W <= d; j += W) vec(j, [](T* q, V v) { vst_nt(q, v); });
-  } else {
-    for (; j + W <= d; j += W) vec(j, [](T* q, V v) { vst(q, v); });
-  }
-  for (; j < d; ++j) one(j);
+  row_loop(dxi, d, stream, vec, one);
 }
 
 // partial: (ceil(n / ROWS), 2, d) scratch; dw written when HW, db when LayerNorm.
@@ -498,4 +499,3 @@ NORMLAB_ENTRIES(f16, f16)
 
 extern "C" i64 normlab_rows_per_partial(void) { return ROWS; }
 extern "C" int normlab_has_f16(void) { return NORMLAB_HAS_F16; }
-extern "C" int normlab_has_stream(void) { return NORMLAB_HAS_STREAM; }
