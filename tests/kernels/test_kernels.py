@@ -65,6 +65,23 @@ def test_forced_impl_that_cannot_run_raises():
             F.rms_norm(torch.randn(2, 8, device="cuda"), 8, impl="cpu")
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_native_runs_half_only_where_no_backward_can_follow(dtype):
+    """torch's half LayerNorm returns half statistics: a backward from them would break the contract, so a
+    half call reaches it only with autograd off; then its output is torch's own (float32 inside)."""
+    x = torch.randn(4, 96, dtype=dtype)
+    with pytest.raises(ValueError, match="native"):
+        F.layer_norm(x, 96, impl="native")
+    with pytest.raises(ValueError, match="native"):
+        F.layer_norm(x.requires_grad_(), 96, impl="native")
+    for off in (torch.no_grad, torch.inference_mode):
+        with off():
+            assert torch.equal(F.layer_norm(x, 96, impl="native"), torch.nn.functional.layer_norm(x, (96,)))
+            r = torch.randn(4, 96, dtype=dtype)
+            y, s = F.add_layer_norm(x, r, 96, impl="native")
+            assert torch.equal(s, x + r) and torch.equal(y, torch.nn.functional.layer_norm(x + r, (96,)))
+
+
 @pytest.mark.parametrize("op", ["layer_norm", "add_layer_norm"])
 def test_native_kernel_methods_are_what_native_runs(op, monkeypatch):
     """functional reaches torch's kernel only through dispatch and NativeKernel.fwd/bwd."""
@@ -111,6 +128,20 @@ def test_compiled_leaves_torch_configuration_alone():
             F.rms_norm(x, 5, torch.ones(5, dtype=dtype), eps=eps, impl="compiled")
     assert dict(torch._dynamo.config.get_config_copy()) == before
     assert any(k.startswith("rms_fwd/float64/cpu") for k in fused.COLD_START_S)
+
+
+@pytest.mark.skipif(not fused.available(), reason="no compiler")
+def test_compiled_survives_every_calling_context():
+    """One op, one dtype, called with and without autograd, under inference_mode, on one row and on many, on
+    a 1-wide and a wide row: each is a variant dynamo would recompile for (12 here, past its limit of 8,
+    which fullgraph turns into an error), so each gets its own compiled function."""
+    for ctx in (torch.enable_grad, torch.no_grad, torch.inference_mode):
+        for n in (1, 6):
+            for d in (1, 24):
+                with ctx():
+                    x = torch.randn(n, d, dtype=torch.float64)
+                    y = F.rms_norm(x, d, torch.ones(d, dtype=torch.float64), eps=1e-6, impl="compiled")
+                assert y.shape == (n, d) and torch.isfinite(y).all()
 
 
 def test_col_sum_is_blocked_and_exact_in_float64():

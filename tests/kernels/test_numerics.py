@@ -212,3 +212,39 @@ def test_half_uses_float32_statistics(op, dtype, impl):
     ulp = {torch.float16: 2**-10, torch.bfloat16: 2**-7}[dtype]
     # within a few output ulps of the exact result (bf16 stats would be off by O(1))
     assert max_err(y, y64) <= 4 * ulp * max(1.0, y64.abs().max().item())
+
+
+# Forward-only calls (no_grad, inference_mode): no backward can follow, so a kernel may run here that could
+# not give a training step's statistics (torch's half-precision LayerNorm returns them in the half dtype).
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scale,shift", [(1.0, 0.0), (4.0, 10.0)])
+def test_forward_only_accuracy_rule(op, dtype, scale, shift, impl):
+    x, w, b, r = (None if t is None else t.detach() for t in make_inputs(op, 64, 768, dtype, scale=scale,
+                                                                        shift=shift))
+    y64 = torchs(op, *(None if t is None else t.double() for t in (x, w, b)), r=None if r is None else r.double())
+    with torch.no_grad():
+        y, yt = ours(op, x, w, b, impl=impl, r=r), baseline(op, x, w, b, r, impl)
+    assert y.dtype == dtype
+    assert max_err(y, y64) <= 2 * max_err(yt, y64) + ATOL[dtype]
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", HALF)
+def test_forward_only_half_uses_float32_statistics(op, dtype, impl):
+    with torch.no_grad():
+        test_half_uses_float32_statistics(op, dtype, impl)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", [torch.float32, *HALF])
+def test_forward_only_batch_invariant_and_repeatable(op, dtype, impl):
+    """Row i alone, inside 7 rows and inside 4096 rows, and three runs: bitwise the same output."""
+    x, w, b, r = (None if t is None else t.detach() for t in make_inputs(op, 4096, 256, dtype, scale=3.0,
+                                                                        shift=1.0))
+    i = 5
+    with torch.inference_mode():
+        run = lambda rows: ours(op, x[rows], w, b, impl=impl, r=None if r is None else r[rows])  # noqa: E731
+        y_all, y_7, y_1 = run(slice(0, 4096)), run(slice(0, 7)), run(slice(i, i + 1))
+        assert torch.equal(y_all[i], y_1[0]) and torch.equal(y_7[i], y_1[0])
+        assert all(torch.equal(run(slice(0, 4096)), y_all) for _ in range(2))

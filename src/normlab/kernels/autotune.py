@@ -24,8 +24,10 @@ warning.
   for an ``fwd`` key (inference: under ``no_grad`` or ``inference_mode``,
   where no backward follows), each candidate once
   to warm up, then :data:`REPEATS` rounds interleaved; a candidate's time is
-  its fastest round. The fixed table's choice is kept unless another candidate
-  is :data:`MARGIN` faster, so noise does not flip a tie. Cost: a few ms per key on an idle core (more
+  its fastest round. torch's own kernel (``native``) where it is a
+  candidate, else the fixed table's choice, is kept unless another candidate
+  is :data:`MARGIN` faster: noise does not flip a tie, and a tie goes to
+  torch, so ``auto`` is never slower than torch by more than the noise. Cost: a few ms per key on an idle core (more
   where other processes take the cores: docs/performance.md).
 * **Two modes, two decisions**: torch's forward-only kernel can beat the
   C++ one where the C++ pair wins forward+backward, so inference and training
@@ -63,7 +65,7 @@ TIMED = ("cpu", "native")
 #: elements in the timing sample (rows = SAMPLE_ELEMS // D): 512 KB of float32, about an L2
 SAMPLE_ELEMS = 1 << 17
 REPEATS = 3
-#: another candidate must be this much faster (relative) to displace the fixed table's choice
+#: another candidate must be this much faster (relative) to displace torch's kernel (else the fixed table's choice)
 MARGIN = 0.05
 FORMAT = 1
 
@@ -261,7 +263,8 @@ class Tuner:
             t0 = time.perf_counter()
             ms, sample = _time(candidates, op, x, d, eps, backward=mode() == "train")
             best = min(ms, key=ms.get)
-            impl = best if ms[best] < (1 - MARGIN) * ms[fixed] else fixed
+            kept = "native" if "native" in ms else fixed  # a tie goes to torch's own kernel: never slower than it
+            impl = best if ms[best] < (1 - MARGIN) * ms[kept] else kept
             dec = Decision(impl, "measured", ms, sample, round((time.perf_counter() - t0) * 1e3, 2))
             self._decisions[k] = dec  # never replaced for the rest of the process
             self._save()

@@ -97,10 +97,12 @@ def bwd(dy, x, mean, rstd, w, ds, rms: bool):
 
 # ------------------------------------------------------------------ compilation
 #
-# dynamo keeps its compiled variants per code object, up to a recompile limit. Rather than
-# raising that limit for the whole process, each variant of a function (dtype, device, which
-# optional tensors are present, eps) gets its own code object, compiled once: the state is
-# this module's table of compiled functions, and nothing of torch's configuration changes.
+# dynamo keeps its compiled variants per code object, up to a recompile limit (8), and with
+# fullgraph=True going past it is an error. Rather than raising that limit for the whole
+# process, each variant of a function gets its own code object, compiled once: a variant is
+# everything dynamo guards on (device, grad and inference mode, each tensor's dtype and
+# requires_grad and which sizes are 0 or 1, which optional tensors are present, eps). The
+# state is this module's table of compiled functions; nothing of torch's configuration changes.
 
 _lock = threading.Lock()
 _compiled: dict[tuple, object] = {}
@@ -125,13 +127,21 @@ def _compiled_fn(fn, key: tuple):
         return c
 
 
+def _guarded(a):
+    """What dynamo specializes on in one argument: a tensor's dtype, whether it requires grad, and which of its
+    sizes are 0 or 1 (``dynamic=True`` still specializes those); None; or the value itself (eps, flags)."""
+    if isinstance(a, torch.Tensor):
+        return (str(a.dtype).removeprefix("torch."), a.requires_grad, *(min(n, 2) for n in a.shape))
+    return a
+
+
 def _run(fn, label: str, *args):
     """Run the compiled ``fn``; the first call per variant compiles (timed per ``label``/dtype/device)."""
     if torch.compiler.is_compiling():  # inside a user's torch.compile: let it trace the math
         return fn(*args)
     x = args[0]
-    key = (fn.__name__, x.dtype, x.device.type,
-           *(type(a).__name__ if isinstance(a, (torch.Tensor, type(None))) else a for a in args[1:]))
+    key = (fn.__name__, x.device.type, torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
+           *(_guarded(a) for a in args))
     c = _compiled_fn(fn, key)
     label = f"{label}/{str(x.dtype).removeprefix('torch.')}/{x.device.type}"
     if label in COLD_START_S:

@@ -2,9 +2,14 @@
 
 On CPU these are already close to the memory limit for float32/float64 and
 satisfy the numerics contract there (float32 statistics, Welford-style row
-moments, one thread per row). For float16/bfloat16 the CPU kernel returns its
-statistics in the input dtype, so normlab does not use it for half inputs.
-It has no RMSNorm; the residual-add variant is the eager add, then the kernel.
+moments, one thread per row). For float16/bfloat16 the CPU kernel computes in
+float32 and rounds ``y`` once, as the contract asks, but returns its
+statistics in the input dtype: a backward from them would not hold the
+contract. So half inputs on CPU run here only where no backward can follow
+(autograd not recording: ``no_grad``, ``inference_mode``): the forward-only
+calls of inference, where its output has the C++ kernel's accuracy
+(docs/numerics.md). It has no RMSNorm; the residual-add variant is the eager
+add, then the kernel.
 """
 from __future__ import annotations
 
@@ -12,13 +17,19 @@ import torch
 
 from .base import OP_SPECS, Kernel, add_residual
 
+FULL = (torch.float32, torch.float64)
+#: run here only without autograd recording (their statistics come back in the half dtype)
+HALF = (torch.float16, torch.bfloat16)
+
 
 class NativeKernel(Kernel):
     name = "native"
 
     def supports(self, op: str, x: torch.Tensor, eps: float) -> bool:
         # eps == 0 is excluded: torch gives NaN for a constant row there, the contract gives bias.
-        return not OP_SPECS[op].rms and x.dtype in (torch.float32, torch.float64) and eps > 0
+        if OP_SPECS[op].rms or eps <= 0:
+            return False
+        return x.dtype in FULL or (x.dtype in HALF and x.device.type == "cpu" and not torch.is_grad_enabled())
 
     def fwd(self, x, residual, w, b, eps, *, rms, s_dtype=None):
         s = x if residual is None else add_residual(x, residual, s_dtype or x.dtype)  # N, D
