@@ -1,6 +1,7 @@
 """``auto`` measures once per key, keeps the decision, saves it per machine, and never trusts a bad cache."""
 from __future__ import annotations
 
+import importlib
 import json
 import warnings
 
@@ -174,3 +175,34 @@ def test_autotuned_choices_pass_the_numerics_suite(winner, op, tuner, monkeypatc
         test_numerics.test_forward_only_half_uses_float32_statistics(op, torch.float16, "auto")
     for d, dt in ((768, torch.float32), (256, torch.float32), (384, torch.float64), (40, torch.float64)):
         assert kernels.resolve("auto", op, torch.randn(2, d, dtype=dt), 1e-5) == (winner if "layer" in op else "cpu")
+
+
+@needs_two
+def test_dispatch_remembers_each_route_and_keeps_them_apart(tuner, monkeypatch):
+    """After the first call of a kind, dispatch answers from its memo without deciding again; a call that
+    differs in anything a decision depends on (grad mode, dtype, row length, threads) is decided on its own:
+    a half-precision forward that ran torch's kernel never sends a training call there."""
+    from normlab import functional as F
+
+    dispatch = importlib.import_module("normlab.kernels.dispatch")  # the module (the package exports the function)
+    _rigged(monkeypatch, "native")
+    decided = []
+    real = dispatch.decide
+    monkeypatch.setattr(dispatch, "decide", lambda *a, **k: decided.append(a[1:2]) or real(*a, **k))
+    x = torch.randn(6, 768).bfloat16()
+    with torch.no_grad():
+        for _ in range(3):
+            F.layer_norm(x, 768)
+    assert len(decided) == 1 and set(tuner.routes.values()) == {"native"}
+    w = torch.ones(768, dtype=torch.bfloat16, requires_grad=True)
+    y = F.layer_norm(x, 768, w)  # autograd records: torch's half kernel cannot run this
+    y.float().sum().backward()
+    assert len(decided) == 2 and "cpu" in tuner.routes.values()
+    F.layer_norm(torch.randn(6, 767).bfloat16(), 767, torch.ones(767, dtype=torch.bfloat16, requires_grad=True))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1 if threads > 1 else 2)
+        F.layer_norm(x, 768, w)
+    finally:
+        torch.set_num_threads(threads)
+    assert len(decided) == 4

@@ -187,6 +187,9 @@ class Tuner:
         self._lock = threading.Lock()
         self._decisions: dict[str, Decision] | None = None
         self._fast: dict[tuple, Decision] = {}
+        #: dispatch's memo of what ``auto`` runs for each kind of eager call (op, dtype, device, row length, eps > 0,
+        #: grad mode, threads, compiled allowed): filled as decisions are taken, never changed
+        self.routes: dict[tuple, str] = {}
 
     @property
     def path(self) -> pathlib.Path:

@@ -140,6 +140,20 @@ def resolve(impl: str, op: str, x: Tensor, eps: float, d: int | None = None) -> 
     return decide(impl, op, x, eps, d).impl
 
 
+def _eager(impl: str, op: str, x: Tensor, eps: float, d: int) -> str:
+    """:func:`resolve` for :func:`dispatch`, which has ruled out export, tracing and compiling: once ``auto`` has
+    decided a kind of call, the answer is one dictionary lookup (a decision never changes within a process)."""
+    if impl != "auto" or not autotune.enabled():
+        return resolve(impl, op, x, eps, d)
+    route = (op, x.dtype, x.device, d, eps > 0, torch.is_grad_enabled(), torch.get_num_threads(),
+             _allow_compiled.get())
+    routes = autotune.TUNER.routes
+    name = routes.get(route)
+    if name is None:
+        name = routes[route] = decide(impl, op, x, eps, d).impl
+    return name
+
+
 def traceable(op: str, x: Tensor, r: Tensor | None, w, b, eps: float, s_dtype: torch.dtype | None = None):
     """The op as plain torch ops on ``N, D`` rows (autograd differentiates them): what tracers record.
 
@@ -168,7 +182,7 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
             # dynamo cannot trace a ctypes call; it inlines the fused math into the user's graph instead
             kernel = get_kernel("compiled" if impl in ("auto", "cpu") else impl)
         else:
-            kernel = get_kernel(resolve(impl, op, x, eps, d))
+            kernel = get_kernel(_eager(impl, op, x, eps, d))
         spec, s_dt = OP_SPECS[op], s_dtype or x.dtype
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, residual, w, b)):
             out = NormFunction.apply(rows(x), rows(residual), w, b, eps, spec.rms, s_dt, kernel)

@@ -34,7 +34,7 @@ class NativeKernel(Kernel):
     def fwd(self, x, residual, w, b, eps, *, rms, s_dtype=None):
         s = x if residual is None else add_residual(x, residual, s_dtype or x.dtype)  # N, D
         y, mean, rstd = torch.native_layer_norm(s, [s.shape[-1]], w, b, eps)  # N, D; N, 1; N, 1
-        return y.to(x.dtype), (None if residual is None else s), mean, rstd
+        return (y if y.dtype == x.dtype else y.to(x.dtype)), (None if residual is None else s), mean, rstd
 
     def bwd(self, dy, x, mean, rstd, w, ds, *, rms):
         mask = [True, w is not None, True]
