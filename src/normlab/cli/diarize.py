@@ -115,7 +115,7 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     model_cfg = ModelConfig(d_model=args.d_model, n_layers=args.n_layers, d_ff=4 * args.d_model,
                             n_speakers=args.n_speakers,
-                            norm=args.norm, placement=args.placement, encoder=args.encoder)
+                            norm=args.norm, placement=args.placement, encoder=args.encoder, head=args.head)
     cfg = TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup, ckpt_every=args.ckpt_every, seed=args.seed,
                       decay=args.decay)
     out = pathlib.Path(args.out)
@@ -222,7 +222,7 @@ def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub, name: str) -> None:
-    from ..diarization.models.eend import ENCODERS
+    from ..diarization.models.eend import ENCODERS, HEADS
     from ..registry import NORMS, PLACEMENTS
     from .recipe_options import add_recipe_options
 
@@ -281,6 +281,8 @@ def add_parsers(sub, name: str) -> None:
     tr.add_argument("--norm", choices=list(NORMS), default="layernorm", help=f"the encoder's norm {d}")
     tr.add_argument("--placement", choices=list(PLACEMENTS), default="pre", help=f"where the norms go {d}")
     tr.add_argument("--encoder", choices=ENCODERS, default="transformer", help=f"encoder type {d}")
+    tr.add_argument("--head", choices=HEADS, default="multilabel",
+                    help=f"output head: one sigmoid per speaker, or a softmax over sets of speakers {d}")
     tr.add_argument("--ckpt-every", type=positive_int, default=100, help=f"steps between checkpoints {d}")
     tr.add_argument("--threads", type=positive_int, default=2, help=f"torch threads per process {d}")
     tr.add_argument("--seed", type=int, default=0, help=f"random seed {d}")
@@ -368,6 +370,6 @@ def add_parsers(sub, name: str) -> None:
     rc.add_argument("--data", default=None, help="folder for the simulated splits (default: OUT/data)")
     rc.add_argument("--threads", type=positive_int, default=2, help=f"torch threads per process {d}")
     rc.add_argument("--jobs", type=positive_int, default=2, help=f"simulation worker processes {d}")
-    add_recipe_options(rc, {"norm": list(NORMS), "placement": list(PLACEMENTS), "encoder": ENCODERS,
+    add_recipe_options(rc, {"norm": list(NORMS), "placement": list(PLACEMENTS), "encoder": ENCODERS, "head": HEADS,
                             "decay": ["none", "cosine"]})
     rc.set_defaults(func=_cmd_diarize_recipe)

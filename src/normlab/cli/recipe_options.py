@@ -47,6 +47,7 @@ HELP = {
     "norm": "the encoder's norm",
     "placement": "where the norms go",
     "encoder": "encoder type",
+    "head": "output head: multilabel (one sigmoid per speaker) or powerset (a softmax over sets of speakers)",
     "dropout": "dropout in the feed-forward hidden layer and on branch outputs",
     "seed": "random seed (data and training)",
     "restart_at": "step where a second cosine learning-rate cycle starts (ignored when --steps is not larger)",

@@ -40,10 +40,10 @@ def frame_probs(model: EENDModel, feats: torch.Tensor, chunk_frames: int = 1500,
     if n == 0:
         return torch.zeros(0, s)
     device = next(model.parameters()).device  # inference follows the model's device; probabilities on the CPU
-    out = torch.sigmoid(model(feats[None, :chunk_frames].to(device)))[0].cpu()  # T0, S
+    out = model.activity(feats[None, :chunk_frames].to(device))[0].cpu()  # T0, S
     start = chunk_frames - overlap_frames
     while out.shape[0] < n:
-        p = torch.sigmoid(model(feats[None, start : start + chunk_frames].to(device)))[0].cpu()  # Tc, S
+        p = model.activity(feats[None, start : start + chunk_frames].to(device))[0].cpu()  # Tc, S
         ov = out.shape[0] - start  # frames shared with what is already decided
         p = align(out, p, ov)  # this chunk in the speaker order of what is decided
         out = torch.cat([out[:start], (out[start:] + p[:ov]) / 2, p[ov:]])

@@ -53,7 +53,7 @@ def window_probs(model: EENDModel, folder: str | pathlib.Path, frames: int = 100
     for uri, (feats, _) in list(zip(data.uris, data.items))[:limit]:
         for k, (s, e) in enumerate(spans(feats.shape[0], frames)):
             w = f"{uri}_w{k}"
-            probs[w] = torch.sigmoid(model(feats[None, s:e]))[0]
+            probs[w] = model.activity(feats[None, s:e])[0]
             refs[w] = crop(ref.get(uri, []), w, s * frame_seconds, e * frame_seconds)
     return probs, refs
 

@@ -1,4 +1,4 @@
-"""EEND-style model: a normlab encoder over frame features, one sigmoid per speaker."""
+"""EEND-style model: a normlab encoder over frame features; one sigmoid per speaker, or a powerset softmax."""
 from __future__ import annotations
 
 import pathlib
@@ -11,6 +11,7 @@ from ..._checks import BadValue, NotFound, check_choice
 from ...models.conformer import ConformerEncoder
 from ...models.transformer import TransformerEncoder
 from ..io.features import FeatureConfig
+from .powerset import marginals, subsets
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,14 @@ class ModelConfig:
     encoder: str = "transformer"  # or "conformer"
     dropout: float = 0.1  # FFN hidden and branch outputs
     attn_dropout: float = 0.0  # on attention probabilities (0: half the training time on CPU)
+    head: str = "multilabel"  # one sigmoid per speaker (EEND), or "powerset": a softmax over speaker sets
+    max_active: int = 2  # powerset: the most speakers one frame's class can hold
 
 
 #: encoders an EEND model can be built on
 ENCODERS = ("transformer", "conformer")
+#: output heads: multi-label PIT (EEND) or powerset (Plaquet & Bredin 2023, ``powerset.py``)
+HEADS = ("multilabel", "powerset")
 
 #: the model shipped in the package (``normlab diarize recipe`` writes it; docs/diarization.md has its numbers)
 SHIPPED = pathlib.Path(__file__).parent.parent / "assets" / "eend_real.pt"
@@ -39,7 +44,11 @@ DEFAULT_POSTPROCESS = {"threshold": 0.5, "median": 11}
 
 
 class EENDModel(nn.Module):
-    """``features (batch, frames, input_dim) -> logits (batch, frames, speakers)``; no positional encoding (EEND).
+    """``features (batch, frames, input_dim) -> logits (batch, frames, outputs)``; no positional encoding (EEND).
+
+    The outputs are one logit per local speaker (``head="multilabel"``) or one
+    per set of speakers (``"powerset"``); :meth:`activity` gives speaker
+    probabilities ``(batch, frames, speakers)`` for either.
 
     ``postprocess`` (threshold, median filter width) travels with the saved
     model: it is chosen on a development set for these weights. So does
@@ -59,10 +68,23 @@ class EENDModel(nn.Module):
             cfg.encoder]
         self.encoder = encoder(cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, norm=cfg.norm, placement=cfg.placement,
                                dropout=cfg.dropout, attn_dropout=cfg.attn_dropout, input_dim=cfg.input_dim, pos=pos)
-        self.head = nn.Linear(cfg.d_model, cfg.n_speakers)
+        check_choice(cfg.head, HEADS, "output head")
+        outputs = cfg.n_speakers
+        if cfg.head == "powerset":
+            if not 1 <= cfg.max_active <= cfg.n_speakers:
+                raise BadValue(f"max_active must be in 1..n_speakers ({cfg.n_speakers}), got {cfg.max_active}")
+            table = subsets(cfg.n_speakers, cfg.max_active)
+            self.register_buffer("powerset", table, persistent=False)  # C, S; rebuilt from the config on load
+            outputs = table.shape[0]
+        self.head = nn.Linear(cfg.d_model, outputs)
 
     def forward(self, feats: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.head(self.encoder(feats, key_padding_mask))  # B, T, S
+        return self.head(self.encoder(feats, key_padding_mask))  # B, T, S (multilabel) or C (powerset)
+
+    def activity(self, feats: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Each local speaker's probability of talking, ``(batch, frames, speakers)``, whatever the head."""
+        logits = self(feats, key_padding_mask)
+        return torch.sigmoid(logits) if self.cfg.head == "multilabel" else marginals(logits, self.powerset)
 
     def save(self, path: str | pathlib.Path) -> None:
         """Config, post-processing, features, weights and ``provenance`` (versions, commit, machine), atomically."""

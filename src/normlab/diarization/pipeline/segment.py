@@ -37,7 +37,7 @@ def local_activity(model, feats: torch.Tensor, starts: list[int], size: int, bat
     device = next(model.parameters()).device  # inference follows the model's device; results come back to the CPU
     for i in range(0, len(starts), batch):
         x = torch.stack([feats[s : s + size] for s in starts[i : i + batch]])  # b, size, dim
-        out.append(torch.sigmoid(model(x.to(device))).cpu())
+        out.append(model.activity(x.to(device)).cpu())
     return torch.cat(out)
 
 

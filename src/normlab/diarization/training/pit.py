@@ -1,9 +1,10 @@
-"""Permutation-invariant binary cross-entropy (EEND's training loss)."""
+"""Permutation-invariant losses: binary cross-entropy (EEND's multi-label head) and powerset cross-entropy."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as TF
 
+from ..models.powerset import classes_of
 from .permutation import best_per_sequence, permutations
 
 
@@ -35,3 +36,42 @@ def pit_bce(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | Non
     idx = best_per_sequence(stacked)  # B: each sequence its own label order
     best = stacked.gather(1, idx[:, None]).squeeze(1)  # B
     return best.mean(), table[idx]
+
+
+def pit_powerset(logits: torch.Tensor, labels: torch.Tensor, table: torch.Tensor, mask: torch.Tensor | None = None):
+    """Minimum over speaker permutations of the mean frame cross-entropy of the powerset classes, per sequence,
+    averaged over the batch (Plaquet & Bredin 2023).
+
+    Parameters
+    ----------
+    logits : (batch, frames, classes) float
+    labels : (batch, frames, speakers) {0, 1}
+    table : (classes, speakers), ``powerset.subsets``
+    mask : (batch, frames) bool, True = padded frame (ignored), or None
+
+    Frames where more speakers talk than a class holds are left out. Returns the loss and, per sequence, the
+    label column assigned to each output speaker, as ``pit_bce``.
+    """
+    b, t, c = logits.shape
+    if labels.shape[:2] != (b, t) or table.shape != (c, labels.shape[2]):
+        raise ValueError(f"logits {list(logits.shape)}, labels {list(labels.shape)} and the powerset table "
+                         f"{list(table.shape)} do not fit together")
+    valid = torch.ones(b, t, dtype=torch.bool, device=logits.device) if mask is None else ~mask
+    perms = permutations(labels.shape[2], device=logits.device)  # P, S
+    flat = logits.reshape(b * t, c)
+    losses = []
+    for p in perms.tolist():
+        cls = classes_of(labels[..., p], table)  # B, T
+        keep = (valid & (cls >= 0)).to(logits.dtype)
+        ce = TF.cross_entropy(flat, cls.clamp_min(0).reshape(-1), reduction="none").reshape(b, t)
+        losses.append((ce * keep).sum(1) / keep.sum(1).clamp_min(1))  # B
+    stacked = torch.stack(losses, dim=1)  # B, P
+    idx = best_per_sequence(stacked)
+    return stacked.gather(1, idx[:, None]).squeeze(1).mean(), perms[idx]
+
+
+def pit_loss(model, logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None):
+    """The permutation-invariant loss of ``model``'s head (``EENDModel.cfg.head``)."""
+    if getattr(getattr(model, "cfg", None), "head", "multilabel") == "powerset":
+        return pit_powerset(logits, labels, model.powerset, mask)
+    return pit_bce(logits, labels, mask)

@@ -75,6 +75,7 @@ class RecipeConfig:
     norm: str = "layernorm"
     placement: str = "pre"
     encoder: str = "transformer"  # or "conformer"
+    head: str = "multilabel"  # or "powerset" (models/powerset.py)
     dropout: float = 0.0  # none: it costs ~13% of a CPU step, and 13 h of varied audio over a few thousand steps
     #                       does not overfit (train and dev losses stay together)
     seed: int = 0
@@ -84,7 +85,8 @@ class RecipeConfig:
     def model_config(self) -> ModelConfig:
         return ModelConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
                            d_ff=4 * self.d_model, n_speakers=self.n_speakers, norm=self.norm,
-                           placement=self.placement, encoder=self.encoder, dropout=self.dropout)
+                           placement=self.placement, encoder=self.encoder, dropout=self.dropout,
+                           head=self.head)
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(steps=self.steps, lr=self.lr, warmup=self.warmup, decay=self.decay,

@@ -19,7 +19,7 @@ import torch
 from ... import provenance, tracking
 from ..._checks import BadValue
 from ...distributed import mean_over_ranks, shard, world
-from .pit import pit_bce
+from .pit import pit_loss
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # feats (B,T,F), labels (B,T,S), pad mask (B,T)
 
@@ -138,7 +138,7 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
                 raise BadValue(f"the batch ({global_batch[0].shape[0]} sequences) must be a multiple of the "
                                  f"number of processes ({size})")
             feats, labels, mask = (None if t is None else t.to(device) for t in shard(global_batch, rank, size))
-            loss, _ = pit_bce(net(feats, mask), labels, mask)
+            loss, _ = pit_loss(model, net(feats, mask), labels, mask)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip))
