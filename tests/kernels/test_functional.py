@@ -60,6 +60,26 @@ def test_video_tokens_multi_dim_normalized_shape():
     torch.testing.assert_close(F.rms_norm(x, (5, 8), w), TF.rms_norm(x, [5, 8], w))
 
 
+@pytest.mark.parametrize("x_shape,norm_shape", [((5, 8), (5, 8)), ((8, 6), (6,)), ((3, 5, 8), (5, 8))])
+def test_rows_and_outputs_keep_their_shapes(x_shape, norm_shape, impl):
+    """A 2-D input normalized over both of its dims is one row, not five; a non-contiguous 2-D input is read as
+    its values; every op's outputs come back in the input's shape."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*x_shape, generator=g)
+    if len(x_shape) == 2 and len(norm_shape) == 1:
+        x = torch.randn(x_shape[::-1], generator=g).t()  # a transposed view: not contiguous
+    r = torch.randn(x.shape, generator=g)
+    w = torch.randn(norm_shape, generator=g)
+    skip_unsupported(impl, "add_layer_norm", x)
+    torch.testing.assert_close(F.layer_norm(x, norm_shape, w, impl=impl), TF.layer_norm(x, list(norm_shape), w))
+    torch.testing.assert_close(F.rms_norm(x, norm_shape, w, impl=impl) if impl != "native" else
+                               TF.rms_norm(x, list(norm_shape), w), TF.rms_norm(x, list(norm_shape), w))
+    y, s = F.add_layer_norm(x, r, norm_shape, w, impl=impl)
+    assert y.shape == s.shape == x.shape
+    torch.testing.assert_close(s, x + r)
+    torch.testing.assert_close(y, TF.layer_norm(x + r, list(norm_shape), w))
+
+
 def test_default_eps_values():
     x = torch.randn(4, 16) * 1e-4  # eps-sensitive scale
     torch.testing.assert_close(F.layer_norm(x, 16), TF.layer_norm(x, [16]))  # eps 1e-5

@@ -92,3 +92,17 @@ def test_dispatch_table_says_what_auto_runs_and_why(tmp_path, monkeypatch, capsy
     assert json.loads((tmp_path / "bench-dispatch.json").read_text())["rows"][0]["op"] == "rms_norm"
     assert main(["bench", "--profile", "--out", str(tmp_path)]) == 2
     assert "--profile needs --model" in capsys.readouterr().err
+
+
+def test_every_timed_call_follows_the_cache_flush():
+    """With a flush, normlab and torch each start from the same cold cache: the flush runs right before every
+    call (warm-ups included), both orders occur, and its own time comes back last."""
+    from normlab.lab.bench import _interleaved_ms
+
+    log = []
+    out = _interleaved_ms([lambda: log.append("a"), lambda: log.append("b")], repeats=4, warmup=1,
+                          flush=lambda: log.append("f"))
+    assert len(out) == 3 and all(t >= 0 for t in out)
+    assert log[0::2] == ["f"] * (len(log) // 2) and len(log) == 2 * (2 + 2 * 4)
+    calls = "".join(log[1::2])
+    assert calls.count("a") == calls.count("b") == 5 and "ab" in calls[2:] and "ba" in calls[2:]

@@ -170,9 +170,11 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
     Returns ``y``, or ``(y, s)`` for the add ops, shaped like ``x``.
     """
     d = math.prod(shape)
-    rows = lambda t: None if t is None else t.reshape(-1, d).contiguous()  # noqa: E731  N, D
-    w = None if weight is None else weight.reshape(d)
-    b = None if bias is None else bias.reshape(d)
+    # N, D rows; each reshape is a torch call of a few µs, so tensors already in shape pass as they are
+    rows = lambda t: t if t is None or (t.dim() == 2 and t.shape[1] == d and t.is_contiguous()) else \
+        t.reshape(-1, d).contiguous()  # noqa: E731
+    w = weight if weight is None or weight.dim() == 1 else weight.reshape(d)
+    b = bias if bias is None or bias.dim() == 1 else bias.reshape(d)
     if exporting():
         if impl != "auto":
             get_kernel(impl)  # an unknown name is still an error
@@ -189,9 +191,10 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
         else:  # nothing for autograd to record: the kernel alone (an autograd Function costs ~0.2 ms a call)
             y, s, _, _ = kernel.fwd(rows(x), rows(residual), w, b, eps, rms=spec.rms, s_dtype=s_dt)
             out = y if s is None else (y, s)
+    shaped = lambda t: t if t.shape == x.shape else t.reshape(x.shape)  # noqa: E731
     if residual is None:
-        return out.reshape(x.shape)
-    return out[0].reshape(x.shape), out[1].reshape(x.shape)
+        return shaped(out)
+    return shaped(out[0]), shaped(out[1])
 
 
 __all__ = ["IMPLS", "OPS", "PREFERENCE", "decide", "dispatch", "exporting", "get_kernel", "resolve", "traceable",

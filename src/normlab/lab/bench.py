@@ -88,23 +88,34 @@ def _step(fn: Callable, seeds, leaves, backward: bool) -> None:
     torch.autograd.backward(outs, seeds[: len(outs)])
 
 
-def _interleaved_ms(fns: list[Callable], repeats: int, warmup: int) -> list[float]:
-    """Median ms of each callable, run in turn every repeat, the order rotating (A/B/C interleaved)."""
+def _interleaved_ms(fns: list[Callable], repeats: int, warmup: int, flush: Callable | None = None) -> list[float]:
+    """Median ms of each callable, run in turn every repeat, the order rotating (A/B/C interleaved).
+
+    With ``flush`` (a copy far larger than the cache), it runs before every timed call and is timed too (its
+    median is the last value returned): each callable then starts from the same cold cache, whatever ran
+    before it. Without it, a callable that follows another on the same inputs finds some of them in cache."""
     for _ in range(warmup):
         for fn in fns:
+            if flush:
+                flush()
             fn()
-    times: list[list[float]] = [[] for _ in fns]
+    times: list[list[float]] = [[] for _ in range(len(fns) + bool(flush))]
     for i in range(repeats):
         for k in range(len(fns)):
             j = (k + i) % len(fns)
+            if flush:
+                t0 = time.perf_counter()
+                flush()
+                times[-1].append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             fns[j]()
             times[j].append(time.perf_counter() - t0)
     return [statistics.median(t) * 1e3 for t in times]
 
 
-def _ab_median(a: Callable, b: Callable, repeats: int, warmup: int) -> tuple[float, float]:
-    ta, tb = _interleaved_ms([a, b], repeats, warmup)
+def _ab_median(a: Callable, b: Callable, repeats: int, warmup: int, flush: Callable | None = None
+               ) -> tuple[float, float]:
+    ta, tb, *_ = _interleaved_ms([a, b], repeats, warmup, flush)
     return ta, tb
 
 
@@ -181,7 +192,7 @@ def bench_one(op, shape, dtype, *, copy_speed=None, repeats=15, warmup=3) -> lis
     copy = _Copy() if copy_speed is None else None
     for mode, backward, k in (("fwd", False, 0), ("fwd+bwd", True, 1)):
         fns = [lambda bw=backward: _step(ours, seeds, leaves, bw), lambda bw=backward: _step(theirs, seeds, leaves, bw)]
-        a_ms, b_ms, *c_ms = _interleaved_ms(fns + ([copy] if copy else []), repeats, warmup)
+        a_ms, b_ms, *c_ms = _interleaved_ms(fns, repeats, warmup, flush=copy)
         speed = copy.gbps(c_ms[0]) if copy else copy_speed
         nbytes = TENSORS_MOVED[op][k] * n * d * x.element_size()
         floor_ms = nbytes / (speed * 1e9) * 1e3
@@ -229,7 +240,7 @@ def torch_vs_itself(shape=(8192, 768), repeats: int = 15, warmup: int = 3) -> fl
     seeds = [torch.randn(n, d)]
     fn = lambda: (TF.layer_norm(x, [d], w, b),)  # noqa: E731
     a, c = _ab_median(lambda: _step(fn, seeds, [x, w, b], True), lambda: _step(fn, seeds, [x, w, b], True),
-                      repeats, warmup)
+                      repeats, warmup, flush=_Copy())
     return _sig(c / a, 3)
 
 
