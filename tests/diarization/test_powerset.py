@@ -2,13 +2,19 @@
 import itertools
 
 import pytest
+import soundfile as sf
 import torch
 import torch.nn.functional as TF
 
+from normlab.diarization import diarize
 from normlab.diarization.models.eend import EENDModel, ModelConfig
+from normlab.diarization.models.embed import SpeakerEncoder
 from normlab.diarization.models.powerset import classes_of, marginals, n_classes, subsets
+from normlab.diarization.pipeline.config import PipelineConfig
+from normlab.diarization.pipeline.segment import segment
 from normlab.diarization.training.pit import pit_powerset
 from normlab.diarization.training.train import TrainConfig, train
+from tiny_diarizer import SR, tiny_models, tones
 
 POWERSET = ModelConfig(input_dim=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, n_speakers=3, head="powerset",
                        dropout=0.0)
@@ -103,3 +109,15 @@ def test_powerset_model_trains_saves_and_loads(tmp_path):
         EENDModel(ModelConfig(**{**POWERSET.__dict__, "max_active": 0}))
     with pytest.raises(ValueError, match="head"):
         EENDModel(ModelConfig(head="softmax"))
+
+
+def test_the_pipeline_runs_a_powerset_model(tmp_path):
+    """The whole pipeline on a powerset model file: its speakers' marginals are what the windows hold."""
+    m, enc = tiny_models(tmp_path, 2.0, head="powerset", window=4.0, step=2.0, speakers="eend", vad="off")
+    audio = tones(12)
+    sf.write(tmp_path / "talk.wav", audio, SR)
+    turns = diarize(tmp_path / "talk.wav", model=m, embedding=enc)
+    assert turns and {t.uri for t in turns} == {"talk"}
+    model = EENDModel.load(m)
+    seg = segment(model, SpeakerEncoder.load(enc), torch.from_numpy(audio), "talk", PipelineConfig.for_model(model))
+    assert seg.probs.shape[2] == 3 and float(seg.probs.min()) >= 0 and float(seg.probs.sum(2).max()) <= 2 + 1e-5
