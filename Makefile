@@ -47,7 +47,7 @@ demo: system-deps $(STAMP)
 	$(VENV)/bin/normlab report --quick --out report
 	-@$(MAKE) --no-print-directory sample || echo "warning: could not fetch the pyannote sample"
 	@if [ -f $(SAMPLE)/sample.wav ]; then \
-	  $(VENV)/bin/normlab diarize evaluate $(SAMPLE) $(SAMPLE)/sample.rttm; fi
+	  $(VENV)/bin/normlab diarize evaluate $(SAMPLE) $(SAMPLE)/sample.rttm --out report/sample-rttm; fi
 	@if command -v espeak-ng >/dev/null 2>&1; then \
 	  $(VENV)/bin/normlab diarize simulate --out $(DEMO) --n-mixtures 3 --split test --seed 7 && \
 	  $(VENV)/bin/normlab diarize $(DEMO)/wav/*.wav --out $(DEMO)/rttm && \
