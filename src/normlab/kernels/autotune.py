@@ -187,7 +187,6 @@ class Tuner:
         self._path = path
         self._lock = threading.Lock()
         self._decisions: dict[str, Decision] | None = None
-        self._fast: dict[tuple, Decision] = {}
         #: dispatch's memo of what ``auto`` runs for each kind of eager call (op, dtype, device, row length, eps > 0,
         #: grad mode, threads, compiled allowed): filled as decisions are taken, never changed
         self.routes: dict[tuple, str] = {}
@@ -244,14 +243,9 @@ class Tuner:
             return dict(self._decisions)
 
     def known(self, op: str, x: torch.Tensor, d: int, candidates) -> Decision | None:
-        """The decision already taken for this kind of call, if any: one lookup by a tuple key (no lock and no
-        string formatting: decisions are only ever added)."""
-        fast = (op, x.dtype, x.device, row_bucket(d), torch.get_num_threads(), torch.is_grad_enabled())
-        dec = self._fast.get(fast)
-        if dec is None and self._decisions is not None:
-            dec = self._decisions.get(key(op, x, d))
-            if dec is not None:
-                self._fast[fast] = dec
+        """The decision already taken for this kind of call, if any (no lock: decisions are only ever added).
+        Eager calls reach it once per route: dispatch remembers the answer in :attr:`routes`."""
+        dec = None if self._decisions is None else self._decisions.get(key(op, x, d))
         return dec if dec is not None and dec.impl in candidates else None
 
     def choose(self, op: str, x: torch.Tensor, d: int, eps: float, candidates: dict[str, Kernel],

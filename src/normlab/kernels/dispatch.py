@@ -120,7 +120,7 @@ def decide(impl: str, op: str, x: Tensor, eps: float, d: int | None = None) -> a
         return autotune.Decision(_fixed(op, x, eps, d), "fixed table (no timer while tracing, exporting or compiling)")
     timed = {n: _KERNELS[n] for n in _order(op, x, d) if n in autotune.TIMED and _KERNELS[n].supports(op, x, eps)}
     if len(timed) >= 2:
-        known = autotune.TUNER.known(op, x, d, timed)  # the common case: decided before, one dict lookup
+        known = autotune.TUNER.known(op, x, d, timed)  # decided before: in this process or in the saved file
         if known is not None:
             return known
     fixed = _fixed(op, x, eps, d)
