@@ -32,10 +32,15 @@ def pit_bce(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | Non
     for p in table.tolist():
         bce = TF.binary_cross_entropy_with_logits(logits, labels[..., p].to(logits.dtype), reduction="none")
         losses.append((bce.mean(-1) * valid).sum(1) / n)  # B
+    return _best(losses, table)
+
+
+def _best(losses: list[torch.Tensor], table: torch.Tensor):
+    """Per sequence the cheapest of the permutations' losses (one ``(B,)`` tensor per row of ``table``), averaged
+    over the batch, and that permutation of each sequence."""
     stacked = torch.stack(losses, dim=1)  # B, P
     idx = best_per_sequence(stacked)  # B: each sequence its own label order
-    best = stacked.gather(1, idx[:, None]).squeeze(1)  # B
-    return best.mean(), table[idx]
+    return stacked.gather(1, idx[:, None]).squeeze(1).mean(), table[idx]
 
 
 def pit_powerset(logits: torch.Tensor, labels: torch.Tensor, table: torch.Tensor, mask: torch.Tensor | None = None):
@@ -65,9 +70,7 @@ def pit_powerset(logits: torch.Tensor, labels: torch.Tensor, table: torch.Tensor
         keep = (valid & (cls >= 0)).to(logits.dtype)
         ce = TF.cross_entropy(flat, cls.clamp_min(0).reshape(-1), reduction="none").reshape(b, t)
         losses.append((ce * keep).sum(1) / keep.sum(1).clamp_min(1))  # B
-    stacked = torch.stack(losses, dim=1)  # B, P
-    idx = best_per_sequence(stacked)
-    return stacked.gather(1, idx[:, None]).squeeze(1).mean(), perms[idx]
+    return _best(losses, perms)
 
 
 def pit_loss(model, logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None):
