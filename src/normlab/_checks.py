@@ -62,6 +62,8 @@ def existing_file(path, what: str = "file") -> pathlib.Path:
 
 def as_shape(normalized_shape: ShapeLike) -> tuple[int, ...]:
     """Turn an int, list, tuple or ``torch.Size`` into a tuple of ints."""
+    if type(normalized_shape) is int and normalized_shape > 0:  # the common call, checked in ~0.1 µs
+        return (normalized_shape,)
     if isinstance(normalized_shape, (bool, str, bytes, float)):
         raise BadType(f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
     if isinstance(normalized_shape, int):
@@ -82,6 +84,8 @@ def as_shape(normalized_shape: ShapeLike) -> tuple[int, ...]:
 
 def check_input(x: torch.Tensor, shape: tuple[int, ...], name: str = "input") -> None:
     """Check that ``x`` is a floating tensor whose trailing dims equal ``shape``."""
+    if shape and isinstance(x, torch.Tensor) and x.dtype.is_floating_point and x.shape[-len(shape):] == shape:
+        return  # the common call, in one test
     if not isinstance(x, torch.Tensor):
         raise BadType(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.dtype.is_floating_point:
@@ -95,7 +99,7 @@ def check_input(x: torch.Tensor, shape: tuple[int, ...], name: str = "input") ->
 
 def check_param(p: torch.Tensor | None, shape: tuple[int, ...], name: str) -> None:
     """Check an optional affine parameter (``weight`` or ``bias``)."""
-    if p is None:
+    if p is None or (isinstance(p, torch.Tensor) and p.dtype.is_floating_point and p.shape == shape):
         return
     if not isinstance(p, torch.Tensor):
         raise BadType(f"{name} must be a torch.Tensor or None, got {type(p).__name__}")
@@ -107,6 +111,8 @@ def check_param(p: torch.Tensor | None, shape: tuple[int, ...], name: str) -> No
 
 def check_eps(eps: float | None, *, allow_none: bool = False) -> None:
     """``eps`` must be a finite, non-negative number (or None where allowed)."""
+    if type(eps) is float and 0.0 <= eps < math.inf:
+        return
     if eps is None:
         if allow_none:
             return

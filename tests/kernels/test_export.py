@@ -8,6 +8,8 @@ model on a *different* input than the one it was traced with.
 """
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -17,6 +19,7 @@ from normlab import kernels
 from normlab.kernels import fused
 
 D, HEADS, LAYERS = 32, 4, 2
+_DISPATCH = importlib.import_module("normlab.kernels.dispatch")  # the module (kernels.dispatch is its function)
 
 
 def _encoder() -> torch.nn.Module:
@@ -157,3 +160,21 @@ def test_a_trace_never_probes_or_disables_the_compiler():
         torch.jit.trace(f, (torch.randn(3, 8),), check_trace=False)
     assert seen == [False] and fused._probe.cache_info().currsize == 0
     assert fused.available()
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_exporting_reads_what_torchs_onnx_flag_says_inside_the_exporter(dynamo, tmp_path):
+    """``exporting()`` reads the ONNX exporter's flags bound once (torch's function imports them per call):
+    inside either exporter it says what ``torch.onnx.is_in_onnx_export()`` says, and False outside."""
+    if dynamo:
+        pytest.importorskip("onnxscript", reason="onnxscript missing: pip install 'normlab[export]'")
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            seen.append((torch.onnx.is_in_onnx_export(), _DISPATCH._in_onnx_export()))
+            return x * 2
+
+    torch.onnx.export(Probe(), (torch.randn(2, 3),), str(tmp_path / "probe.onnx"), dynamo=dynamo)
+    assert seen and all(ours == theirs for theirs, ours in seen) and any(theirs for theirs, _ in seen)
+    assert not kernels.exporting() and not torch.onnx.is_in_onnx_export()
