@@ -2,9 +2,10 @@
 
 Each function validates its arguments and hands them to
 :func:`normlab.kernels.dispatch`, the one place that decides which kernel runs
-(``impl=`` forces one; ``"reference"`` is the readable definition). Kernels
-work on rows of length ``D = prod(normalized_shape)`` inside an autograd
-Function whose backward is the hand-derived one (``docs/layernorm.md``).
+(``impl=`` forces one; ``"reference"`` is the readable definition). normlab's
+kernels work on rows of length ``D = prod(normalized_shape)`` inside an
+autograd Function whose backward is the hand-derived one
+(``docs/layernorm.md``); torch's own (``"native"``) runs under torch's node.
 """
 from __future__ import annotations
 

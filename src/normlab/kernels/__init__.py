@@ -5,8 +5,10 @@ two methods, ``fwd`` and ``bwd`` (the C++ kernels' two entry points):
 
 * ``"reference"``: the hand-derived teaching code (:mod:`normlab.reference`);
   always available, the definition every other path is tested against.
-* ``"native"``: torch's own fused LayerNorm kernel pair, float32 and float64
-  only (its half-precision CPU path keeps half-precision statistics); for
+* ``"native"``: torch's own fused LayerNorm kernel pair, called as torch calls
+  it (``torch.nn.functional.layer_norm``, torch's autograd node); float32 and
+  float64, and half precision on CPU only where no backward can follow (its
+  half-precision CPU path keeps half-precision statistics); for
   ``add_layer_norm`` the eager add followed by that kernel.
 * ``"compiled"``: normlab's fused math (:mod:`normlab.kernels.fused`) compiled
   by inductor; every op and dtype, CPU and CUDA, where a compiler is available.
