@@ -54,6 +54,7 @@ def main() -> int:
         "audio_seconds": n / sr, "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1),
         "rtf": round(wall / (n / sr), 4), "peak_rss_mb": round(peak), "rss_before_mb": round(base),
         "turns": len(turns), "speakers": len({t.speaker for t in turns}), "threads": args.threads,
+        "settings": turns.settings, "provenance": turns.provenance,  # what made the number
         "versions": {"normlab": __version__, "torch": torch.__version__, "python": platform.python_version()},
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "load_average_1min": round(os.getloadavg()[0], 1)},
