@@ -175,6 +175,6 @@ def test_exporting_reads_what_torchs_onnx_flag_says_inside_the_exporter(dynamo, 
             seen.append((torch.onnx.is_in_onnx_export(), _DISPATCH._in_onnx_export()))
             return x * 2
 
-    torch.onnx.export(Probe(), (torch.randn(2, 3),), str(tmp_path / "probe.onnx"), dynamo=dynamo)
+    torch.onnx.export(Probe().eval(), (torch.randn(2, 3),), str(tmp_path / "probe.onnx"), dynamo=dynamo)
     assert seen and all(ours == theirs for theirs, ours in seen) and any(theirs for theirs, _ in seen)
     assert not kernels.exporting() and not torch.onnx.is_in_onnx_export()

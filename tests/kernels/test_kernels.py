@@ -299,3 +299,50 @@ def test_model_compiles_fullgraph_and_matches_eager():
     torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-5)
     for a, b in zip(g, g_eager):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+MIXED = [  # (input dtype, weight dtype, residual_in_fp32, autograd on)
+    (torch.float32, torch.bfloat16, False, True), (torch.float32, torch.float64, False, True),
+    (torch.float64, torch.float32, False, True), (torch.bfloat16, torch.bfloat16, True, False),
+    (torch.float16, torch.float16, True, False), (torch.bfloat16, torch.float32, False, False),
+]
+
+
+@pytest.mark.parametrize("x_dt,w_dt,fp32_residual,grad", MIXED, ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("impl", ["native", "cpu"])
+def test_weights_in_another_dtype_run_on_every_impl_that_takes_the_call(x_dt, w_dt, fp32_residual, grad, impl):
+    """Weights may have any floating dtype: torch's kernel takes only the rows' dtype (or float32 under half
+    rows), so ``native`` converts them as the C++ kernels do; a half ``add_layer_norm`` with a float32 ``s``
+    (``residual_in_fp32``) reached torch's kernel with half weights and raised (``auto`` picks ``native``
+    for such forwards where it times faster)."""
+    if impl == "cpu" and not HAS_CPU:
+        pytest.skip("no C++ compiler")
+    g = torch.Generator().manual_seed(0)
+    x, r = (torch.randn(6, 40, generator=g).to(x_dt) for _ in range(2))
+    w, b = ((1 + 0.3 * torch.randn(40, generator=g)).to(w_dt), (0.3 * torch.randn(40, generator=g)).to(w_dt))
+    tol = 1e-5 if x_dt in (torch.float32, torch.float64) else 1e-2
+    with torch.set_grad_enabled(grad):
+        if not kernels.get_kernel(impl).supports("add_layer_norm", x, 1e-5):
+            pytest.skip(f"{impl} does not take {x_dt} here")
+        for op in ("layer_norm", "add_layer_norm"):
+            outs = {}
+            for name in (impl, "reference"):
+                leaves = [t.clone().requires_grad_(grad) for t in (x, r, w, b)]
+                xi, ri, wi, bi = leaves
+                if op == "layer_norm":
+                    y, extra = F.layer_norm(xi, 40, wi, bi, impl=name), []
+                else:
+                    y, s = F.add_layer_norm(xi, ri, 40, wi, bi, residual_in_fp32=fp32_residual, impl=name)
+                    extra = [s]
+                if grad:
+                    (y.double().square().sum() + sum(t.double().sum() for t in extra)).backward()
+                grads = [t.grad for t in (xi, wi, bi)] if grad else []
+                outs[name] = (y, extra, grads)
+            (y, extra, grads), (y_ref, extra_ref, grads_ref) = outs[impl], outs["reference"]
+            assert y.dtype == x_dt
+            torch.testing.assert_close(y.double(), y_ref.double(), rtol=tol, atol=tol)
+            for a, c in zip(extra, extra_ref):  # s = x + r, one rounding: the same bits
+                assert a.dtype == c.dtype and torch.equal(a, c)
+            for a, c in zip(grads, grads_ref):
+                assert a.dtype == c.dtype
+                torch.testing.assert_close(a.double(), c.double(), rtol=1e-4, atol=1e-4)

@@ -16,11 +16,22 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .._checks import acc_dtype
 from .base import OP_SPECS, Kernel, add_residual
 
 FULL = (torch.float32, torch.float64)
 #: run here only without autograd recording (their statistics come back in the half dtype)
 HALF = (torch.float16, torch.bfloat16)
+
+
+def _param(s: torch.Tensor, p: torch.Tensor | None) -> torch.Tensor | None:
+    """``p`` as torch's kernel takes it for rows ``s``: in the rows' dtype, or float32 under half rows (its
+    mixed mode). Any other dtype (float32 rows with bfloat16 or float64 weights; a float32 ``s`` of half
+    inputs, ``residual_in_fp32``, with half weights) is converted to the accumulation dtype, as the C++
+    kernels do: exact for half weights, float64 ones rounded to float32 as there."""
+    if p is None or p.dtype == s.dtype or (s.dtype in HALF and p.dtype == torch.float32):
+        return p
+    return p.to(acc_dtype(s.dtype))
 
 
 class NativeKernel(Kernel):
@@ -34,7 +45,7 @@ class NativeKernel(Kernel):
 
     def fwd(self, x, residual, w, b, eps, *, rms, s_dtype=None):
         s = x if residual is None else add_residual(x, residual, s_dtype or x.dtype)  # N, D
-        y, mean, rstd = torch.native_layer_norm(s, [s.shape[-1]], w, b, eps)  # N, D; N, 1; N, 1
+        y, mean, rstd = torch.native_layer_norm(s, [s.shape[-1]], _param(s, w), _param(s, b), eps)  # N, D; N, 1
         return (y if y.dtype == x.dtype else y.to(x.dtype)), (None if residual is None else s), mean, rstd
 
     def run(self, x, residual, shape, w, b, eps, s_dtype):
@@ -46,13 +57,14 @@ class NativeKernel(Kernel):
         ``y``, or ``(y, s)``, shaped like ``x``.
         """
         s = x if residual is None else add_residual(x, residual, s_dtype)
-        y = F.layer_norm(s, shape, w, b, eps)
+        y = F.layer_norm(s, shape, _param(s, w), _param(s, b), eps)
         y = y if y.dtype == x.dtype else y.to(x.dtype)
         return y if residual is None else (y, s)
 
     def bwd(self, dy, x, mean, rstd, w, ds, *, rms):
         mask = [True, w is not None, True]
+        w = _param(x, w)
         # torch computes dbias only when given a bias; its values are not used, so any D-vector does
-        b = x.new_empty(x.shape[-1])
+        b = x.new_empty(x.shape[-1], dtype=x.dtype if w is None else w.dtype)
         dx, dw, db = torch.ops.aten.native_layer_norm_backward(dy.to(x.dtype), x, [x.shape[-1]], mean, rstd, w, b, mask)
         return (dx if ds is None else dx + ds), dw, db
