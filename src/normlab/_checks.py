@@ -10,6 +10,8 @@ one line (exit status 2) and anything else, a bug, with its traceback.
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 import pathlib
 from collections.abc import Sequence
 
@@ -70,7 +72,7 @@ def as_shape(normalized_shape: ShapeLike) -> tuple[int, ...]:
         shape: tuple[int, ...] = (normalized_shape,)
     else:
         try:
-            shape = tuple(int(d) for d in normalized_shape)
+            shape = tuple(_dim(d) for d in normalized_shape)
         except TypeError:
             raise BadType(
                 f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}"
@@ -80,6 +82,13 @@ def as_shape(normalized_shape: ShapeLike) -> tuple[int, ...]:
     if any(d < 0 for d in shape):
         raise BadValue(f"normalized_shape must be non-negative, got {shape}")
     return shape
+
+
+def _dim(d) -> int:
+    """One dimension: an integer (an int, a numpy or 0-dim torch integer), never a float, string or bool."""
+    if isinstance(d, bool):
+        raise TypeError("a bool is not a dimension")
+    return operator.index(d)
 
 
 def check_input(x: torch.Tensor, shape: tuple[int, ...], name: str = "input") -> None:
@@ -117,10 +126,21 @@ def check_eps(eps: float | None, *, allow_none: bool = False) -> None:
         if allow_none:
             return
         raise BadValue("eps must be a finite non-negative number, got None")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise BadType(f"eps must be a number, got {type(eps).__name__}")
-    if not math.isfinite(eps) or eps < 0:
+    try:
+        finite = math.isfinite(eps)
+    except OverflowError:  # an int beyond float range
+        finite = False
+    if not finite or eps < 0:
         raise BadValue(f"eps must be a finite non-negative number, got {eps}")
+
+
+def check_device(t: torch.Tensor | None, x: torch.Tensor, name: str) -> None:
+    """``t`` (a weight, bias or residual) must be on the input's device: kernels read both through one pointer
+    space."""
+    if t is not None and t.device != x.device:
+        raise BadValue(f"{name} is on {t.device} but the input is on {x.device}")
 
 
 def acc_dtype(dtype: torch.dtype) -> torch.dtype:

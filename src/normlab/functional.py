@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from . import kernels
-from ._checks import BadValue, ShapeLike, as_shape, check_eps, check_input, check_param, default_rms_eps
+from ._checks import BadValue, ShapeLike, as_shape, check_device, check_eps, check_input, check_param, default_rms_eps
 
 Tensor = torch.Tensor
 
@@ -24,6 +24,8 @@ def _prepare(x: Tensor, normalized_shape: ShapeLike, weight, bias, eps, *, rms: 
     check_input(x, shape)
     check_param(weight, shape, "weight")
     check_param(bias, shape, "bias")
+    check_device(weight, x, "weight")
+    check_device(bias, x, "bias")
     if rms and eps is None:
         eps = default_rms_eps(x.dtype)
     check_eps(eps)
@@ -98,6 +100,7 @@ def rms_norm(
 def _add_norm(x, residual, normalized_shape, weight, bias, eps, residual_in_fp32, impl, *, rms):
     shape, eps = _prepare(x, normalized_shape, weight, bias, eps, rms=rms)
     check_input(residual, shape, "residual")
+    check_device(residual, x, "residual")
     if residual.shape != x.shape:
         raise BadValue(f"residual has shape {list(residual.shape)} but x has shape {list(x.shape)}")
     s_dtype = torch.float32 if residual_in_fp32 and x.dtype in (torch.float16, torch.bfloat16) else x.dtype

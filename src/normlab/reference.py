@@ -33,9 +33,11 @@ class NormCache(NamedTuple):
 
 
 def rstd_of(second_moment: torch.Tensor, eps: float) -> torch.Tensor:
-    """1/sqrt(m + eps), and 0 where m + eps == 0 (a constant row with eps=0)."""
+    """1/sqrt(m + eps), and 0 where m + eps == 0 (a constant row with eps=0, or an eps below the smallest
+    normal number of the accumulation dtype, which rounds away)."""
     rstd = torch.rsqrt(second_moment + eps)  # N, 1
-    if eps == 0:  # only then can the sum be 0: define 0 * inf as 0, so the row gives bias
+    if eps < torch.finfo(second_moment.dtype).tiny:  # only then can the sum be 0: 0 * inf is defined as 0,
+        # so the row gives bias
         rstd = torch.where(second_moment > 0, rstd, torch.zeros_like(rstd))  # N, 1
     return rstd
 

@@ -175,7 +175,7 @@ def test_residual_shape_mismatch():
         F.add_layer_norm(torch.randn(4, 8), torch.randn(1, 8), 8)
 
 
-@pytest.mark.parametrize("eps", [-1e-5, float("nan"), float("inf")])
+@pytest.mark.parametrize("eps", [-1e-5, float("nan"), float("inf"), 10**400])
 def test_bad_eps(eps):
     with pytest.raises(ValueError, match="eps"):
         F.layer_norm(torch.randn(2, 3), 3, eps=eps)
@@ -184,6 +184,38 @@ def test_bad_eps(eps):
 def test_unknown_impl_lists_valid():
     with pytest.raises(ValueError, match="reference"):
         F.layer_norm(torch.randn(2, 3), 3, impl="nope")
+
+
+def test_eps_of_any_real_number_type():
+    """torch takes a numpy scalar eps; so does normlab (the same result as the float)."""
+    np = pytest.importorskip("numpy")
+    x = torch.randn(2, 8)
+    assert torch.equal(F.layer_norm(x, 8, eps=np.float32(1e-3)), F.layer_norm(x, 8, eps=float(np.float32(1e-3))))
+
+
+@pytest.mark.parametrize("shape", [[8.7], ["8"], [True], 8.0, (8, 2.0)])
+def test_a_dimension_must_be_an_integer(shape):
+    """[8.7] was truncated to 8 and ["8"] parsed: a dimension is an integer, never a float, string or bool."""
+    with pytest.raises(TypeError, match="normalized_shape"):
+        F.layer_norm(torch.randn(2, 8), shape)
+
+
+@pytest.mark.parametrize("which", ["weight", "bias", "residual"])
+def test_a_tensor_on_another_device_is_one_clear_error(which):
+    """The C++ kernels read every tensor through one pointer space: a meta (or CUDA) weight, bias or residual
+    beside a CPU input was read as absent or as host memory (an uninitialised ``s``); now one error naming
+    both devices, on every op."""
+    x, meta = torch.randn(3, 8), torch.randn(8, device="meta")
+    kw = {"weight": meta} if which == "weight" else {"bias": meta} if which == "bias" else {}
+    r = torch.randn(3, 8, device="meta") if which == "residual" else torch.randn(3, 8)
+    calls = [lambda: F.add_layer_norm(x, r, 8, **kw)]
+    if which != "residual":
+        calls.append(lambda: F.layer_norm(x, 8, **kw))
+    if which != "bias":
+        calls += [lambda: F.add_rms_norm(x, r, 8, **kw)] + ([lambda: F.rms_norm(x, 8, **kw)] if kw else [])
+    for call in calls:
+        with pytest.raises(ValueError, match=f"{which} is on meta but the input is on cpu"):
+            call()
 
 
 def test_bad_normalized_shape_type():

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import normlab
+from conftest import skip_unsupported
 from normlab import functional as F
 from normlab import kernels
 from normlab.kernels import autotune, cpu, fused
@@ -346,3 +347,76 @@ def test_weights_in_another_dtype_run_on_every_impl_that_takes_the_call(x_dt, w_
             for a, c in zip(grads, grads_ref):
                 assert a.dtype == c.dtype
                 torch.testing.assert_close(a.double(), c.double(), rtol=1e-4, atol=1e-4)
+
+
+FAST_IMPLS = ["auto", "reference", "native", "cpu"]  # compiled: the reference's math (rstd_of), compiled per variant
+
+
+@pytest.mark.parametrize("impl", FAST_IMPLS)
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_an_eps_that_vanishes_in_float32_still_gives_bias_for_a_constant_row(impl, op):
+    """eps = 1e-50 is 0 in float32: var + eps of a constant row is 0, rsqrt gives inf and 0 * inf NaN. The
+    reference guarded eps == 0 only (NaN), torch's kernel gives NaN (so it is not offered such calls), the
+    C++ kernels round eps first and give the bias; every impl now gives the bias, forward and backward."""
+    c = torch.full((2, 8), 3.0) if op == "layer_norm" else torch.zeros(2, 8)
+    skip_unsupported(impl, op, c, 1e-50)
+    c.requires_grad_()
+    b = torch.full((8,), 0.5)
+    y = F.layer_norm(c, 8, bias=b, eps=1e-50, impl=impl) if op == "layer_norm" else \
+        F.rms_norm(c, 8, eps=1e-50, impl=impl) + b
+    assert torch.equal(y, b.expand(2, 8))
+    y.sum().backward()
+    assert torch.isfinite(c.grad).all()
+
+
+@pytest.mark.parametrize("impl", FAST_IMPLS)
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"])
+def test_rows_of_zero_features_in_any_number_of_dims(impl, op):
+    """D = 0 over a 3-D input (or a normalized shape with a 0) reshaped with an inferred row count, which a
+    reshape cannot infer from 0 elements; now empty outputs of the input's shape, as torch gives."""
+    for x, shape in ((torch.randn(2, 3, 0), 0), (torch.randn(3, 2, 0), (2, 0))):
+        skip_unsupported(impl, op, x)
+        if op.startswith("add_"):
+            y, s = getattr(F, op)(x, torch.randn_like(x), shape, impl=impl)
+            assert s.shape == x.shape
+        else:
+            y = getattr(F, op)(x, shape, impl=impl)
+        assert y.shape == x.shape
+
+
+@pytest.mark.parametrize("x_dt", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("w_dt,b_dt", [(None, torch.float32), (torch.float32, None), (torch.float32, torch.float32),
+                                       ("x", torch.float32), (torch.float32, "x"), ("x", torch.float64)])
+def test_torchs_half_kernel_gets_its_weight_and_bias_in_one_dtype(x_dt, w_dt, b_dt):
+    """torch's half CPU kernel takes weight and bias both in the input's dtype or both in float32: a half
+    weight beside a float32 bias raised (``auto`` runs it for forward-only calls where it times faster)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 40, generator=g).to(x_dt)
+    w = None if w_dt is None else (1 + 0.3 * torch.randn(40, generator=g)).to(x_dt if w_dt == "x" else w_dt)
+    b = None if b_dt is None else (0.3 * torch.randn(40, generator=g)).to(x_dt if b_dt == "x" else b_dt)
+    with torch.no_grad():
+        got = F.layer_norm(x, 40, w, b, impl="native")
+        want = F.layer_norm(x, 40, w, b, impl="reference")
+    assert got.dtype == x_dt
+    torch.testing.assert_close(got.double(), want.double(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("impl", FAST_IMPLS)
+def test_the_residual_sum_is_rounded_once_whatever_the_residuals_dtype(impl):
+    """s = x + r with a float64 residual of float32 x: r was rounded to float32 before the add (two
+    roundings, 1 ulp off in a few elements); now formed in float64 and rounded once."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(50, 40, generator=g)
+    r = torch.randn(50, 40, generator=g, dtype=torch.float64) * 1e-3
+    skip_unsupported(impl, "add_layer_norm", x)
+    _, s = F.add_layer_norm(x, r, 40, impl=impl)
+    assert s.dtype == torch.float32 and torch.equal(s, (x.double() + r).float())
+
+
+@pytest.mark.skipif(not fused.available(), reason="no compiler")
+def test_a_forced_impl_that_cannot_run_the_call_is_an_error_under_torch_compile_too():
+    """Inside a user's torch.compile a forced impl skipped its supports(): impl="native" for rms_norm ran
+    torch's LayerNorm (the wrong op), silently."""
+    f = torch.compile(lambda t: F.rms_norm(t, 16, impl="native"), backend="eager", fullgraph=False)
+    with pytest.raises(ValueError, match="native"):
+        f(torch.randn(3, 16) + 2)

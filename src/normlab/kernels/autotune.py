@@ -187,8 +187,8 @@ class Tuner:
         self._path = path
         self._lock = threading.Lock()
         self._decisions: dict[str, Decision] | None = None
-        #: dispatch's memo of what ``auto`` runs for each kind of eager call (op, dtype, device, row length, eps > 0,
-        #: grad mode, threads, compiled allowed): filled as decisions are taken, never changed
+        #: dispatch's memo of what ``auto`` runs for each kind of eager call (op, dtype, device, row length,
+        #: whether eps counts as 0, grad mode, threads, compiled allowed): filled as decisions are taken, never changed
         self.routes: dict[tuple, str] = {}
 
     @property

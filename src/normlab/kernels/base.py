@@ -77,8 +77,9 @@ class Kernel:
 
 
 def add_residual(x: Tensor, r: Tensor, s_dtype: torch.dtype) -> Tensor:
-    """``x + r`` rounded once to ``s_dtype`` (the sum is formed in float32 for half inputs)."""
+    """``x + r`` rounded once to ``s_dtype``: the sum is formed in the wider of the accumulation dtype and the
+    residual's (float32 for half inputs; float64 for a float64 residual, which is not rounded first)."""
     if s_dtype == x.dtype and r.dtype == x.dtype:
         return x + r
-    ad = acc_dtype(x.dtype)
+    ad = torch.promote_types(acc_dtype(x.dtype), r.dtype)
     return (x.to(ad) + r.to(ad)).to(s_dtype)

@@ -32,7 +32,7 @@ from .autograd import NormFunction
 from .base import OP_SPECS, Kernel
 from .cpu import CpuKernel
 from .fused import CompiledKernel
-from .native import NativeKernel
+from .native import NativeKernel, eps_vanishes
 
 Tensor = torch.Tensor
 
@@ -166,7 +166,7 @@ def _eager(impl: str, op: str, x: Tensor, eps: float, d: int) -> str:
     decided a kind of call, the answer is one dictionary lookup (a decision never changes within a process)."""
     if impl != "auto" or not autotune.enabled():
         return resolve(impl, op, x, eps, d)
-    route = (op, x.dtype, x.device, d, eps > 0, torch.is_grad_enabled(), torch.get_num_threads(),
+    route = (op, x.dtype, x.device, d, eps_vanishes(eps, x.dtype), torch.is_grad_enabled(), torch.get_num_threads(),
              _allow_compiled.get())
     routes = autotune.TUNER.routes
     name = routes.get(route)
@@ -192,8 +192,9 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
     """
     d = math.prod(shape)
     # N, D rows; each reshape is a torch call of a few µs, so tensors already in shape pass as they are
+    # (N counted, not inferred: with D = 0 a reshape cannot infer it)
     rows = lambda t: t if t is None or (t.dim() == 2 and t.shape[1] == d and t.is_contiguous()) else \
-        t.reshape(-1, d).contiguous()  # noqa: E731
+        t.reshape(math.prod(t.shape[:t.dim() - len(shape)]), d).contiguous()  # noqa: E731
     w = weight if weight is None or weight.dim() == 1 else weight.reshape(d)
     b = bias if bias is None or bias.dim() == 1 else bias.reshape(d)
     if exporting():
@@ -204,6 +205,8 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
         if torch.compiler.is_compiling():
             # dynamo cannot trace a ctypes call; it inlines the fused math into the user's graph instead
             kernel = get_kernel("compiled" if impl in ("auto", "cpu") else impl)
+            if impl not in ("auto", "cpu") and not kernel.supports(op, x, eps):  # as eagerly: an error
+                decide(impl, op, x, eps, d)
         else:
             kernel = get_kernel(_eager(impl, op, x, eps, d))
         spec, s_dt = OP_SPECS[op], s_dtype or x.dtype

@@ -24,28 +24,38 @@ FULL = (torch.float32, torch.float64)
 HALF = (torch.float16, torch.bfloat16)
 
 
-def _param(s: torch.Tensor, p: torch.Tensor | None) -> torch.Tensor | None:
-    """``p`` as torch's kernel takes it for rows ``s``: in the rows' dtype, or float32 under half rows (its
-    mixed mode). Any other dtype (float32 rows with bfloat16 or float64 weights; a float32 ``s`` of half
-    inputs, ``residual_in_fp32``, with half weights) is converted to the accumulation dtype, as the C++
-    kernels do: exact for half weights, float64 ones rounded to float32 as there."""
-    if p is None or p.dtype == s.dtype or (s.dtype in HALF and p.dtype == torch.float32):
-        return p
-    return p.to(acc_dtype(s.dtype))
+def _params(s: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None):
+    """``w, b`` as torch's kernel takes them for rows ``s``: both in the rows' dtype, or both float32 under
+    half rows (its mixed mode). Any other mix (float32 rows with bfloat16 or float64 weights; a float32 ``s``
+    of half inputs, ``residual_in_fp32``, with half weights; a half weight beside a float32 bias) is
+    converted to the accumulation dtype, as the C++ kernels do: exact for half weights, float64 ones
+    rounded to float32 as there."""
+    dts = {p.dtype for p in (w, b) if p is not None}
+    if not dts or dts == {s.dtype} or (s.dtype in HALF and dts == {torch.float32}):
+        return w, b
+    ad = acc_dtype(s.dtype)
+    return (None if w is None else w.to(ad)), (None if b is None else b.to(ad))
+
+
+def eps_vanishes(eps: float, dtype: torch.dtype) -> bool:
+    """Whether ``eps`` counts as 0 for rows of ``dtype``: below the smallest normal number of the accumulation
+    dtype, where ``var + eps`` of a constant row can round to 0 (torch's kernel then gives NaN)."""
+    return eps < torch.finfo(acc_dtype(dtype)).tiny
 
 
 class NativeKernel(Kernel):
     name = "native"
 
     def supports(self, op: str, x: torch.Tensor, eps: float) -> bool:
-        # eps == 0 is excluded: torch gives NaN for a constant row there, the contract gives bias.
-        if OP_SPECS[op].rms or eps <= 0:
+        # eps == 0 (or one that vanishes in float32) is excluded: torch gives NaN for a constant row there,
+        # the contract gives bias.
+        if OP_SPECS[op].rms or eps_vanishes(eps, x.dtype):
             return False
         return x.dtype in FULL or (x.dtype in HALF and x.device.type == "cpu" and not torch.is_grad_enabled())
 
     def fwd(self, x, residual, w, b, eps, *, rms, s_dtype=None):
         s = x if residual is None else add_residual(x, residual, s_dtype or x.dtype)  # N, D
-        y, mean, rstd = torch.native_layer_norm(s, [s.shape[-1]], _param(s, w), _param(s, b), eps)  # N, D; N, 1
+        y, mean, rstd = torch.native_layer_norm(s, [s.shape[-1]], *_params(s, w, b), eps)  # N, D; N, 1; N, 1
         return (y if y.dtype == x.dtype else y.to(x.dtype)), (None if residual is None else s), mean, rstd
 
     def run(self, x, residual, shape, w, b, eps, s_dtype):
@@ -57,13 +67,13 @@ class NativeKernel(Kernel):
         ``y``, or ``(y, s)``, shaped like ``x``.
         """
         s = x if residual is None else add_residual(x, residual, s_dtype)
-        y = F.layer_norm(s, shape, _param(s, w), _param(s, b), eps)
+        y = F.layer_norm(s, shape, *_params(s, w, b), eps)
         y = y if y.dtype == x.dtype else y.to(x.dtype)
         return y if residual is None else (y, s)
 
     def bwd(self, dy, x, mean, rstd, w, ds, *, rms):
         mask = [True, w is not None, True]
-        w = _param(x, w)
+        w, _ = _params(x, w, None)
         # torch computes dbias only when given a bias; its values are not used, so any D-vector does
         b = x.new_empty(x.shape[-1], dtype=x.dtype if w is None else w.dtype)
         dx, dw, db = torch.ops.aten.native_layer_norm_backward(dy.to(x.dtype), x, [x.shape[-1]], mean, rstd, w, b, mask)
