@@ -62,6 +62,15 @@ def existing_file(path, what: str = "file") -> pathlib.Path:
     return p
 
 
+def read_text_file(path, what: str) -> str:
+    """The text of ``path`` (UTF-8); :class:`NotFound` if it is not a file, :class:`BadValue` if it is not text."""
+    p = existing_file(path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise BadValue(f"{p}: not a text {what} file (not UTF-8)") from None
+
+
 def as_shape(normalized_shape: ShapeLike) -> tuple[int, ...]:
     """Turn an int, list, tuple or ``torch.Size`` into a tuple of ints."""
     if type(normalized_shape) is int and normalized_shape > 0:  # the common call, checked in ~0.1 µs

@@ -35,6 +35,10 @@ def test_version_names_normlab_torch_and_python():
     (["count", "--preset", "gpt"], "invalid choice: 'gpt'"),
     (["bench", "--shapes", "0x0"], "shape needs at least 1 row and 1 feature, got '0x0'"),
     (["bench", "--shapes", "8x0"], "shape needs at least 1 row and 1 feature, got '8x0'"),
+    (["diarize", "train", "--data", "d", "--out", "o", "--lr", "-1"], "expected a finite number > 0, got '-1'"),
+    (["diarize", "train", "--data", "d", "--out", "o", "--lr", "nan"], "expected a finite number > 0, got 'nan'"),
+    (["diarize", "train", "--data", "d", "--out", "o", "--warmup", "-1"], "expected a whole number >= 0, got '-1'"),
+    (["diarize", "tune", "--dev", "/nonexistent"], "/nonexistent: no such folder"),
 ])
 def test_user_errors_are_one_line_and_exit_2(argv, message, capsys):
     from normlab.cli import main
@@ -90,3 +94,40 @@ def test_a_user_error_from_the_library_is_one_line(monkeypatch, capsys):
     monkeypatch.setenv("NORMLAB_DEBUG", "1")  # debugging: the user error's traceback too
     with pytest.raises(NotFound):
         main(["count"])
+
+
+def test_a_path_the_system_refuses_is_one_line_not_a_bug(tmp_path, capsys):
+    """An output folder under a file (or without permission) raised NotADirectoryError & co. with a traceback
+    and "a bug in normlab": the path is the user's to fix, so one line naming it, exit 2."""
+    from normlab.cli import main
+
+    (tmp_path / "afile").write_text("mine")
+    assert main(["diarize", "simulate", "--out", str(tmp_path / "afile"), "--n-mixtures", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Not a directory" in err[0] and "afile" in err[0] and "internal error" not in err[0]
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_two_inputs_with_one_name_are_refused_before_any_work(tmp_path, capsys):
+    """a/x.wav and b/x.wav both wrote OUT/x.rttm: the second replaced the first. Refused up front."""
+    from normlab.cli import main
+
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "x.wav").write_bytes(b"")
+    assert main(["diarize", "run", "--out", str(tmp_path / "out"), str(tmp_path / "a" / "x.wav"),
+                 str(tmp_path / "b" / "x.wav")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "would write the same" in err[0] and not (tmp_path / "out").exists()
+
+
+def test_tune_checks_where_it_writes_before_the_grid_runs(tmp_path, capsys):
+    from normlab.cli import main
+
+    (tmp_path / "dev").mkdir()
+    for argv, message in ((["--out", str(tmp_path)], "cannot write a file there"),
+                          (["--out", str(tmp_path / "no" / "t.json")], "cannot write a file there"),
+                          (["--test", str(tmp_path / "nosuch")], "no such folder")):
+        assert main(["diarize", "tune", "--dev", str(tmp_path / "dev"), *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0]

@@ -155,3 +155,35 @@ def test_cli_score_reads_folders_of_rttm(tmp_path, capsys):
     assert main(["diarize", "score", str(tmp_path / "ref.rttm"), str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err
     assert "has no .rttm files" in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_score_refuses_what_it_cannot_score(tmp_path, capsys):
+    """One line and exit 2, never a traceback or a DER of nothing: a binary file, a non-finite or negative
+    onset or duration, a collar that is not a finite number of seconds, a reference without speech; and a
+    warning for hypothesis recordings the reference does not have (they are not scored)."""
+    from normlab.cli import main
+
+    ok = tmp_path / "ok.rttm"
+    write_rttm([Turn("a", 0, 4, "A")], ok)
+    (tmp_path / "bin.rttm").write_bytes(bytes(range(256)) * 4)
+    cases = {"bin": None, "nan": "SPEAKER a 1 0 nan <NA> <NA> A <NA> <NA>\n",
+             "inf": "SPEAKER a 1 inf 1 <NA> <NA> A <NA> <NA>\n", "neg": "SPEAKER a 1 -1 2 <NA> <NA> A <NA> <NA>\n",
+             "zero": "SPEAKER a 1 0 0 <NA> <NA> A <NA> <NA>\n", "empty": ""}
+    for name, text in cases.items():
+        if text is not None:
+            (tmp_path / f"{name}.rttm").write_text(text)
+        for argv in (["diarize", "score", str(tmp_path / f"{name}.rttm"), str(ok)],
+                     ["diarize", "score", str(ok), str(tmp_path / f"{name}.rttm")]):
+            if name in ("zero", "empty") and argv[-1] != str(ok):
+                continue  # as a hypothesis, no speech is a valid answer
+            assert main(argv) == 2, (name, argv)
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and "Traceback" not in err[0], (name, err)
+    for collar in ("nan", "inf", "-1"):
+        assert main(["diarize", "score", "--collar", collar, str(ok), str(ok)]) == 2
+        assert "finite number of seconds" in capsys.readouterr().err
+    other = tmp_path / "other.rttm"
+    write_rttm([Turn("b", 0, 4, "B")], other)
+    assert main(["diarize", "score", str(ok), str(ok), str(other)]) == 0
+    captured = capsys.readouterr()
+    assert "DER: 0.00%" in captured.out and "1 hypothesis recordings are not in the reference" in captured.err

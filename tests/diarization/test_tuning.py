@@ -10,7 +10,7 @@ import torch
 from normlab import UserError
 from normlab.cli import main
 from normlab.diarization.io.rttm import Turn, write_rttm
-from normlab.diarization.models.eend import EENDModel
+from normlab.diarization.models.eend import SHIPPED, EENDModel
 from normlab.diarization.models.embed import SpeakerEncoder
 from normlab.diarization.pipeline.config import PipelineConfig
 from normlab.diarization.pipeline.stitch import segment
@@ -124,3 +124,9 @@ def test_cli_saves_the_choice_as_the_model_defaults(setup, tmp_path, capsys):
     assert PipelineConfig.for_model(loaded, speakers=other).threshold == out["modes"][other]["threshold"]
     assert main(["diarize", "tune", "--dev", str(dev), "--save"]) == 2  # the shipped model is never written
     assert "--model" in capsys.readouterr().err
+    assert main(["diarize", "tune", "--dev", str(dev), "--save", "--model", str(SHIPPED)]) == 2  # not even named
+    assert "the shipped model" in capsys.readouterr().err
+    model.chmod(0o444)  # a read-only model file was rewritten in place (and came back writable)
+    before = model.read_bytes()
+    assert main(["diarize", "tune", "--dev", str(dev), "--model", str(model), "--save"]) == 2
+    assert "read-only" in capsys.readouterr().err and model.read_bytes() == before

@@ -12,6 +12,7 @@ traceback, a line saying so, exit status 1.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import traceback
@@ -61,6 +62,14 @@ def _normalize(argv: list[str]) -> list[str]:
     return argv
 
 
+def _a_path_the_system_refused(e: Exception) -> bool:
+    """An OSError naming a path (permission denied, not a directory, no such folder, read-only file system):
+    the path the user gave, not a bug. Other OSErrors (and errors naming no path) keep their traceback."""
+    return isinstance(e, (PermissionError, FileExistsError, FileNotFoundError, NotADirectoryError,
+                          IsADirectoryError)) or (isinstance(e, OSError) and e.errno in (errno.EROFS, errno.ENOSPC)) \
+        if getattr(e, "filename", None) else False
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = _normalize(list(sys.argv[1:] if argv is None else argv))
     command = argv[0] if argv and argv[0] in GROUPS else None
@@ -76,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         from .._checks import UserError  # imports torch: only once something has gone wrong
 
+        if _a_path_the_system_refused(e):  # a folder that cannot be made, a file where a folder goes, no permission
+            e = UserError(f"{e.filename}: {e.strerror or type(e).__name__}")
         if not isinstance(e, UserError):
             traceback.print_exc()
             print(f"normlab {args.command}: internal error ({type(e).__name__}): a bug in normlab, not a mistake in "

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import os
 import pathlib
+import sys
 
 from ..devices import HELP as DEVICE_HELP
 from ..devices import check_spec
@@ -13,6 +16,45 @@ HELP = {"diarize": "speaker diarization: AUDIO... to RTTM, and DER scoring"}
 
 #: subcommands; any other first word is an audio file: ``normlab diarize AUDIO...`` is ``diarize run AUDIO...``
 COMMANDS = ("score", "run", "evaluate", "simulate", "train", "recipe", "tune")
+
+
+def _seconds(text: str) -> float:
+    """A finite, non-negative number of seconds (``--collar``)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}")
+    return v
+
+
+def _rate(text: str) -> float:
+    """A finite learning rate > 0 (``--lr``)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return v
+
+
+def _steps(text: str) -> int:
+    """A whole number of steps >= 0 (``--warmup``)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return v
+
+
+def _read_only(path) -> bool:
+    """No write permission for us, or none for anyone (a file made read-only, even where root could write)."""
+    p = pathlib.Path(path)
+    return p.exists() and (not os.access(p, os.W_OK) or not p.stat().st_mode & 0o222)
 
 
 def _read_rttms(paths: list[str]) -> dict:
@@ -32,12 +74,20 @@ def _read_rttms(paths: list[str]) -> dict:
 
 
 def _cmd_diarize_score(args: argparse.Namespace) -> int:
+    from .._checks import BadValue
     from ..diarization.io.uem import read_uem
     from ..diarization.metrics.der import score
 
     ref, hyp = _read_rttms([args.ref]), _read_rttms(args.hyp)
     uem = read_uem(args.uem) if args.uem else None
     result = score(ref, hyp, collar=args.collar, skip_overlap=args.skip_overlap, uem=uem)
+    if result.total == 0:
+        raise BadValue(f"nothing to score: the reference has no speech{' inside the UEM' if uem else ''}"
+                       f"{' outside the collars' if args.collar > 0 else ''} ({len(ref)} recordings)")
+    unknown = sorted(set(hyp) - set(ref))
+    if unknown:
+        print(f"warning: {len(unknown)} hypothesis recordings are not in the reference and are not scored: "
+              f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}", file=sys.stderr)
     print(result.format())
     print(f"  recordings: {len(ref)}; collar {args.collar:g} s each side of reference boundaries"
           f"{'; overlap skipped' if args.skip_overlap else ''}")
@@ -136,7 +186,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from .._checks import BadValue
+    from .._checks import BadValue, NotFound
     from ..diarization.models.eend import SHIPPED
     from ..diarization.pipeline.api import load_encoder, load_model
     from ..diarization.pipeline.tuning import SEGMENT_GRID, STITCH_GRID, parse_grid, tune_pipeline
@@ -144,10 +194,19 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
 
     if args.save and args.model is None:
         raise BadValue("--save writes into the model file: give it with --model (the shipped model is read-only)")
+    if args.save and (pathlib.Path(args.model).resolve() == SHIPPED.resolve() or _read_only(args.model)):
+        raise BadValue(f"--save would rewrite {args.model}, which is read-only or the shipped model: copy it first")
     tests = {}
     for item in args.test:
         name, _, dirs = item.rpartition("=")
         tests[name or pathlib.Path(dirs.split(",")[0]).name] = dirs.split(",")
+    # everything the grid's end needs, checked before the grid runs (it takes many minutes)
+    for d in [*args.dev.split(","), *(d for ds in tests.values() for d in ds)]:
+        if d and not pathlib.Path(d).is_dir():
+            raise NotFound(f"{d}: no such folder (--dev and --test take folders of WAVs and their ref.rttm)")
+    out = pathlib.Path(args.out)
+    if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
+        raise BadValue(f"--out {out}: cannot write a file there (a folder, or its folder is missing or read-only)")
     grids = parse_grid(args.grid, (SEGMENT_GRID, STITCH_GRID))
     model, encoder = load_model(args.model), load_encoder(args.embedding)
 
@@ -234,7 +293,7 @@ def add_parsers(sub, name: str) -> None:
     sc = dsub.add_parser("score", help="diarization error rate of HYP against REF (RTTM files)")
     sc.add_argument("ref", help="reference RTTM file, or a folder of them")
     sc.add_argument("hyp", nargs="+", help="hypothesis RTTM files, or folders of them (e.g. the --out of diarize)")
-    sc.add_argument("--collar", type=float, default=0.25,
+    sc.add_argument("--collar", type=_seconds, default=0.25,
                     help=f"seconds forgiven on each side of every reference boundary, as EEND {d}")
     flag(sc, "--skip-overlap", "do not score overlapped reference speech")
     sc.add_argument("--uem", help="UEM file: score only these regions (default: the reference's extent)")
@@ -270,8 +329,8 @@ def add_parsers(sub, name: str) -> None:
     tr.add_argument("--data", required=True, help="a folder written by `normlab diarize simulate` (required)")
     tr.add_argument("--out", required=True, help="writes OUT/model.pt and checkpoints in OUT/ckpt (required)")
     tr.add_argument("--steps", type=positive_int, default=2000, help=f"optimizer steps {d}")
-    tr.add_argument("--lr", type=float, default=1e-3, help=f"peak learning rate {d}")
-    tr.add_argument("--warmup", type=int, default=200, help=f"linear warmup steps {d}")
+    tr.add_argument("--lr", type=_rate, default=1e-3, help=f"peak learning rate {d}")
+    tr.add_argument("--warmup", type=_steps, default=200, help=f"linear warmup steps {d}")
     tr.add_argument("--decay", choices=["none", "cosine"], default="none", help=f"after warmup {d}")
     tr.add_argument("--batch", type=positive_int, default=8, help=f"mixtures per step {d}")
     tr.add_argument("--frames", type=positive_int, default=500, help=f"100 ms frames per training window {d}")

@@ -5,11 +5,12 @@ in seconds with 3 decimals; other line types are skipped on reading.
 """
 from __future__ import annotations
 
+import math
 import pathlib
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ..._checks import BadValue, existing_file
+from ..._checks import BadValue, read_text_file
 
 
 @dataclass(frozen=True, order=True)
@@ -34,7 +35,7 @@ def _check_token(value: str, what: str) -> None:
 def read_rttm(path: str | pathlib.Path) -> dict[str, list[Turn]]:
     """Turns per uri, sorted by start. Raises ValueError naming the file and line on a malformed SPEAKER line."""
     turns: dict[str, list[Turn]] = defaultdict(list)
-    for n, line in enumerate(existing_file(path).read_text().splitlines(), start=1):
+    for n, line in enumerate(read_text_file(path, "RTTM").splitlines(), start=1):
         fields = line.split()
         if not fields or fields[0] != "SPEAKER":
             continue
@@ -42,8 +43,10 @@ def read_rttm(path: str | pathlib.Path) -> dict[str, list[Turn]]:
             if len(fields) < 8:
                 raise ValueError(f"expected 10 fields, got {len(fields)}")
             start, dur = float(fields[3]), float(fields[4])
-            if dur < 0:
-                raise ValueError(f"negative duration {dur}")
+            if not (math.isfinite(start) and math.isfinite(dur)):
+                raise ValueError("onset and duration must be finite numbers")
+            if start < 0 or dur < 0:
+                raise ValueError(f"negative {'onset' if start < 0 else 'duration'} {min(start, dur)}")
         except ValueError as e:
             raise BadValue(f"{path}:{n}: bad RTTM line ({e}): {line!r}") from None
         turns[fields[1]].append(Turn(fields[1], start, dur, fields[7]))

@@ -4,22 +4,25 @@
 """
 from __future__ import annotations
 
+import math
 import pathlib
 from collections import defaultdict
 
-from ..._checks import BadValue, existing_file
+from ..._checks import BadValue, read_text_file
 
 
 def read_uem(path: str | pathlib.Path) -> dict[str, list[tuple[float, float]]]:
     """Scored regions per uri."""
     regions: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for n, line in enumerate(existing_file(path).read_text().splitlines(), start=1):
+    for n, line in enumerate(read_text_file(path, "UEM").splitlines(), start=1):
         line = line.split(";", 1)[0].strip()
         if not line:
             continue
         fields = line.split()
         try:
             on, off = float(fields[2]), float(fields[3])
+            if not (math.isfinite(on) and math.isfinite(off)) or on < 0:
+                raise ValueError("onset and offset must be finite and not negative")
             if off < on:
                 raise ValueError(f"offset {off} before onset {on}")
         except (IndexError, ValueError) as e:

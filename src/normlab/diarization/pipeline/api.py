@@ -18,6 +18,7 @@ timeline PNG with ``plot=True``.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import pathlib
 from collections.abc import Callable
@@ -159,6 +160,11 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
         from ..plot import pyplot, timeline_png
 
         pyplot()  # without matplotlib: one error before any work
+    stems = collections.Counter(pathlib.Path(p).stem for p in paths)
+    clash = sorted(s for s, n in stems.items() if n > 1)
+    if clash:  # the second would replace the first's output
+        raise BadValue(f"{stems[clash[0]]} inputs named {clash[0]}.* would write the same "
+                       f"{pathlib.Path(out_dir) / (clash[0] + FORMATS[format])}: rename one, or diarize them apart")
     m, enc, cfg, counts, prov = _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
