@@ -70,6 +70,22 @@ def test_resume_after_a_kill_ends_bitwise_where_an_uninterrupted_run_ends(tmp_pa
         assert torch.equal(v, resumed.state_dict()[k]), k
 
 
+@pytest.mark.parametrize("content", [b"junk\n", b"", None])
+def test_a_checkpoint_that_is_not_one_is_one_clear_error_and_stays(tmp_path, content):
+    """A truncated or foreign OUT/ckpt/last.pt raised UnpicklingError with a traceback: now one error naming
+    the file, which is left as it is (the user decides)."""
+    (tmp_path / "ckpt").mkdir()
+    last = tmp_path / "ckpt" / "last.pt"
+    if content is None:
+        torch.save({"not": "a checkpoint"}, last)
+    else:
+        last.write_bytes(content)
+    before = last.read_bytes()
+    with pytest.raises(ValueError, match="last.pt is not a (readable|normlab) training checkpoint"):
+        train(EENDModel(DEBUG), toy_batches, TrainConfig(steps=2, warmup=1), tmp_path / "ckpt")
+    assert last.read_bytes() == before
+
+
 @pytest.mark.parametrize("rank", [0, 1])
 def test_only_rank_0_writes_checkpoints_and_metrics(tmp_path, monkeypatch, rank):
     """One rank of two (the process group faked: DDP is the bare model, the loss mean is the rank's own):

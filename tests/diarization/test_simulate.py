@@ -163,3 +163,13 @@ def test_cli_simulate_with_recorded_voices_and_perturbations(tmp_path, capsys):
     assert sorted(len({t.speaker for t in ts}) for ts in ref.values()) == [1, 2]
     assert all("_all_aug_bk_" in uri for uri in ref)
     assert "wrote 2 mixtures" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kw,message", [({"min_utterances": 5, "max_utterances": 2}, "min_utterances"),
+                                        ({"beta": -1.0}, "beta"), ({"beta": float("nan")}, "beta"),
+                                        ({"rt60": (0.5, 0.1)}, "rt60"), ({"rt60": (-1.0, 0.1)}, "rt60")])
+def test_inconsistent_ranges_are_refused_before_any_mixture(kw, message):
+    """numpy raised "low >= high" or "scale < 0" from inside a worker; and a negative rt60 was reported with
+    a randomly drawn value: now the settings themselves are refused, naming what was given."""
+    with pytest.raises(ValueError, match=message):
+        SimConfig(n_mixtures=1, **kw)

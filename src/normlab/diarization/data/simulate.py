@@ -25,6 +25,7 @@ kept (re-running resumes).
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing as mp
 import pathlib
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -76,6 +77,13 @@ class SimConfig:
         lo = self.min_speakers or self.n_speakers
         if not 1 <= lo <= self.n_speakers:
             raise BadValue(f"need 1 <= min_speakers <= n_speakers, got {self.min_speakers} and {self.n_speakers}")
+        if not 1 <= self.min_utterances <= self.max_utterances:
+            raise BadValue(f"need 1 <= min_utterances <= max_utterances, got {self.min_utterances} and "
+                           f"{self.max_utterances}")
+        if not (math.isfinite(self.beta) and self.beta > 0):
+            raise BadValue(f"beta (the mean silence, s) must be a finite number > 0, got {self.beta}")
+        if self.rt60 is not None and not (0 <= self.rt60[0] <= self.rt60[1] and math.isfinite(self.rt60[1])):
+            raise BadValue(f"rt60 must be MIN MAX with 0 <= MIN <= MAX seconds, got {list(self.rt60)}")
 
     def speakers_of(self, index: int) -> int:
         lo = self.min_speakers or self.n_speakers

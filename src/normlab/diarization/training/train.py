@@ -60,6 +60,19 @@ class TrainConfig:
         return self.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
+def read_checkpoint(path: pathlib.Path) -> dict:
+    """A training checkpoint (on the CPU: RNG states must stay there); one clear error where the file is not
+    one (truncated by a full disk, or another file in its place), and the user decides what to do with it."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # unpickling errors have many types; the file, not normlab, is at fault
+        raise BadValue(f"{path} is not a readable training checkpoint ({type(e).__name__}): move it away to "
+                       "start over, or give another --out") from None
+    if not isinstance(state, dict) or "step" not in state:
+        raise BadValue(f"{path} is not a normlab training checkpoint: move it away to start over, or give "
+                       "another --out")
+    return state
+
 def _save(path: pathlib.Path, state: dict) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
@@ -109,7 +122,7 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
     torch.manual_seed(cfg.seed)
     step, losses, seconds = 0, [], 0.0
     if last.exists():
-        state = torch.load(last, map_location="cpu", weights_only=False)  # RNG states must stay on the CPU
+        state = read_checkpoint(last)
         if config is not None and state.get("config") is not None and state["config"] != config:
             diff = _config_diff(state["config"], config)
             raise BadValue(f"{last} was trained with other settings ({'; '.join(diff[:3])}"
@@ -199,7 +212,7 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
                     "batch": batch, "frames": frames, "seed": cfg.seed, "lr": cfg.lr, "warmup": cfg.warmup,
                     "decay": cfg.decay, "clip": cfg.clip}
         last = out / "ckpt" / "last.pt"
-        start = torch.load(last, map_location="cpu", weights_only=False)["step"] if last.exists() else 0
+        start = read_checkpoint(last)["step"] if last.exists() else 0
         t0 = time.perf_counter()
         losses = train(model, mixtures.batches(batch, frames), cfg, out / "ckpt", progress if rank == 0 else None,
                        config=settings, tensorboard=tensorboard if rank == 0 else None)
