@@ -108,7 +108,7 @@ def test_cli_and_api_build_the_same_pipeline_config(files, tmp_path, monkeypatch
     monkeypatch.setattr(PipelineConfig, "for_model", classmethod(spy))
     monkeypatch.setenv("NORMLAB_DEBUG", "1")
     wav, m, enc, ref = d / "talk.wav", d / "m.pt", d / "enc.pt", tmp_path / "ref.rttm"
-    ref.write_text("")
+    ref.write_text("SPEAKER talk 1 0.000 1.000 <NA> <NA> A <NA> <NA>\n")
     cli_options = {(): {}, ("--threshold", "0.7", "--median", "3", "--local-speakers", "speech", "--vad", "gate"):
                    {"threshold": 0.7, "median": 3, "speakers": "speech", "vad": "gate"}}
     for argv, options in cli_options.items():
@@ -242,3 +242,18 @@ def test_speech_mode_has_one_speaker_at_a_time(files):
     assert all(a.end <= b.start + 1e-6 for a, b in zip(turns, turns[1:]))
     with pytest.raises(ValueError, match="unknown speakers mode"):
         _turns(d, audio, sample_rate=SR, speakers="both")
+
+
+def test_evaluate_refuses_a_reference_that_names_none_of_the_audio(tmp_path, capsys, monkeypatch):
+    """A reference for other recordings printed an all-inf% table after diarizing everything: now one line
+    naming both, before any work."""
+    from normlab.cli import main
+    from normlab.diarization.pipeline import api
+
+    (tmp_path / "wavs").mkdir()
+    (tmp_path / "wavs" / "talk.wav").write_bytes(b"")
+    (tmp_path / "ref.rttm").write_text("SPEAKER other 1 0.000 1.000 <NA> <NA> A <NA> <NA>\n")
+    monkeypatch.setattr(api, "diarize_files", lambda *a, **k: pytest.fail("diarized before checking"))
+    assert main(["diarize", "evaluate", str(tmp_path / "wavs"), str(tmp_path / "ref.rttm")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "none of the 1 audio files" in err[0] and "other" in err[0]

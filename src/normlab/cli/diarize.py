@@ -123,7 +123,10 @@ def _cmd_diarize_run(args: argparse.Namespace) -> int:
     for path, st in status.items():
         stem = f"{args.out}/{pathlib.Path(path).stem}"
         wrote = f"{stem}{FORMATS[args.format]}" + (f" and {stem}.png" if args.plot else "")
-        print(f"{path}: wrote {wrote}" if st == "ok" else f"{path}: error: {st}")
+        if st == "ok":
+            print(f"{path}: wrote {wrote}")
+        else:  # the other files are written; this one's error goes where errors go
+            print(f"{path}: error: {st}", file=sys.stderr)
     return 0 if all(st == "ok" for st in status.values()) else 1
 
 

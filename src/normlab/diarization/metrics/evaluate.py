@@ -111,6 +111,10 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     if not paths:
         raise NotFound(f"{wav_dir} has no .wav or .flac files")
     reference = read_rttm(ref_rttm)
+    if not set(reference) & {p.stem for p in paths}:  # before any work: the audio and the reference do not meet
+        some = ", ".join(sorted(reference)[:5]) or "none"
+        raise BadValue(f"none of the {len(paths)} audio files of {wav_dir} is a recording of {ref_rttm} (its "
+                       f"recordings: {some}{' ...' if len(reference) > 5 else ''})")
     regions = read_uem(uem) if uem else None
     status = diarize_files(paths, out_dir, progress=progress, **diarize_kw)
     hyp: dict[str, list[Turn]] = {}
@@ -146,5 +150,5 @@ def format_evaluation(result: dict) -> str:
         lines.append(f"{row['uri'][:24]:<24s}" + "".join(f"  {100 * row['collars'][c]['der']:8.2f}%" for c in cs))
     lines.append(f"{'TOTAL':<24s}" + "".join(f"  {100 * result['total'][c]['der']:8.2f}%" for c in cs))
     for path, err in result["errors"].items():
-        lines.append(f"{path}: error: {err}")
+        lines.append(f"{path}: error: {err} (scored as all missed)")
     return "\n".join(lines)
