@@ -109,8 +109,9 @@ def test_cli_diarize_audio_files(trained, tmp_path, capsys):
     # the mixture is synthetic, not speech: the VAD gate is switched off so the model alone decides
     rc = main(["diarize", str(tmp_path / "talk.flac"), str(tmp_path / "empty.wav"), "--model", str(tmp_path / "m.pt"),
                "--out", str(tmp_path / "rttm"), "--vad", "off"])
-    out = capsys.readouterr().out
-    assert rc == 1 and "talk.rttm" in out and "empty.wav: error" in out
+    captured = capsys.readouterr()  # what was written on stdout, the file that failed on stderr
+    assert rc == 1 and "talk.rttm" in captured.out and "empty.wav: error" in captured.err
+    assert "error" not in captured.out
     assert read_rttm(tmp_path / "rttm" / "talk.rttm")["talk"]
     rc = main(["diarize", "--model", str(tmp_path / "m.pt"), "--vad", "off", "--out", str(tmp_path / "rttm2"),
                str(tmp_path / "talk.flac")])

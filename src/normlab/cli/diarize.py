@@ -18,37 +18,22 @@ HELP = {"diarize": "speaker diarization: AUDIO... to RTTM, and DER scoring"}
 COMMANDS = ("score", "run", "evaluate", "simulate", "train", "recipe", "tune")
 
 
-def _seconds(text: str) -> float:
-    """A finite, non-negative number of seconds (``--collar``)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}")
-    return v
+def _number(convert, ok, expected: str):
+    """An argparse type: ``convert(text)`` where ``ok`` holds it, else the usage error "expected <expected>"."""
+    def parse(text: str):
+        try:
+            v = convert(text)
+        except ValueError:
+            v = None
+        if v is None or not ok(v):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return v
+    return parse
 
 
-def _rate(text: str) -> float:
-    """A finite learning rate > 0 (``--lr``)."""
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return v
-
-
-def _steps(text: str) -> int:
-    """A whole number of steps >= 0 (``--warmup``)."""
-    try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return v
+_seconds = _number(float, lambda v: math.isfinite(v) and v >= 0, "a finite number of seconds >= 0")  # --collar
+_rate = _number(float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")  # --lr
+_steps = _number(int, lambda v: v >= 0, "a whole number >= 0")  # --warmup
 
 
 def _read_only(path) -> bool:
