@@ -157,6 +157,12 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def eps_vanishes(eps: float, dtype: torch.dtype) -> bool:
+    """Whether ``eps`` counts as 0 for rows of ``dtype``: below the smallest normal number of the accumulation
+    dtype, where ``var + eps`` of a constant row can round to 0."""
+    return eps < torch.finfo(acc_dtype(dtype)).tiny
+
+
 def default_rms_eps(dtype: torch.dtype) -> float:
     """What ``torch.nn.RMSNorm(eps=None)`` uses: machine epsilon of the accumulation dtype.
 

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._checks import acc_dtype
+from ._checks import acc_dtype, eps_vanishes
 
 
 class NormCache(NamedTuple):
@@ -36,8 +36,8 @@ def rstd_of(second_moment: torch.Tensor, eps: float) -> torch.Tensor:
     """1/sqrt(m + eps), and 0 where m + eps == 0 (a constant row with eps=0, or an eps below the smallest
     normal number of the accumulation dtype, which rounds away)."""
     rstd = torch.rsqrt(second_moment + eps)  # N, 1
-    if eps < torch.finfo(second_moment.dtype).tiny:  # only then can the sum be 0: 0 * inf is defined as 0,
-        # so the row gives bias
+    if eps_vanishes(eps, second_moment.dtype):  # only then can the sum be 0: 0 * inf is defined as 0, so the
+        # row gives bias
         rstd = torch.where(second_moment > 0, rstd, torch.zeros_like(rstd))  # N, 1
     return rstd
 

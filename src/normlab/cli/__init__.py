@@ -65,9 +65,10 @@ def _normalize(argv: list[str]) -> list[str]:
 def _a_path_the_system_refused(e: Exception) -> bool:
     """An OSError naming a path (permission denied, not a directory, no such folder, read-only file system):
     the path the user gave, not a bug. Other OSErrors (and errors naming no path) keep their traceback."""
+    if not getattr(e, "filename", None):
+        return False
     return isinstance(e, (PermissionError, FileExistsError, FileNotFoundError, NotADirectoryError,
-                          IsADirectoryError)) or (isinstance(e, OSError) and e.errno in (errno.EROFS, errno.ENOSPC)) \
-        if getattr(e, "filename", None) else False
+                          IsADirectoryError)) or (isinstance(e, OSError) and e.errno in (errno.EROFS, errno.ENOSPC))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -172,7 +172,6 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
 
 def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     import json
-    import sys
 
     from .._checks import BadValue, NotFound
     from ..diarization.models.eend import SHIPPED

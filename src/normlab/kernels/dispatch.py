@@ -26,13 +26,13 @@ import math
 
 import torch
 
-from .._checks import BadValue
+from .._checks import BadValue, eps_vanishes
 from . import autotune
 from .autograd import NormFunction
 from .base import OP_SPECS, Kernel
 from .cpu import CpuKernel
 from .fused import CompiledKernel
-from .native import NativeKernel, eps_vanishes
+from .native import NativeKernel
 
 Tensor = torch.Tensor
 
@@ -205,8 +205,8 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
         if torch.compiler.is_compiling():
             # dynamo cannot trace a ctypes call; it inlines the fused math into the user's graph instead
             kernel = get_kernel("compiled" if impl in ("auto", "cpu") else impl)
-            if impl not in ("auto", "cpu") and not kernel.supports(op, x, eps):  # as eagerly: an error
-                decide(impl, op, x, eps, d)
+            if impl not in ("auto", "cpu"):
+                decide(impl, op, x, eps, d)  # a forced impl that cannot run the call is an error, as eagerly
         else:
             kernel = get_kernel(_eager(impl, op, x, eps, d))
         spec, s_dt = OP_SPECS[op], s_dtype or x.dtype

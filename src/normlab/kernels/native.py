@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .._checks import acc_dtype
+from .._checks import acc_dtype, eps_vanishes
 from .base import OP_SPECS, Kernel, add_residual
 
 FULL = (torch.float32, torch.float64)
@@ -37,18 +37,12 @@ def _params(s: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None):
     return (None if w is None else w.to(ad)), (None if b is None else b.to(ad))
 
 
-def eps_vanishes(eps: float, dtype: torch.dtype) -> bool:
-    """Whether ``eps`` counts as 0 for rows of ``dtype``: below the smallest normal number of the accumulation
-    dtype, where ``var + eps`` of a constant row can round to 0 (torch's kernel then gives NaN)."""
-    return eps < torch.finfo(acc_dtype(dtype)).tiny
-
-
 class NativeKernel(Kernel):
     name = "native"
 
     def supports(self, op: str, x: torch.Tensor, eps: float) -> bool:
-        # eps == 0 (or one that vanishes in float32) is excluded: torch gives NaN for a constant row there,
-        # the contract gives bias.
+        # eps == 0 (or one that vanishes in float32) is excluded: torch's kernel gives NaN for a constant row
+        # there, the contract gives bias.
         if OP_SPECS[op].rms or eps_vanishes(eps, x.dtype):
             return False
         return x.dtype in FULL or (x.dtype in HALF and x.device.type == "cpu" and not torch.is_grad_enabled())

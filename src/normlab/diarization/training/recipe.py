@@ -29,7 +29,7 @@ from ..metrics.evaluate import evaluate, tune
 from ..metrics.windows import speaker_counts, window_probs
 from ..models.eend import EENDModel, ModelConfig
 from . import provenance
-from .train import TrainConfig, train
+from .train import TrainConfig, read_checkpoint, train
 
 Progress = Callable[[int, int, str], None]
 REVERB_RT60 = (0.2, 0.6)  # seconds; the reverberant sets use seed + 1: other conversations than the dry ones
@@ -157,7 +157,7 @@ def train_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig,
     if "train_synth" in names and cfg.synth_from < cfg.steps:
         every = first.joined(MixtureSet(data / "train_synth", n_speakers=cfg.n_speakers)).batches(cfg.batch, cfg.frames)
         last = out / "ckpt" / "last.pt"
-        done = [torch.load(last, weights_only=False)["step"] if last.exists() else 0]  # steps drawn so far
+        done = [read_checkpoint(last)["step"] if last.exists() else 0]  # steps drawn so far
 
         def staged(gen: torch.Generator):
             done[0] += 1
@@ -241,7 +241,7 @@ def run_recipe(out: str | pathlib.Path, cfg: RecipeConfig = RecipeConfig(), *, d
     t2 = time.time()
     simulate_splits(data, cfg, progress, jobs, which="eval")
     t3 = time.time()
-    train_seconds = torch.load(out / "ckpt" / "last.pt", weights_only=False).get("seconds", t2 - t1)
+    train_seconds = read_checkpoint(out / "ckpt" / "last.pt").get("seconds", t2 - t1)
     result = {"config": asdict(cfg), **score_model(model, data, cfg.frames),
               "final_loss": sum(losses[-50:]) / len(losses[-50:]),
               "parameters": sum(p.numel() for p in model.parameters()),
