@@ -1,6 +1,7 @@
 """Post-processing tuned on dev, the learning-rate schedule, model files, the recipe end to end, the shipped model."""
 import math
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -89,6 +90,25 @@ def test_model_file_carries_postprocess_and_bad_files_are_named(tmp_path):
         EENDModel.load(tmp_path / "bad.pt")
     with pytest.raises(FileNotFoundError, match="missing.pt"):
         EENDModel.load(tmp_path / "missing.pt")
+
+
+class _Code:  # any pickled class: loading it would mean running the file's code
+    pass
+
+
+@pytest.mark.parametrize("content, why", [
+    (b"not a model", "torch cannot read it"),
+    ({"a": 1}, "without a model's config and weights"),
+    (_Code(), "holds Python objects"),
+    ({"config": {"d_model": "wide"}, "state_dict": {}}, "config or weights do not fit .TypeError"),
+])
+def test_a_file_that_is_not_a_model_says_why_in_one_line(tmp_path, content, why):
+    path = tmp_path / "m.pt"
+    path.write_bytes(content) if isinstance(content, bytes) else torch.save(content, path)
+    with warnings.catch_warnings(), pytest.raises(ValueError, match=why) as e:
+        warnings.simplefilter("ignore")  # torch's note on the pickle protocol of the file with a class
+        EENDModel.load(path)
+    assert "\n" not in str(e.value) and "weights_only" not in str(e.value)
 
 
 def test_shipped_model_loads_and_is_small():

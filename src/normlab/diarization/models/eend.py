@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pathlib
+import pickle
 from dataclasses import asdict, dataclass
 
 import torch
@@ -103,12 +104,25 @@ class EENDModel(nn.Module):
         if not path.is_file():
             raise NotFound(f"no model file at {path}" + (" (the package was installed without its model; "
                                     "`normlab diarize recipe` trains it)" if path == SHIPPED else ""))
+        not_ours = f"{path} is not a normlab EEND model file"
         try:
             blob = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            if "Unsupported global" not in str(e):  # not a pickle torch can read: bytes of another kind
+                raise BadValue(f"{not_ours}: torch cannot read it (truncated, or not written by torch.save)") from None
+            # torch's own message suggests running the file's code: normlab never does
+            raise BadValue(f"{not_ours}: it holds Python objects, not only tensors and settings (normlab reads "
+                           "model files without running code in them)") from None
+        except Exception:  # a truncated file, a text file, another format
+            raise BadValue(f"{not_ours}: torch cannot read it (truncated, or not written by torch.save)") from None
+        if not isinstance(blob, dict) or not {"config", "state_dict"} <= blob.keys():
+            raise BadValue(f"{not_ours}: a torch file without a model's config and weights")
+        try:
             model = cls(ModelConfig(**blob["config"]))
             model.load_state_dict(blob["state_dict"])
             model.features = FeatureConfig(**blob.get("features", {}))
-        except Exception as e:  # a truncated file, another format, a config from elsewhere
-            raise BadValue(f"{path} is not a normlab EEND model file: {e}") from e
+        except Exception as e:  # a config or weights from elsewhere
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise BadValue(f"{not_ours}: its config or weights do not fit ({type(e).__name__}: {first[:160]})") from e
         model.postprocess.update(blob.get("postprocess", {}))
         return model.eval()
