@@ -39,6 +39,9 @@ def test_version_names_normlab_torch_and_python():
     (["diarize", "train", "--data", "d", "--out", "o", "--lr", "nan"], "expected a finite number > 0, got 'nan'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--warmup", "-1"], "expected a whole number >= 0, got '-1'"),
     (["diarize", "tune", "--dev", "/nonexistent"], "/nonexistent: no such folder"),
+    (["diarize", "run", "a.wav", "--median", "4"], "expected an odd whole number >= 1, got '4'"),
+    (["diarize", "tunee", "--dev", "d"], "invalid choice: 'tunee'"),  # a mistyped command, not an audio file
+    (["diarize", "evalute", "wavs", "ref.rttm"], "invalid choice: 'evalute'"),
 ])
 def test_user_errors_are_one_line_and_exit_2(argv, message, capsys):
     from normlab.cli import main
@@ -46,6 +49,13 @@ def test_user_errors_are_one_line_and_exit_2(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0] and "Traceback" not in err[0]
+
+
+def test_a_missing_audio_file_is_still_read_as_audio_not_a_command(capsys):
+    from normlab.cli import main
+
+    assert main(["diarize", "runn.wav"]) == 1  # close to "run", but a file name: diarize run's per-file error
+    assert "runn.wav: error: runn.wav: cannot read audio" in capsys.readouterr().err
 
 
 def test_user_error_family_keeps_the_builtin_bases():

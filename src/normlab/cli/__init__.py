@@ -12,6 +12,7 @@ traceback, a line saying so, exit status 1.
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import os
 import sys
@@ -54,10 +55,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def _mistyped_command(word: str) -> bool:
+    """``tunee`` or ``evalute``: no such file, and close to a sub-command's name (argparse then names them all)."""
+    return not os.path.exists(word) and bool(difflib.get_close_matches(word, diarize.COMMANDS, n=1, cutoff=0.75))
+
+
 def _normalize(argv: list[str]) -> list[str]:
     """``normlab diarize [OPTIONS] AUDIO...`` is ``normlab diarize run [OPTIONS] AUDIO...``."""
     words = [a for a in argv[1:] if not a.startswith("-")]
-    if argv[:1] == ["diarize"] and words and words[0] not in diarize.COMMANDS:
+    if argv[:1] == ["diarize"] and words and words[0] not in diarize.COMMANDS and not (
+            argv[1] == words[0] and _mistyped_command(words[0])):
         return ["diarize", "run", *argv[1:]]
     return argv
 

@@ -34,6 +34,7 @@ def _number(convert, ok, expected: str):
 _seconds = _number(float, lambda v: math.isfinite(v) and v >= 0, "a finite number of seconds >= 0")  # --collar
 _rate = _number(float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")  # --lr
 _steps = _number(int, lambda v: v >= 0, "a whole number >= 0")  # --warmup
+_odd = _number(int, lambda v: v >= 1 and v % 2 == 1, "an odd whole number >= 1")  # --median: a centred window
 
 
 def _read_only(path) -> bool:
@@ -356,7 +357,7 @@ def add_parsers(sub, name: str) -> None:
         q.add_argument("--overlap-threshold", type=float, default=None,
                        help="eend mode: a second speaker at the same time counts above this; higher calls "
                        "less overlap (default: the model's, else --threshold)")
-        q.add_argument("--median", type=positive_int, default=None,
+        q.add_argument("--median", type=_odd, default=None,
                        help="median filter width in frames, odd (default: the model's)")
         q.add_argument("--local-speakers", choices=["speech", "eend"], default=None,
                        help="speech: the model's speech in pieces, each piece's speaker from its embedding, one "
