@@ -131,6 +131,32 @@ def test_two_inputs_with_one_name_are_refused_before_any_work(tmp_path, capsys):
     assert len(err) == 1 and "would write the same" in err[0] and not (tmp_path / "out").exists()
 
 
+def test_a_file_beside_the_audio_is_never_replaced(tmp_path, capsys):
+    """`diarize x.wav --out .` (the audio's own folder) replaced the user's reference x.rttm there."""
+    from normlab.cli import main
+
+    (tmp_path / "x.wav").write_bytes(b"")
+    (tmp_path / "x.rttm").write_text("SPEAKER x 1 0.000 1.000 <NA> <NA> alice <NA> <NA>\n")
+    for argv in (["--out", str(tmp_path)], ["--out", str(tmp_path / "." / "")], ["--out", str(tmp_path / "sub" / "..")]):
+        assert main(["diarize", "run", str(tmp_path / "x.wav"), *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "exists beside its audio" in err[0]
+    assert "alice" in (tmp_path / "x.rttm").read_text()
+    assert main(["diarize", "run", str(tmp_path / "x.wav"), "--out", str(tmp_path / "rttm")]) == 1  # elsewhere: runs
+    assert "cannot read audio" in capsys.readouterr().err
+
+
+def test_train_never_replaces_a_model_it_did_not_make(tmp_path, capsys):
+    """`train --out` into a folder holding someone's model.pt (no checkpoint there) replaced it."""
+    from normlab.cli import main
+
+    (tmp_path / "model.pt").write_text("mine")
+    assert main(["diarize", "train", "--data", str(tmp_path / "nodata"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds no training to resume" in err[0]
+    assert (tmp_path / "model.pt").read_text() == "mine"
+
+
 def test_tune_checks_where_it_writes_before_the_grid_runs(tmp_path, capsys):
     from normlab.cli import main
 

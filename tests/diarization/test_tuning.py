@@ -113,7 +113,8 @@ def test_cli_saves_the_choice_as_the_model_defaults(setup, tmp_path, capsys):
     grid = [a for k, v in {**SEG, **STITCH}.items() for a in ("--grid", f"{k}={','.join(map(str, v))}")]
     assert main(["diarize", "tune", "--dev", str(dev), "--test", f"held={test}", "--model", str(model),
                  "--embedding", str(root / "enc.pt"), "--out", str(tmp_path / "t.json"), "--save", *grid]) == 0
-    out = json.loads((tmp_path / "t.json").read_text())
+    strict = {"parse_constant": lambda c: pytest.fail(f"t.json holds {c}: not JSON")}  # NaN where no overlap is output
+    out = json.loads((tmp_path / "t.json").read_text(), **strict)
     printed = capsys.readouterr().out
     assert "held (scored once), chosen: DER" in printed and "of bootstrap resamples of the dev files" in printed
     loaded = EENDModel.load(model)

@@ -219,7 +219,8 @@ def format_tuning(result: dict) -> str:
         return (f"DER {100 * r['der_0.25']:.2f}% / {100 * r['der_0']:.2f}% (collar 0.25 / 0; missed "
                 f"{100 * r['missed']:.1f}%, false alarm {100 * r['false_alarm']:.1f}%, confusion "
                 f"{100 * r['confusion']:.1f}%), speaker count right on {100 * r['count_right']:.0f}% of files, "
-                f"overlap precision {r['overlap_precision']:.2f}")
+                + ("no overlap output" if r["overlap_precision"] is None else
+                   f"overlap precision {r['overlap_precision']:.2f}"))
     out = [f"dev ({result['dev_files']} files, {len(result.get('grid', []))} settings): default mode "
            f"{result['speakers']}"]
     choice = result.get("mode_choice", {})

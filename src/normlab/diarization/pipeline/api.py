@@ -144,6 +144,12 @@ def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str |
                        settings={**asdict(cfg), **counts}, provenance=prov)
 
 
+def _outputs(path, out_dir: pathlib.Path, format: str, plot: bool) -> list[pathlib.Path]:
+    """What ``diarize_files`` writes for one input."""
+    stem = pathlib.Path(path).stem
+    return [out_dir / f"{stem}{FORMATS[format]}"] + ([out_dir / f"{stem}.png"] if plot else [])
+
+
 def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int | None = None,
                   min_speakers: int | None = None, max_speakers: int | None = None, model=None, embedding=None,
                   format: str = "rttm", exclusive: bool = False, plot: bool = False,
@@ -165,20 +171,25 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
     if clash:  # the second would replace the first's output
         raise BadValue(f"{stems[clash[0]]} inputs named {clash[0]}.* would write the same "
                        f"{pathlib.Path(out_dir) / (clash[0] + FORMATS[format])}: rename one, or diarize them apart")
-    m, enc, cfg, counts, prov = _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options)
     out_dir = pathlib.Path(out_dir)
+    kept = [w for p in paths for w in map(pathlib.Path.resolve, _outputs(p, out_dir, format, plot))
+            if w.exists() and w.parent == pathlib.Path(p).resolve().parent]
+    if kept:  # the user's own file beside the audio (a reference RTTM) would be replaced
+        raise BadValue(f"{kept[0]} exists beside its audio and would be replaced: diarize into another folder "
+                       "(--out), or move it away first")
+    m, enc, cfg, counts, prov = _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options)
     out_dir.mkdir(parents=True, exist_ok=True)
     status = {}
     for i, p in enumerate(paths):
         if progress:
             progress(i, len(paths), pathlib.Path(p).name)
-        stem = pathlib.Path(p).stem
         try:
             result = _diarize(p, None, m, enc, cfg, None, counts, prov)
             result = result.exclusive() if exclusive else result
-            (out_dir / f"{stem}{FORMATS[format]}").write_text(render(result, format))
+            written = _outputs(p, out_dir, format, plot)
+            written[0].write_text(render(result, format))
             if plot:
-                timeline_png(result, out_dir / f"{stem}.png", duration=result.duration)
+                timeline_png(result, written[1], duration=result.duration)
             status[str(p)] = "ok"
         except (ValueError, OSError) as e:  # AudioError and friends: reported per file
             status[str(p)] = str(e)

@@ -119,7 +119,7 @@ def measure(segs: dict, refs: dict, cfg: PipelineConfig) -> dict:
     out["count_right"] = float(np.mean([len({t.speaker for t in hyp[u]}) == len({t.speaker for t in refs[u]})
                                         for u in refs]))
     hit, called = map(sum, zip(*(overlap_precision(refs[u], hyp[u]) for u in refs)))
-    out["overlap_precision"] = hit / called if called else float("nan")
+    out["overlap_precision"] = hit / called if called else None  # no overlap output: undefined (JSON null)
     out["overlap_called_s"] = called * 0.01
     out["_files"] = {u: (f.false_alarm + f.missed + f.confusion, f.total) for u, f in per_file.items()}
     return out

@@ -201,6 +201,9 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
     from ..models.eend import EENDModel
 
     out = pathlib.Path(out)
+    if (out / "model.pt").exists() and not (out / "ckpt" / "last.pt").exists():  # not this training's own model
+        raise BadValue(f"{out / 'model.pt'} exists and {out / 'ckpt'} holds no training to resume: training from "
+                       "scratch would replace it; give another --out, or move it away first")
     dev = resolve(device)
     with process_group(dev) as (rank, size):
         mixtures = MixtureSet(data, n_speakers=model_cfg.n_speakers)
