@@ -41,6 +41,40 @@ def test_gradcheck_add_norms(op, impl):
         assert torch.autograd.gradcheck(lambda x, r, w: fn(x, r, 8, w, impl=impl), (x, r, w))
 
 
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"])
+def test_second_derivatives_on_every_impl(op, impl):
+    """`create_graph=True` (gradient penalties) raised "differentiate twice" wherever normlab's kernels ran."""
+    x, r, w, b = _d(3, 2, 6), _d(3, 2, 6), _d(6), _d(6)
+    skip_unsupported(impl, op, x)
+    fn = getattr(F, op)
+    calls = {"layer_norm": (lambda x, w, b: fn(x, 6, w, b, impl=impl), (x, w, b)),
+             "rms_norm": (lambda x, w: fn(x, 6, w, impl=impl), (x, w)),
+             "add_layer_norm": (lambda x, r, w, b: fn(x, r, 6, w, b, impl=impl), (x, r, w, b)),
+             "add_rms_norm": (lambda x, r, w: fn(x, r, 6, w, impl=impl), (x, r, w))}
+    assert torch.autograd.gradgradcheck(*calls[op])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_gradient_penalty_matches_torch_and_the_first_derivative_is_unchanged(dtype, impl):
+    x = torch.randn(16, 32, dtype=dtype, requires_grad=True)
+    skip_unsupported(impl, "layer_norm", x)
+    w = torch.randn(32, dtype=dtype, requires_grad=True)
+    b = torch.randn(32, dtype=dtype, requires_grad=True)
+    dy = torch.randn(16, 32, dtype=dtype)
+
+    def penalty(norm):
+        gx, = torch.autograd.grad((norm(x, (32,), w, b) * dy).sum(), x, create_graph=True)
+        return gx, torch.autograd.grad((gx.float() ** 2).sum(), (x, w))
+
+    gx, (hx, hw) = penalty(lambda *a: F.layer_norm(*a, impl=impl))
+    tx, (thx, thw) = penalty(TF.layer_norm)
+    tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 0.1, "rtol": 0.05}
+    for ours, theirs in ((gx, tx), (hx, thx), (hw, thw)):
+        torch.testing.assert_close(ours.float(), theirs.float(), **tol)
+    plain, = torch.autograd.grad((F.layer_norm(x, (32,), w, b, impl=impl) * dy).sum(), x)
+    torch.testing.assert_close(gx, plain, **tol)  # create_graph changes how, not what
+
+
 @pytest.mark.parametrize("shape_arg", [6, [6], (6,), torch.Size([6])])
 def test_normalized_shape_forms(shape_arg):
     x = torch.randn(2, 4, 6)

@@ -3,12 +3,17 @@
 The forward saves what was normalized (``x``, or the residual sum ``s``), the
 weight and the per-row ``mean``/``rstd``; nothing of the input's size is kept
 besides the input itself.
+
+The backward runs the kernel's own backward. Under ``create_graph=True``
+(second derivatives: gradient penalties, meta-learning) it runs the
+reference's backward instead, in torch operations with ``mean``/``rstd``
+recomputed from what was saved, so autograd can differentiate it again.
 """
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
+from .. import reference
 from .base import Kernel
 
 
@@ -22,18 +27,20 @@ class NormFunction(torch.autograd.Function):
     def forward(ctx, x, residual, weight, bias, eps: float, rms: bool, s_dtype, k: Kernel):
         y, s, mean, rstd = k.fwd(x, residual, weight, bias, eps, rms=rms, s_dtype=s_dtype)
         ctx.save_for_backward(x if s is None else s, weight, mean, rstd)
-        ctx.rms, ctx.kernel, ctx.add = rms, k, residual is not None
+        ctx.rms, ctx.kernel, ctx.add, ctx.eps = rms, k, residual is not None, eps
         ctx.dtypes = (x.dtype, None if residual is None else residual.dtype,
                       None if weight is None else weight.dtype, None if bias is None else bias.dtype)
         return y if s is None else (y, s)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dy, ds=None):
         s, weight, mean, rstd = ctx.saved_tensors
-        dy = dy.contiguous()
-        ds = None if ds is None else ds.contiguous()  # s is also an output: its gradient flows through
-        dsum, dw, db = ctx.kernel.bwd(dy, s, mean, rstd, weight, ds, rms=ctx.rms)
+        if torch.is_grad_enabled():  # create_graph=True: a backward autograd can differentiate
+            dsum, dw, db = _differentiable_bwd(dy, s, weight, ds, ctx.eps, ctx.rms)
+        else:
+            dy = dy.contiguous()
+            ds = None if ds is None else ds.contiguous()  # s is also an output: its gradient flows through
+            dsum, dw, db = ctx.kernel.bwd(dy, s, mean, rstd, weight, ds, rms=ctx.rms)
         need = ctx.needs_input_grad
         x_dt, r_dt, w_dt, b_dt = ctx.dtypes
         return (
@@ -46,3 +53,15 @@ class NormFunction(torch.autograd.Function):
             None,
             None,
         )
+
+
+def _differentiable_bwd(dy, s, weight, ds, eps: float, rms: bool):
+    """The reference's backward on ``N, D`` rows, in torch operations from ``s`` itself (the statistics
+    recomputed, so their dependence on ``s`` is in the graph): ``(dsum, dw, db)``, ``db`` None for RMSNorm."""
+    if rms:
+        _, cache = reference.rms_norm_forward(s, weight, eps)
+        (dx, dw), db = reference.rms_norm_backward(dy, cache), None
+    else:
+        _, cache = reference.layer_norm_forward(s, weight, None, eps)
+        dx, dw, db = reference.layer_norm_backward(dy, cache)
+    return (dx if ds is None else dx + ds), dw, db
