@@ -137,7 +137,8 @@ def test_a_file_beside_the_audio_is_never_replaced(tmp_path, capsys):
 
     (tmp_path / "x.wav").write_bytes(b"")
     (tmp_path / "x.rttm").write_text("SPEAKER x 1 0.000 1.000 <NA> <NA> alice <NA> <NA>\n")
-    for argv in (["--out", str(tmp_path)], ["--out", str(tmp_path / "." / "")], ["--out", str(tmp_path / "sub" / "..")]):
+    outs = (str(tmp_path), str(tmp_path / "." / ""), str(tmp_path / "sub" / ".."))
+    for argv in (["--out", out] for out in outs):
         assert main(["diarize", "run", str(tmp_path / "x.wav"), *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "exists beside its audio" in err[0]
