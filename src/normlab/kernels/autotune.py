@@ -107,7 +107,8 @@ def key(op: str, x: torch.Tensor, d: int) -> str:
 
 def machine() -> dict:
     """What a decision is valid for: this CPU's ISA, its core count, this torch, these kernels (normlab's
-    version and the C++ source: a changed kernel is measured again)."""
+    version and the kernels' sources, C++ and the Python that allocates their outputs: a changed kernel is
+    measured again)."""
     from .. import __version__
 
     return {"isa": hashlib.sha256(build.isa_flags().encode()).hexdigest()[:16], "cores": os.cpu_count(),
@@ -116,7 +117,9 @@ def machine() -> dict:
 
 @functools.cache
 def _source_digest() -> str:
-    return hashlib.sha256(build.SOURCE.read_bytes()).hexdigest()[:16]
+    from . import cpu
+
+    return hashlib.sha256(build.SOURCE.read_bytes() + pathlib.Path(cpu.__file__).read_bytes()).hexdigest()[:16]
 
 
 @dataclass
