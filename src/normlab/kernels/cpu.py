@@ -136,8 +136,10 @@ def _param(p: torch.Tensor | None, dtype: torch.dtype):
     return p.detach().to(dtype).contiguous()
 
 
-#: outputs at least this large ask the OS for transparent huge pages (``madvise``), where it has them
-HUGE_PAGES_MIN = 4 << 20
+#: outputs at least this large ask the OS for transparent huge pages (``madvise``), where it has them: glibc's
+#: largest mmap threshold, above which every allocation is fresh memory (smaller ones mostly reuse memory glibc
+#: kept, already faulted in, where the advice does nothing or costs: docs/performance.md, "Fresh pages")
+HUGE_PAGES_MIN = 32 << 20
 _HUGE = 2 << 20  # the x86-64 / aarch64 transparent huge page
 _MADV_HUGEPAGE = 14
 
