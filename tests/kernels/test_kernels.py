@@ -244,8 +244,8 @@ THP = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
 def test_large_outputs_ask_for_huge_pages_small_ones_do_not():
     """Fresh outputs above glibc's mmap threshold fault in 4 KB at a time inside the kernel's loop (25k faults
     for a 100 MB output); marked for huge pages first they fault in 2 MB at a time."""
-    big = cpu._output(torch.empty(0).new_empty(4096, 4096))  # 64 MB: fresh pages from mmap, whatever came before
-    assert "hg" in _vm_flags(-(-big.data_ptr() // (2 << 20)) * (2 << 20))
+    big = cpu._output(torch.empty(4096, 4096))  # 64 MB: fresh pages from mmap, whatever came before
+    assert "hg" in _vm_flags(-(-big.data_ptr() // cpu._HUGE) * cpu._HUGE)  # its first 2 MB-aligned page
     small = cpu._output(torch.empty(64, 64))
     assert "hg" not in _vm_flags(small.data_ptr())
 

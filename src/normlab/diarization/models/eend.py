@@ -107,13 +107,12 @@ class EENDModel(nn.Module):
         not_ours = f"{path} is not a normlab EEND model file"
         try:
             blob = torch.load(path, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as e:
-            if "Unsupported global" not in str(e):  # not a pickle torch can read: bytes of another kind
-                raise BadValue(f"{not_ours}: torch cannot read it (truncated, or not written by torch.save)") from None
-            # torch's own message suggests running the file's code: normlab never does
-            raise BadValue(f"{not_ours}: it holds Python objects, not only tensors and settings (normlab reads "
-                           "model files without running code in them)") from None
-        except Exception:  # a truncated file, a text file, another format
+        except Exception as e:
+            if isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e):
+                # torch's own message suggests running the file's code: normlab never does
+                raise BadValue(f"{not_ours}: it holds Python objects, not only tensors and settings (normlab "
+                               "reads model files without running code in them)") from None
+            # a truncated file, a text file, another format
             raise BadValue(f"{not_ours}: torch cannot read it (truncated, or not written by torch.save)") from None
         if not isinstance(blob, dict) or not {"config", "state_dict"} <= blob.keys():
             raise BadValue(f"{not_ours}: a torch file without a model's config and weights")
