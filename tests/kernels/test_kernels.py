@@ -272,6 +272,28 @@ def test_half_rows_either_side_of_the_widening_buffer(dtype, d):
         assert torch.equal(alone, y[4:5])
 
 
+@pytest.mark.skipif(not HAS_CPU, reason="no C++ compiler")
+@pytest.mark.parametrize("dtype", sorted(cpu.dtypes() - {torch.float32, torch.float64}, key=str))
+@pytest.mark.parametrize("d", [75, 4096, 4097])
+def test_half_rows_are_the_float32_kernels_rounded_once(dtype, d):
+    """Widening is exact and the arithmetic is float32's: a half-precision call's y and dx are bitwise the float32
+    kernel's on the widened inputs, rounded once by torch, and its statistics and dw, db the float32 kernel's;
+    forward and backward, either side of the widening buffer, with a vector tail at D = 75."""
+    g = torch.Generator().manual_seed(3)
+    k = cpu.CpuKernel()
+    x, dy = (3 * torch.randn(2, 9, d, generator=g) + 1).to(dtype)
+    w, b = torch.randn(d, generator=g), torch.randn(d, generator=g)
+    for rms in (False, True):
+        bb = None if rms else b
+        half = k.fwd(x, None, w, bb, 1e-5, rms=rms)
+        full = k.fwd(x.float(), None, w, bb, 1e-5, rms=rms)
+        assert torch.equal(half[0], full[0].to(dtype)) and torch.equal(half[3], full[3])
+        dh = k.bwd(dy, x, half[2], half[3], w, None, rms=rms)
+        df = k.bwd(dy.float(), x.float(), full[2], full[3], w, None, rms=rms)
+        assert torch.equal(dh[0], df[0].to(dtype)) and torch.equal(dh[1], df[1])
+        assert rms or torch.equal(dh[2], df[2])
+
+
 def test_stream_threshold_reads_the_cache_and_the_environment(monkeypatch):
     assert cpu.last_level_cache_bytes() >= 1 << 16
     for given, want in (("0", 0), ("1048576", 1 << 20), ("lots", cpu.last_level_cache_bytes())):
@@ -447,3 +469,34 @@ def test_a_forced_impl_that_cannot_run_the_call_is_an_error_under_torch_compile_
     f = torch.compile(lambda t: F.rms_norm(t, 16, impl="native"), backend="eager", fullgraph=False)
     with pytest.raises(ValueError, match="native"):
         f(torch.randn(3, 16) + 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("impl", FAST_IMPLS)
+def test_half_stores_round_as_torch_does_ties_nan_and_inf_included(impl, dtype):
+    """s = x + r in half precision is formed in float32 and rounded once to nearest even: bitwise torch's eager
+    ``x + r``, for random sums (ties among them), sums that overflow to inf, NaN from inf - inf and NaN inputs of
+    either sign, in the vector body and the tail. NaN's own bits are not compared: torch's paths disagree on
+    them (0x7fc0 or 0xffff in bfloat16)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 75, generator=g).to(dtype)
+    r = (torch.randn(64, 75, generator=g) * 2.0 ** torch.randint(-12, 2, (64, 75), generator=g)).to(dtype)
+    big = torch.finfo(dtype).max
+    x[0, :8], r[0, :8] = big, big  # overflow: inf
+    x[1, :8], r[1, :8] = float("inf"), float("-inf")  # NaN
+    x[2, 3], x[2, 74], x[3, 10] = float("nan"), float("nan"), -float("nan")
+    skip_unsupported(impl, "add_layer_norm", x)
+    with torch.no_grad():
+        _, s = F.add_layer_norm(x, r, 75, impl=impl)
+    want = x + r
+    assert torch.isnan(s[1, :8]).all() and torch.isinf(s[0, :8]).all()
+    nan = torch.isnan(want)
+    assert torch.equal(torch.isnan(s), nan) and nan.sum() == 11
+    assert torch.equal(s.view(torch.int16)[~nan], want.view(torch.int16)[~nan])
+    # a float32 NaN whose mantissa is all ones (here a float32 bias's) stays NaN: rounding it up would carry
+    # into the sign bit and write -0
+    b = torch.zeros(75)
+    b.view(torch.int32)[[5, 74]] = 0x7FFFFFFF
+    with torch.no_grad():
+        y = F.layer_norm(x[4:], 75, None, b, impl=impl)
+    assert torch.isnan(y[:, [5, 74]]).all() and not torch.isnan(y[:, :5]).any()

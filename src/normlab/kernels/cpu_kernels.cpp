@@ -83,8 +83,8 @@ template <> inline bf16 st<bf16>(float f) {  // round to nearest even, NaN stays
 // ------------------------------------------------------------------ vectors of A
 
 // VB bytes per vector: 32 where the target has AVX, else 16 (SSE, NEON). Measured on AMD Zen 1, which
-// splits 256-bit operations: float16 is 20-25% faster at 32 (F16C converts 8 values at once), bfloat16
-// 5-10% slower, float32 the same. -DNORMLAB_VECTOR_BYTES=16 overrides; the bits are the same either way.
+// splits 256-bit operations: float16 is 15-40% faster at 32 (F16C converts 8 values at once), bfloat16
+// 10-25% (in-lane unpacks and packs, no cross-lane shuffle), float32 the same. -DNORMLAB_VECTOR_BYTES=16 overrides; the bits are the same either way.
 #if !defined(NORMLAB_VECTOR_BYTES) && defined(__AVX__)
 #define NORMLAB_VECTOR_BYTES 32
 #elif !defined(NORMLAB_VECTOR_BYTES)
@@ -112,7 +112,9 @@ static inline vd vld(const double* p) { vd v; std::memcpy(&v, p, VB); return v; 
 // bfloat16, F16C for float16), the portable vector code elsewhere; the same values either way
 static inline vf vld(const bf16* p) {
 #if defined(__AVX2__) && NORMLAB_VECTOR_BYTES == 32
-  return (vf)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16);
+  // each 16-bit value becomes the top half of a 32-bit lane: two in-lane unpacks with zero and one insert
+  const __m128i h = _mm_loadu_si128((const __m128i*)p), z = _mm_setzero_si128();
+  return (vf)_mm256_insertf128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(z, h)), _mm_unpackhi_epi16(z, h), 1);
 #elif defined(__SSE4_1__) && NORMLAB_VECTOR_BYTES == 16
   return (vf)_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i*)p)), 16);
 #else
@@ -140,12 +142,22 @@ static inline vf vld(const f16* p) {
 static inline void vst(float* p, vf v) { std::memcpy(p, &v, VB); }
 static inline void vst(double* p, vd v) { std::memcpy(p, &v, VB); }
 static inline void vst(bf16* p, vf v) {  // st<bf16> lane by lane
+#if defined(__AVX2__) && NORMLAB_VECTOR_BYTES == 32
+  // round to nearest even in 32-bit lanes, NaN -> 0x7fc0, then the two 128-bit halves packed to 16 bits (the
+  // lanes hold 0..0xffff, so the saturating pack is exact): no cross-lane permute
+  const __m256i u = (__m256i)v;
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i h = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  h = _mm256_blendv_epi8(h, _mm256_set1_epi32(0x7fc0), (__m256i)_mm256_cmp_ps((__m256)v, (__m256)v, _CMP_UNORD_Q));
+  _mm_storeu_si128((__m128i*)p, _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+#else
   vi u;
   std::memcpy(&u, &v, VB);
   const vi nan = (u & 0x7fffffff) > 0x7f800000;  // all ones where NaN (the masked value is >= 0)
   const vi rne = (vi)(((vu)u + 0x7fffu + (((vu)u >> 16) & 1u)) >> 16);
   const vh h = __builtin_convertvector((rne & ~nan) | (nan & 0x7fc0), vh);
   std::memcpy(p, &h, VB / 2);
+#endif
 }
 #if NORMLAB_HAS_F16
 static inline void vst(f16* p, vf v) {
@@ -268,17 +280,32 @@ template <class A> static inline A rstd_of(A m, A eps) {
 
 // ------------------------------------------------------------------ forward
 
-// A row's statistics and output from s (si: the storage type T, or the row already widened to A).
+// The row's first reduction: sum of s (LayerNorm) or of s^2 (RMSNorm). With `buf`, s is also written there
+// widened to A (exact), in the same pass: the later passes read the buffer. The sum's order is row_reduce's.
+template <bool RMS, class S, class A> static inline A first_sum(const S* si, A* buf, i64 d) {
+  typedef typename Vec<A>::type V;
+  return row_reduce<A>(d, [=](i64 j) {
+    V v = vld(si + j);
+    if (buf) vst(buf + j, v);
+    return RMS ? v * v : v;
+  }, [=](i64 j) {
+    A v = ld(si[j]);
+    if (buf) buf[j] = v;
+    return RMS ? v * v : v;
+  });
+}
+
+// A row's statistics and output from s (si: the storage type T, or the row already widened to A) and its
+// first_sum.
 template <class T, bool RMS, bool HW, bool HB, class S, class A = typename Acc<T>::type>
-static inline void norm_row(const S* si, const A* w, const A* b, T* yi, A* mean, A* rstd, i64 d, A inv_d, A eps,
-                            bool stream) {
+static inline void norm_row(const S* si, A first, const A* w, const A* b, T* yi, A* mean, A* rstd, i64 d, A inv_d,
+                            A eps, bool stream) {
   typedef typename Vec<A>::type V;
   A m = 0, rs;
   if (RMS) {
-    rs = rstd_of<A>(row_reduce<A>(d, [=](i64 j) { V v = vld(si + j); return v * v; },
-                                  [=](i64 j) { A v = ld(si[j]); return v * v; }) * inv_d, eps);
+    rs = rstd_of<A>(first * inv_d, eps);
   } else {
-    m = row_reduce<A>(d, [=](i64 j) { return vld(si + j); }, [=](i64 j) { return A(ld(si[j])); }) * inv_d;
+    m = first * inv_d;
     const V mv = splat<V>(m);
     rs = rstd_of<A>(row_reduce<A>(d, [=](i64 j) { V c = vld(si + j) - mv; return c * c; },
                                   [=](i64 j) { A c = ld(si[j]) - m; return c * c; }) * inv_d, eps);
@@ -299,9 +326,17 @@ static inline void norm_row(const S* si, const A* w, const A* b, T* yi, A* mean,
   });
 }
 
-// Half-precision rows up to this many elements are widened to A once, into a buffer on the stack (in L1), and
-// the three passes read the buffer: one conversion per element instead of three. Widening is exact, so the bits
-// are those of the passes over T.
+// Widens a row of half-precision T to A (exact), W elements at a time, then the tail.
+template <class T, class A> static inline void widen(const T* p, A* out, i64 d) {
+  const int W = Vec<A>::W;
+  i64 j = 0;
+  for (; j + W <= d; j += W) vst(out + j, vld(p + j));
+  for (; j < d; ++j) out[j] = ld(p[j]);
+}
+
+// Half-precision rows up to this many elements are widened to A once, into a buffer on the stack (in L1), in the
+// pass that sums them, and the later passes read the buffer: one conversion per element instead of three.
+// Widening is exact, so the bits are those of the passes over T.
 static const i64 WIDEN_MAX = 4096;
 
 // One row: y = (s - mean) * rstd * w + b with s = x (+ r, rounded to T and written to so). RMS: mean = 0.
@@ -317,13 +352,11 @@ static inline void fwd_row(const T* xi, const T* ri, T* so, const A* w, const A*
   }
   if (sizeof(T) < sizeof(A) && d <= WIDEN_MAX) {
     alignas(64) A buf[WIDEN_MAX];
-    const int W = Vec<A>::W;
-    i64 j = 0;
-    for (; j + W <= d; j += W) vst(buf + j, vld(si + j));
-    for (; j < d; ++j) buf[j] = ld(si[j]);
-    norm_row<T, RMS, HW, HB>(static_cast<const A*>(buf), w, b, yi, mean, rstd, d, inv_d, eps, stream);
+    const A first = first_sum<RMS>(si, buf, d);
+    norm_row<T, RMS, HW, HB>(static_cast<const A*>(buf), first, w, b, yi, mean, rstd, d, inv_d, eps, stream);
   } else {
-    norm_row<T, RMS, HW, HB>(si, w, b, yi, mean, rstd, d, inv_d, eps, stream);
+    norm_row<T, RMS, HW, HB>(si, first_sum<RMS>(si, static_cast<A*>(nullptr), d), w, b, yi, mean, rstd, d, inv_d,
+                             eps, stream);
   }
 }
 
@@ -347,9 +380,10 @@ static void fwd(const T* x, const T* r, T* s, const A* w, const A* b, T* y, A* m
 //   LayerNorm: dx = rstd * (g - mean(g) - x_hat * mean(g x_hat))
 //   RMSNorm:   dx = rstd * (g - x_hat * mean(g x_hat))
 // dx += ds (the add variants). Partial sums of the block: pw += dy x_hat, pb += dy (LayerNorm).
-template <class T, bool RMS, bool HW, bool HDS, class A = typename Acc<T>::type>
-static inline void bwd_row(const T* gi, const T* xi, A m, A rs, const A* w, const T* dsi, T* dxi, A* pw, A* pb,
-                           i64 d, A inv_d, bool stream) {
+// gi, xi: the rows of dy and x in the storage type T, or already widened to A (S)
+template <class T, bool RMS, bool HW, bool HDS, class S, class A = typename Acc<T>::type>
+static inline void bwd_row_of(const S* gi, const S* xi, A m, A rs, const A* w, const T* dsi, T* dxi, A* pw, A* pb,
+                              i64 d, A inv_d, bool stream) {
   typedef typename Vec<A>::type V;
   const int W = Vec<A>::W;
   const V mv = splat<V>(m), rv = splat<V>(rs);
@@ -397,6 +431,23 @@ static inline void bwd_row(const T* gi, const T* xi, A m, A rs, const A* w, cons
     if (!RMS) vst(pb + k, vld(pb + k) + dy);
   };
   row_loop(dxi, d, stream, vec, one);
+}
+
+// One row of the backward. Half-precision rows up to WIDEN_MAX elements read dy and x once each, widened into
+// buffers on the stack (two conversions per element instead of four; the same bits).
+template <class T, bool RMS, bool HW, bool HDS, class A = typename Acc<T>::type>
+static inline void bwd_row(const T* gi, const T* xi, A m, A rs, const A* w, const T* dsi, T* dxi, A* pw, A* pb,
+                           i64 d, A inv_d, bool stream) {
+  if (sizeof(T) < sizeof(A) && d <= WIDEN_MAX) {
+    alignas(64) A gb[WIDEN_MAX];
+    alignas(64) A xb[WIDEN_MAX];
+    widen(gi, gb, d);
+    widen(xi, xb, d);
+    bwd_row_of<T, RMS, HW, HDS>(static_cast<const A*>(gb), static_cast<const A*>(xb), m, rs, w, dsi, dxi, pw, pb,
+                                d, inv_d, stream);
+  } else {
+    bwd_row_of<T, RMS, HW, HDS>(gi, xi, m, rs, w, dsi, dxi, pw, pb, d, inv_d, stream);
+  }
 }
 
 // partial: (ceil(n / ROWS), 2, d) scratch; dw written when HW, db when LayerNorm.
