@@ -20,6 +20,7 @@ import sys
 import pytest
 
 import normlab
+from normlab.kernels import build
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++")
 
@@ -130,15 +131,30 @@ def test_build_without_float16_keeps_the_other_dtypes(flag, tmp_path):
 
 @needs_gxx
 def test_concurrent_first_use_builds_once(tmp_path):
-    """Two processes meet an empty cache at once: one compiles, the other waits for it; neither warns."""
+    """Two processes meet an empty cache at once: one builds (its translation units, then one link), the other
+    waits for it; neither warns."""
     log = tmp_path / "compiles.log"
-    cxx = _script(tmp_path, "logging-cxx", f'case "$*" in *--version*) ;; *) echo build >> "{log}";; esac\n'
-                                           'exec g++ "$@"')
+    cxx = _script(tmp_path, "logging-cxx", f'case "$*" in *--version*) ;; *" -c "*) echo unit >> "{log}";; '
+                                           f'*) echo link >> "{log}";; esac\nexec g++ "$@"')
     env = _env(tmp_path, CXX=cxx)
     children = [_child(env), _child(env)]
     results = [_result(p) for p in children]
-    assert log.read_text().splitlines() == ["build"]
+    assert sorted(log.read_text().splitlines()) == ["link"] + ["unit"] * len(build.UNITS)
     assert len(list((tmp_path / "cache" / "kernels").glob("normlab_cpu_*.so"))) == 1
     for res in results:
         assert res["warnings"] == [] and res["impls"]["rms_norm/float16"] == "cpu"
         _check_numbers(res)
+
+
+@needs_gxx
+def test_one_failing_translation_unit_fails_the_build_once_and_leaves_nothing_behind(tmp_path):
+    """The units compile in parallel: the bfloat16 unit's failure is the one warning, the other units' objects
+    and the half-built library are removed, and nothing but the lock is left in the cache."""
+    cxx = _script(tmp_path, "cxx-without-bf16", 'case "$*" in *NORMLAB_UNIT=3*) echo "no bf16 here" >&2; exit 3;; '
+                                                'esac\nexec g++ "$@"')
+    res = _result(_child(_env(tmp_path, CXX=cxx)))
+    assert res["dtypes"] == [] and "cpu" not in res["impls"].values()
+    assert len(res["warnings"]) == 1 and "exited with 3: no bf16 here" in res["warnings"][0], res["warnings"]
+    left = sorted(p.name for p in (tmp_path / "cache" / "kernels").iterdir())
+    assert len(left) == 1 and left[0].endswith(".so.lock"), left
+    _check_numbers(res)

@@ -10,6 +10,9 @@ name). What can go wrong is handled so that a user is never stranded:
   :func:`timeout_s`): :class:`BuildError`, and the caller falls back;
 * a read-only or unusable cache directory: the library is built in a fresh
   temporary directory for this process instead (a note says so);
+* the source is compiled as one translation unit per storage type
+  (:data:`UNITS`), all at once, then linked: the build takes about as long as
+  its longest unit where there are cores for them;
 * several processes meeting the kernels for the first time at once: an
   ``fcntl`` lock beside the library makes one of them build while the others
   wait, and the library appears by an atomic rename.
@@ -136,16 +139,51 @@ def _locked(fd: int, wait_s: float):
         os.close(fd)  # releases the lock
 
 
+def _run_all(argvs: list[list[str]], timeout: float) -> None:
+    """Run ``argvs`` at once; BuildError (the first failure's, in order) if any fails, or after ``timeout`` s in
+    all; the others are then killed (each runs in its own process group)."""
+    procs = []
+    try:
+        for argv in argvs:
+            try:
+                procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                              start_new_session=True))
+            except OSError as e:
+                raise BuildError(f"cannot run {argv[0]}: {e.strerror or e}") from None
+        deadline = time.monotonic() + timeout
+        for argv, p in zip(argvs, procs):
+            try:
+                out, err = p.communicate(timeout=max(deadline - time.monotonic(), 0.01))
+            except subprocess.TimeoutExpired:
+                raise BuildError(f"{shlex.join(argv[:2])}... timed out after {timeout:g} s") from None
+            if p.returncode != 0:
+                detail = (err or out).strip().splitlines()
+                raise BuildError(f"{shlex.join(argv[:2])}... exited with {p.returncode}"
+                                 + (f": {detail[0][:200]}" if detail else ""))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+
+
+#: translation units (``-DNORMLAB_UNIT=k``: one storage type each), compiled in parallel and linked: about 13 s
+#: instead of 20 s for the whole file at once on this project's 2 cores, the longest unit (bfloat16) 8 s
+UNITS = (1, 2, 3, 4)
+
+
 def _compile(cxx: list[str], folder: pathlib.Path, name: str) -> pathlib.Path:
     out = folder / name
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
-    os.close(fd)
+    work = pathlib.Path(tempfile.mkdtemp(prefix=f".{name}.", dir=folder))
+    tmp = work / name
     try:
-        _run([*cxx, *flags(), str(SOURCE), "-o", tmp], timeout_s())
+        objs = [work / f"unit{u}.o" for u in UNITS]
+        _run_all([[*cxx, *flags(), "-c", f"-DNORMLAB_UNIT={u}", str(SOURCE), "-o", str(o)]
+                  for u, o in zip(UNITS, objs)], timeout_s())
+        _run([*cxx, *flags(), *map(str, objs), "-o", str(tmp)], timeout_s())
         os.replace(tmp, out)  # atomic: a reader sees no library or a whole one
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        shutil.rmtree(work, ignore_errors=True)
     return out
 
 

@@ -1,7 +1,7 @@
 """normlab's own CPU kernels: ``cpu_kernels.cpp``, compiled at first use, called through ctypes.
 
 The C++ source needs no torch headers, so it builds with the system's ``g++``
-(or ``$CXX``) alone, once per machine (about 20 s on 2 cores), and no ABI ties
+(or ``$CXX``) alone, once per machine (about 13 s on 2 cores), and no ABI ties
 it to a torch version; :mod:`normlab.kernels.build` caches it per
 machine and compiler and copes with a missing, failing or hanging compiler, a
 read-only cache and concurrent first use. Where the kernels cannot be built,

@@ -547,12 +547,21 @@ static void norm_bwd(const T* dy, const T* x, const A* mean, const A* rstd, cons
     norm_bwd<T>(dy, x, mean, rstd, w, ds, dx, dw, db, partial, n, d, rms, stream, nthreads);               \
   }
 
+// NORMLAB_UNIT (build.py compiles the file once per storage type, in parallel, and links the objects): 1 float,
+// 2 double, 3 bfloat16, 4 float16 and the common entry points; unset, all of them (one translation unit).
+#if !defined(NORMLAB_UNIT) || NORMLAB_UNIT == 1
 NORMLAB_ENTRIES(float, f32)
+#endif
+#if !defined(NORMLAB_UNIT) || NORMLAB_UNIT == 2
 NORMLAB_ENTRIES(double, f64)
+#endif
+#if !defined(NORMLAB_UNIT) || NORMLAB_UNIT == 3
 NORMLAB_ENTRIES(bf16, bf16)
+#endif
+#if !defined(NORMLAB_UNIT) || NORMLAB_UNIT == 4
 #if NORMLAB_HAS_F16
 NORMLAB_ENTRIES(f16, f16)
 #endif
-
 extern "C" i64 normlab_rows_per_partial(void) { return ROWS; }
 extern "C" int normlab_has_f16(void) { return NORMLAB_HAS_F16; }
+#endif
