@@ -24,7 +24,7 @@
 // not hold the others up.
 //
 // Streaming stores: with stream = 1 (the caller sets it when an output is larger than the last-level
-// cache, so it could not stay there anyway) the outputs y and dx are written with non-temporal
+// cache, so it could not stay there anyway) the outputs y, dx and full-precision s are written with non-temporal
 // stores where the target has them (x86 SSE2/AVX): the lines go to memory without being read first, a
 // third less memory traffic. The values are the same bits either way; each thread fences its own stores.
 #include <cmath>
@@ -343,9 +343,29 @@ static const i64 WIDEN_MAX = 4096;
 template <class T, bool RMS, bool HW, bool HB, bool HR, class A = typename Acc<T>::type>
 static inline void fwd_row(const T* xi, const T* ri, T* so, const A* w, const A* b, T* yi, A* mean, A* rstd,
                            i64 d, A inv_d, A eps, bool stream) {
+  if (HR && sizeof(T) == sizeof(A) && stream && d <= WIDEN_MAX) {
+    // A streamed call (outputs larger than the last-level cache) in full precision: s = x + r (nothing to round)
+    // is formed in a buffer in L1 with its first sum, written out with streaming stores like y (no read for
+    // ownership of its lines: one tensor less of traffic) and normalized from the buffer. The same values as
+    // the path below, which reads back the s it stored.
+    typedef typename Vec<A>::type V;
+    alignas(64) A buf[WIDEN_MAX];
+    const A first = row_reduce<A>(d, [&](i64 j) {
+      const V v = vld(xi + j) + vld(ri + j);
+      vst(buf + j, v);
+      return RMS ? v * v : v;
+    }, [&](i64 j) {
+      const A v = ld(xi[j]) + ld(ri[j]);
+      buf[j] = v;
+      return RMS ? v * v : v;
+    });
+    row_store(so, d, true, [&](i64 j) { return vld(buf + j); }, [&](i64 j) { return buf[j]; });
+    norm_row<T, RMS, HW, HB>(static_cast<const A*>(buf), first, w, b, yi, mean, rstd, d, inv_d, eps, stream);
+    return;
+  }
   const T* si = xi;
   if (HR) {
-    // s is read back below: ordinary stores keep it in cache (never streamed)
+    // s is read back below: ordinary stores keep it in cache
     row_store(so, d, false, [=](i64 j) { return vld(xi + j) + vld(ri + j); },
               [=](i64 j) { return ld(xi[j]) + ld(ri[j]); });
     si = so;  // the statistics see s as stored, as eager's x + r does
