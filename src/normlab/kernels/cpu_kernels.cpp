@@ -24,9 +24,9 @@
 // not hold the others up.
 //
 // Streaming stores: with stream = 1 (the caller sets it when an output is larger than the last-level
-// cache, so it could not stay there anyway) the outputs y, dx and full-precision s are written with non-temporal
-// stores where the target has them (x86 SSE2/AVX): the lines go to memory without being read first, a
-// third less memory traffic. The values are the same bits either way; each thread fences its own stores.
+// cache, so it could not stay there anyway) the outputs y, dx and full-precision s are written with
+// non-temporal stores where the target has them (x86 SSE2/AVX): the lines go to memory without being read
+// first, a third less memory traffic. The values are the same bits either way; each thread fences its own stores.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -84,7 +84,8 @@ template <> inline bf16 st<bf16>(float f) {  // round to nearest even, NaN stays
 
 // VB bytes per vector: 32 where the target has AVX, else 16 (SSE, NEON). Measured on AMD Zen 1, which
 // splits 256-bit operations: float16 is 15-40% faster at 32 (F16C converts 8 values at once), bfloat16
-// 10-25% (in-lane unpacks and packs, no cross-lane shuffle), float32 the same. -DNORMLAB_VECTOR_BYTES=16 overrides; the bits are the same either way.
+// 10-25% (in-lane unpacks and packs, no cross-lane shuffle), float32 the same. -DNORMLAB_VECTOR_BYTES=16
+// overrides; the bits are the same either way.
 #if !defined(NORMLAB_VECTOR_BYTES) && defined(__AVX__)
 #define NORMLAB_VECTOR_BYTES 32
 #elif !defined(NORMLAB_VECTOR_BYTES)
