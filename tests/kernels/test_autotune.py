@@ -65,6 +65,20 @@ def test_sample_is_in_cache_unless_the_call_is_not(monkeypatch):
     assert autotune.sample_rows(big, 256) == small
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sample_tensors_are_varied_finite_values_of_the_calls_kind(dtype):
+    """The sample repeats a block of SAMPLE_BLOCK seeded draws (drawing every value cost most of a large
+    decision): each tensor still has the call's dtype and shape, values in [-2, 2], rows that differ from
+    one another and are not constant, and x, dy, r, ds are different tensors."""
+    spec, x, r, w, b, dy, ds = autotune._sample("add_layer_norm", dtype, 768, "cpu", 40)
+    for t in (x, r, dy, ds):
+        assert t.shape == (40, 768) and t.dtype == dtype and t.is_contiguous()
+        assert torch.isfinite(t).all() and t.abs().max() <= 2 and (t.float().std(1) > 0.5).all()
+        assert not torch.equal(t[0], t[1])
+    assert w.shape == b.shape == (768,)
+    assert len({t.float().sum().item() for t in (x, r, dy, ds)}) == 4
+
+
 @needs_two
 def test_a_decision_never_changes_mid_run(tuner, monkeypatch):
     calls = _rigged(monkeypatch, "native")

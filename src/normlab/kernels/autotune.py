@@ -48,6 +48,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import pathlib
 import tempfile
@@ -146,9 +147,20 @@ def sample_rows(x: torch.Tensor, d: int) -> int:
     return rows
 
 
+#: random values per sample tensor, repeated to its size: drawing every value (a seeded uniform_ runs on one
+#: thread) cost 33-164 ms of the 50-180 ms a large decision took; timing needs values of the right kind (finite,
+#: varied, not denormal), not fresh ones
+SAMPLE_BLOCK = 1 << 12
+
+
 def _sample(op: str, dtype: torch.dtype, d: int, device, n: int) -> tuple:
     g = torch.Generator(device=device).manual_seed(0)
-    t = lambda *s: torch.empty(*s, device=device, dtype=dtype).uniform_(-2, 2, generator=g)  # noqa: E731
+
+    def t(*shape):
+        size = math.prod(shape)
+        block = torch.empty(min(max(size, 1), SAMPLE_BLOCK), device=device).uniform_(-2, 2, generator=g)
+        return block.repeat(-(-size // block.numel()))[:size].to(dtype).view(shape)
+
     spec = OP_SPECS[op]
     x, dy, w = t(n, d), t(n, d), t(d)
     r, ds = (t(n, d), t(n, d)) if spec.add else (None, None)
