@@ -27,9 +27,10 @@ warning.
   its fastest round. torch's own kernel (``native``) where it is a
   candidate, else the fixed table's choice, is kept unless another candidate
   is :data:`MARGIN` faster: noise does not flip a tie, and a tie goes to
-  torch, so ``auto`` is never slower than torch by more than the noise. Cost per key, paid once per machine: a
-  few ms for calls that fit in cache, tens to a few hundred ms for calls larger than the last-level cache (timed
-  on a sample of that size; docs/performance.md).
+  torch, so ``auto`` is never slower than torch by more than the noise. The sample's values repeat a block of
+  :data:`SAMPLE_BLOCK` seeded draws (drawing each one cost more than the timing). Cost per key, paid once per
+  machine: a few ms for calls that fit in cache, tens of ms for calls larger than the last-level cache (timed on
+  a sample of that size; docs/performance.md).
 * **Two modes, two decisions**: torch's forward-only kernel can beat the
   C++ one where the C++ pair wins forward+backward, so inference and training
   each get the faster. Within a mode every guarantee of ``docs/numerics.md``
