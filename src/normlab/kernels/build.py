@@ -92,23 +92,39 @@ def isa_flags() -> str:
     return "".join(lines) or f"{platform.machine()} {platform.processor()}"
 
 
+def _run_all(argvs: list[list[str]], timeout: float) -> list[str]:
+    """Run ``argvs`` at once and return their stdouts; BuildError (the first failure's, in order) if any fails, or
+    after ``timeout`` s in all; the others are then killed (each runs in its own process group)."""
+    procs, outs = [], []
+    try:
+        for argv in argvs:
+            try:
+                procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                              start_new_session=True))
+            except OSError as e:
+                raise BuildError(f"cannot run {argv[0]}: {e.strerror or e}") from None
+        deadline = time.monotonic() + timeout
+        for argv, p in zip(argvs, procs):
+            try:
+                out, err = p.communicate(timeout=max(deadline - time.monotonic(), 0.01))
+            except subprocess.TimeoutExpired:
+                raise BuildError(f"{shlex.join(argv[:2])}... timed out after {timeout:g} s") from None
+            if p.returncode != 0:
+                detail = (err or out).strip().splitlines()
+                raise BuildError(f"{shlex.join(argv[:2])}... exited with {p.returncode}"
+                                 + (f": {detail[0][:200]}" if detail else ""))
+            outs.append(out)
+        return outs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+
+
 def _run(argv: list[str], timeout: float) -> str:
     """stdout of ``argv``; BuildError on failure or after ``timeout`` s (the whole process group is killed)."""
-    try:
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    except OSError as e:
-        raise BuildError(f"cannot run {argv[0]}: {e.strerror or e}") from None
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
-        raise BuildError(f"{shlex.join(argv[:2])}... timed out after {timeout:g} s") from None
-    if p.returncode != 0:
-        detail = (err or out).strip().splitlines()
-        raise BuildError(f"{shlex.join(argv[:2])}... exited with {p.returncode}"
-                         + (f": {detail[0][:200]}" if detail else ""))
-    return out
+    return _run_all([argv], timeout)[0]
 
 
 def key(cxx: list[str]) -> str:
@@ -137,34 +153,6 @@ def _locked(fd: int, wait_s: float):
         yield
     finally:
         os.close(fd)  # releases the lock
-
-
-def _run_all(argvs: list[list[str]], timeout: float) -> None:
-    """Run ``argvs`` at once; BuildError (the first failure's, in order) if any fails, or after ``timeout`` s in
-    all; the others are then killed (each runs in its own process group)."""
-    procs = []
-    try:
-        for argv in argvs:
-            try:
-                procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                              start_new_session=True))
-            except OSError as e:
-                raise BuildError(f"cannot run {argv[0]}: {e.strerror or e}") from None
-        deadline = time.monotonic() + timeout
-        for argv, p in zip(argvs, procs):
-            try:
-                out, err = p.communicate(timeout=max(deadline - time.monotonic(), 0.01))
-            except subprocess.TimeoutExpired:
-                raise BuildError(f"{shlex.join(argv[:2])}... timed out after {timeout:g} s") from None
-            if p.returncode != 0:
-                detail = (err or out).strip().splitlines()
-                raise BuildError(f"{shlex.join(argv[:2])}... exited with {p.returncode}"
-                                 + (f": {detail[0][:200]}" if detail else ""))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.communicate()
 
 
 #: translation units (``-DNORMLAB_UNIT=k``: one storage type each), compiled in parallel and linked: about 13 s

@@ -281,19 +281,24 @@ template <class A> static inline A rstd_of(A m, A eps) {
 
 // ------------------------------------------------------------------ forward
 
-// The row's first reduction: sum of s (LayerNorm) or of s^2 (RMSNorm). With `buf`, s is also written there
-// widened to A (exact), in the same pass: the later passes read the buffer. The sum's order is row_reduce's.
-template <bool RMS, class S, class A> static inline A first_sum(const S* si, A* buf, i64 d) {
-  typedef typename Vec<A>::type V;
+// The row's first reduction: sum of s (LayerNorm) or of s^2 (RMSNorm), s's values given by sv(j) (the W at j,
+// a vector of A) and s1(j) (the one at j). With `buf`, s is also written there as A, in the same pass: the
+// later passes read the buffer. The sum's order is row_reduce's.
+template <bool RMS, class A, class SV, class S1> static inline A first_sum(SV sv, S1 s1, A* buf, i64 d) {
   return row_reduce<A>(d, [=](i64 j) {
-    V v = vld(si + j);
+    const auto v = sv(j);
     if (buf) vst(buf + j, v);
     return RMS ? v * v : v;
   }, [=](i64 j) {
-    A v = ld(si[j]);
+    const A v = s1(j);
     if (buf) buf[j] = v;
     return RMS ? v * v : v;
   });
+}
+
+// first_sum of a stored row si (the storage type T, widened as it is read)
+template <bool RMS, class S, class A> static inline A first_sum(const S* si, A* buf, i64 d) {
+  return first_sum<RMS, A>([=](i64 j) { return vld(si + j); }, [=](i64 j) { return A(ld(si[j])); }, buf, d);
 }
 
 // A row's statistics and output from s (si: the storage type T, or the row already widened to A) and its
@@ -349,17 +354,9 @@ static inline void fwd_row(const T* xi, const T* ri, T* so, const A* w, const A*
     // is formed in a buffer in L1 with its first sum, written out with streaming stores like y (no read for
     // ownership of its lines: one tensor less of traffic) and normalized from the buffer. The same values as
     // the path below, which reads back the s it stored.
-    typedef typename Vec<A>::type V;
     alignas(64) A buf[WIDEN_MAX];
-    const A first = row_reduce<A>(d, [&](i64 j) {
-      const V v = vld(xi + j) + vld(ri + j);
-      vst(buf + j, v);
-      return RMS ? v * v : v;
-    }, [&](i64 j) {
-      const A v = ld(xi[j]) + ld(ri[j]);
-      buf[j] = v;
-      return RMS ? v * v : v;
-    });
+    const A first = first_sum<RMS, A>([=](i64 j) { return vld(xi + j) + vld(ri + j); },
+                                      [=](i64 j) { return ld(xi[j]) + ld(ri[j]); }, buf, d);
     row_store(so, d, true, [&](i64 j) { return vld(buf + j); }, [&](i64 j) { return buf[j]; });
     norm_row<T, RMS, HW, HB>(static_cast<const A*>(buf), first, w, b, yi, mean, rstd, d, inv_d, eps, stream);
     return;
