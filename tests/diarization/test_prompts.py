@@ -39,3 +39,22 @@ def test_each_installed_person_decodes_to_speech(key):
         pytest.skip(f"{key}'s package ({', '.join(P.person(key).packages)}) is not installed")
     x = P.read(files[0])
     assert x.dtype == np.float32 and x.ndim == 1 and len(x) > 800 and np.abs(x).max() > 1e-3
+
+
+def test_a_header_without_samples_is_no_prompt_and_the_others_decode(tmp_path, monkeypatch):
+    import soundfile as sf
+
+    sr = 8000
+    speech = (0.3 * np.sin(np.arange(sr) * 0.3)).astype(np.float32)
+    sf.write(tmp_path / "a.wav", speech, sr)
+    sf.write(tmp_path / "b.wav", np.zeros(0, np.float32), sr)  # 44 bytes: a header alone
+    sf.write(tmp_path / "c.wav", speech[: sr // 2], sr)
+    assert (tmp_path / "b.wav").stat().st_size > 0  # files() keeps it: only decoding finds it empty
+    monkeypatch.setenv("NORMLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(P, "PERSONS", (P.Person("tmp", ("none",), (str(tmp_path / "*.wav"),), "xx", "f", "none"),))
+    P.prompts.cache_clear()
+    try:
+        got = P.prompts("tmp")
+    finally:
+        P.prompts.cache_clear()
+    assert [len(x) for x in got] == [sr, sr // 2]

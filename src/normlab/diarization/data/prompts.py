@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._checks import BadValue
+from ..io.audio import EmptyAudio
 
 SOUNDS = pathlib.Path("/usr/share/asterisk/sounds")
 SHORT = 0.8  # seconds: prompts shorter than this are backchannel material
@@ -135,7 +136,10 @@ def prompts(key: str, sample_rate: int = 8000) -> tuple[np.ndarray, ...]:
             return tuple(z[f"a{i}"] for i in range(len(z.files)))
     out = []
     for f in paths:
-        x = trim(read(f, sample_rate), sample_rate)
+        try:
+            x = trim(read(f, sample_rate), sample_rate)
+        except EmptyAudio:  # a header without samples (asterisk-core-sounds-ru-wav ships one): no prompt
+            continue
         if len(x) > 0.2 * sample_rate and np.abs(x).max() > 1e-4:
             out.append((x / np.abs(x).max() * 0.5).astype(np.float32))
     try:

@@ -26,6 +26,10 @@ class AudioError(BadValue):
     """An audio file that cannot be used; the message names the file."""
 
 
+class EmptyAudio(AudioError):
+    """A readable audio file that holds no samples (a header alone)."""
+
+
 def resample(mono: np.ndarray, orig: int, target: int) -> np.ndarray:
     """Polyphase resampling (scipy's ``resample_poly``) of a 1-D float32 signal."""
     if orig == target:
@@ -59,7 +63,7 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
     if path.suffix.lower() == ".gsm":
         mono = _read_gsm(path)
         if mono.size == 0:
-            raise AudioError(f"{path}: no audio samples")
+            raise EmptyAudio(f"{path}: no audio samples")
         return torch.from_numpy(resample(mono, 8000, sample_rate))
     try:
         with sf.SoundFile(str(path)) as f:
@@ -73,7 +77,7 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
     except Exception as e:  # noqa: BLE001 - libsndfile raises several types
         raise AudioError(f"{path}: cannot read audio ({e})") from None
     if mono.size == 0:
-        raise AudioError(f"{path}: no audio samples")
+        raise EmptyAudio(f"{path}: no audio samples")
     return torch.from_numpy(resample(mono, sr, sample_rate))
 
 
