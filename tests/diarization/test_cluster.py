@@ -49,6 +49,22 @@ def test_small_clusters_fold_into_large_ones():
     assert len(set(cluster(x, threshold=0.5, weights=w, min_weight=2.0, min_speakers=3).tolist())) == 3
 
 
+def test_merge_joins_a_voice_the_tree_split_whose_centroids_agree():
+    rng = np.random.default_rng(5)
+    a, far = rng.standard_normal(256), rng.standard_normal(256)
+    pieces = lambda c, n: c + 0.6 * rng.standard_normal((n, 256)) * np.linalg.norm(c) / 16  # noqa: E731
+    # one voice: pieces scattered around one centre (pairwise cosine distance ~0.26, the centroid far closer);
+    # another voice far away
+    x = np.concatenate([pieces(a, 20), pieces(far, 20)])
+    truth = np.repeat([0, 1], 20)
+    split = cluster(x, threshold=0.15)  # the average linkage over scattered pieces: more than 2 clusters
+    assert len(set(split.tolist())) > 2
+    merged = cluster(x, threshold=0.15, merge=0.3)
+    assert _same_partition(merged, truth)
+    assert len(set(cluster(x, threshold=0.15, merge=0.3, min_speakers=3).tolist())) == 3  # never below the minimum
+    assert np.array_equal(cluster(x, threshold=0.15, merge=0.0), split)  # 0: no merging
+
+
 def test_speaker_count_errors():
     for bad in (dict(num_speakers=0), dict(min_speakers=3, max_speakers=2), dict(max_speakers=-1),
                 dict(num_speakers=2, max_speakers=3)):

@@ -164,3 +164,48 @@ def test_each_chunk_sees_the_previous_64_samples_and_nothing_later():
     assert changed(k * CHUNK) == [k]  # chunk k's first sample: no earlier chunk looks ahead
     assert changed((k + 1) * CHUNK - 1 - CONTEXT) == [k]
     assert changed(0) == [0]
+
+
+def test_union_raises_the_likeliest_local_speaker_where_the_vad_hears_speech():
+    from normlab.diarization.pipeline.segment import vad_union
+
+    probs = torch.tensor([[[0.1, 0.2], [0.7, 0.6], [0.05, 0.3], [0.0, 0.0]]])  # 1 window, 4 frames, 2 speakers
+    speech = torch.tensor([[[0.9], [0.65], [0.4], [0.0]]])
+    got = vad_union(probs, speech, 0.5)
+    want = torch.tensor([[[0.1, 0.9],  # the VAD's speech goes to the likelier speaker; the other is the model's
+                          [0.7, 0.6],  # the model is surer than the VAD: unchanged (overlap kept)
+                          [0.05, 0.3],  # the VAD below its threshold adds nothing
+                          [0.0, 0.0]]])
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(probs, torch.tensor([[[0.1, 0.2], [0.7, 0.6], [0.05, 0.3], [0.0, 0.0]]]))
+
+
+def test_union_hears_speech_the_model_misses_and_keeps_what_the_vad_misses():
+    from normlab.diarization.models.embed import SpeakerEncoder
+    from normlab.diarization.pipeline.config import PipelineConfig
+    from normlab.diarization.pipeline.segment import segment
+
+    class Model(torch.nn.Module):  # hears speech in the first 4 s only
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def activity(self, x):
+            out = torch.zeros(*x.shape[:2], 2)
+            out[:, :40, 0] = 0.9
+            return out
+
+    class SecondHalf(torch.nn.Module):  # the VAD hears speech from 5 s on
+        def forward(self, wave):
+            n = -(-wave.numel() // CHUNK)
+            return (torch.arange(n) * CHUNK >= 5 * SAMPLE_RATE).float()
+
+    wave = 0.1 * torch.sin(torch.arange(10 * SAMPLE_RATE) * 0.05)
+    kw = dict(window=10.0, step=10.0, threshold=0.5)
+    speech = {}
+    for mode in ("off", "union", "gate"):
+        cfg = PipelineConfig(vad=mode, speakers="eend", **kw)
+        speech[mode] = (segment(Model(), SpeakerEncoder(), wave, "u", cfg, vad=SecondHalf()).probs[0] > 0.5).any(1)
+    assert speech["off"][:40].all() and not speech["off"][40:].any()
+    assert speech["union"][:40].all() and not speech["union"][40:50].any() and speech["union"][50:].all()
+    assert not speech["gate"].any()  # the gate keeps only where both hear speech: nowhere here

@@ -48,7 +48,7 @@ def _relabel(labels: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | None = None,
             num_speakers: int | None = None, min_speakers: int | None = None, max_speakers: int | None = None,
-            min_weight: float = 0.0) -> np.ndarray:
+            min_weight: float = 0.0, merge: float = 0.0) -> np.ndarray:
     """Cluster labels ``(n,)`` in 0..K-1 for embeddings ``(n, dim)``.
 
     Parameters
@@ -58,6 +58,10 @@ def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | N
     weights : (n,) float, e.g. seconds of speech behind each embedding (default 1)
     num_speakers, min_speakers, max_speakers : the speaker count, exact or bounded
     min_weight : clusters with less total weight are merged into the nearest bigger cluster
+    merge : then, while two clusters' weighted centroids are closer than this cosine distance, the closest two
+        merge (0: never), never below the requested minimum. The tree's average linkage compares every pair
+        of pieces, and short pieces' embeddings scatter: one voice can average farther from itself than its
+        centroid does; a centroid is the mean of many pieces
     """
     from scipy.cluster.hierarchy import fcluster, linkage
 
@@ -89,4 +93,15 @@ def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | N
         sims[i] = -np.inf
         sims[[j for j in range(len(ks)) if mass[j] < min_weight]] = -np.inf  # into a large cluster
         labels[labels == ks[i]] = ks[int(np.argmax(sims))]
+    while merge > 0:
+        ks = np.unique(labels)
+        if len(ks) <= lo:
+            break
+        cents = _centroids(x, labels, w)
+        dist = 1 - cents @ cents.T
+        np.fill_diagonal(dist, np.inf)
+        i, j = np.unravel_index(int(np.argmin(dist)), dist.shape)
+        if dist[i, j] >= merge:
+            break
+        labels[labels == ks[j]] = ks[i]
     return _relabel(labels, w)

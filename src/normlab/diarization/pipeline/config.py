@@ -8,7 +8,7 @@ from ..._checks import BadValue, check_choice
 
 #: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
 TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
-           "piece", "speakers", "vad", "vad_threshold", "weighting", "overlap_threshold")
+           "piece", "speakers", "vad", "vad_threshold", "weighting", "overlap_threshold", "merge_threshold")
 
 
 #: each speakers mode's own defaults, tuned on its development data (docs/diarization.md): speech at 0.5 in
@@ -30,12 +30,14 @@ class PipelineConfig:
     min_embed: float = 0.5  # seconds of a local speaker's speech needed for its embedding
     max_embed: float = 3.0  # seconds of it used at most (two 1.6 s partials)
     min_cluster: float = 3.0  # seconds: clusters with less speech fold into the nearest larger one (per mode)
+    merge_threshold: float = 0.0  # then clusters whose centroids are closer than this cosine distance merge (0: no)
     piece: float = 1.5  # seconds: a local speaker gets one embedding per piece of its window (per mode)
     speakers: str = "speech"  # "speech": the model's speech (any local speaker), cut into pieces, each piece's
     #                           speaker from its embedding; "eend": the model's local speakers (overlap kept)
     silence_db: float = -70.0  # frames quieter than this (dBFS) are never speech, whatever the model says
     vad: str = "gate"  # "gate": frames Silero VAD calls non-speech are silence whatever the model says;
-    #                    "speech": the VAD's probability is the speech activity (speakers="speech"); "off"
+    #                    "speech": the VAD's probability is the speech activity (speakers="speech");
+    #                    "union": speech where the model or the VAD hears it (segment.vad_union); "off"
     vad_threshold: float = 0.5  # speech probability above which a frame is speech for the VAD
     weighting: str = "mean"  # how the windows covering a frame are averaged: "hamming" trusts a window's
     #                             middle more than its edges (pyannote's aggregation); "mean" weighs them alike
@@ -73,7 +75,7 @@ class PipelineConfig:
         if cfg.window <= 0 or not 0 < cfg.step <= cfg.window:
             raise BadValue(f"need 0 < step <= window, got window={cfg.window}, step={cfg.step}")
         check_choice(cfg.speakers, ("eend", "speech"), "speakers mode")
-        check_choice(cfg.vad, ("off", "gate", "speech"), "vad mode")
+        check_choice(cfg.vad, ("off", "gate", "speech", "union"), "vad mode")
         check_choice(cfg.weighting, ("hamming", "mean"), "window weighting")
         if cfg.speakers == "eend" and cfg.vad == "speech":
             raise BadValue("vad 'speech' (Silero alone decides speech) reads the model in speakers mode 'speech'; "

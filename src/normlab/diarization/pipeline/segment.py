@@ -41,6 +41,18 @@ def local_activity(model, feats: torch.Tensor, starts: list[int], size: int, bat
     return torch.cat(out)
 
 
+def vad_union(probs: torch.Tensor, speech: torch.Tensor, vad_threshold: float) -> torch.Tensor:
+    """Speech where the model or the VAD hears it: in each frame the VAD calls speech (``speech >
+    vad_threshold``), the likeliest local speaker's probability rises to the VAD's, if that is higher.
+
+    ``probs (W, size, S)``, ``speech (W, size, 1)``; the other local speakers (overlap) are the model's. The
+    model keeps deciding who speaks, and speech the VAD misses (telephone band, far voices) stays the model's.
+    """
+    boost = torch.where(speech > vad_threshold, speech, torch.zeros(()))
+    top = probs.argmax(dim=2, keepdim=True)
+    return probs.scatter(2, top, torch.maximum(probs.gather(2, top), boost))
+
+
 def speaker_pieces(probs: torch.Tensor, threshold: float, min_frames: int,
                    piece: int) -> list[tuple[int, int, int, torch.Tensor | None]]:
     """Where to embed each local speaker of one window ``(size, S)``.
@@ -122,6 +134,8 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
         speech = speech_probability(vad if vad is not None else default_vad(), wave16k, T, fs)  # T
         if cfg.vad == "speech" and cfg.speakers == "speech":
             probs = windowed(speech)  # W, size', 1
+        elif cfg.vad == "union":
+            probs = vad_union(probs, windowed(speech), cfg.vad_threshold)
         else:
             loud &= speech > cfg.vad_threshold
     probs = probs * windowed(loud)  # digital silence (and the VAD's non-speech)

@@ -27,7 +27,7 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
         return []
     labels = cluster(seg.embeddings.numpy(), threshold=cfg.cluster_threshold, weights=seg.weights,
                      num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers,
-                     min_weight=cfg.min_cluster)
+                     min_weight=cfg.min_cluster, merge=cfg.merge_threshold)
     k_total = max(int(labels.max()) + 1, lo)
     size = seg.probs.shape[1]
     total = torch.zeros(seg.frames, k_total)
