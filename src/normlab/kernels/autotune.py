@@ -17,9 +17,10 @@ warning.
   compiled path is not timed (its first call compiles for seconds); it runs
   where the fixed table puts it.
 * **The sample**: ``max(1, SAMPLE_ELEMS // D)`` rows of the call's own row
-  length (:func:`sample_rows`: for a CPU call whose output is larger than the
-  last-level cache, as many rows as make an output of that size, at most the
-  call's: in cache, a kernel's memory traffic does not show), forward then
+  length (:func:`sample_rows`: for a CPU call whose output does not fit the
+  cores' own caches, the call's rows up to :data:`SAMPLE_MAX_BYTES`, or as
+  many as make an output of the last-level cache's size for a call larger
+  than that: in cache, a kernel's memory traffic does not show), forward then
   backward (a training step's pair) for a ``train`` key, the forward alone
   for an ``fwd`` key (inference: under ``no_grad`` or ``inference_mode``,
   where no backward follows), each candidate once
@@ -29,8 +30,8 @@ warning.
   is :data:`MARGIN` faster: noise does not flip a tie, and a tie goes to
   torch, so ``auto`` is never slower than torch by more than the noise. The sample's values repeat a block of
   :data:`SAMPLE_BLOCK` seeded draws (drawing each one cost more than the timing). Cost per key, paid once per
-  machine: a few ms for calls that fit in cache, tens of ms for calls larger than the last-level cache (timed on
-  a sample of that size; docs/performance.md).
+  machine: a few ms for calls that fit the cores' own caches, tens of ms (about 100 at most) for larger ones
+  (timed on a sample of their size; docs/performance.md).
 * **Two modes, two decisions**: torch's forward-only kernel can beat the
   C++ one where the C++ pair wins forward+backward, so inference and training
   each get the faster. Within a mode every guarantee of ``docs/numerics.md``
@@ -109,8 +110,8 @@ def key(op: str, x: torch.Tensor, d: int) -> str:
 
 def machine() -> dict:
     """What a decision is valid for: this CPU's ISA, its core count, this torch, these kernels (normlab's
-    version and the kernels' sources, C++ and the Python that allocates their outputs: a changed kernel is
-    measured again)."""
+    version and the kernels' sources, C++ and the Python that allocates their outputs, and this module, which
+    times them: a changed kernel or way of timing is measured again)."""
     from .. import __version__
 
     return {"isa": hashlib.sha256(build.isa_flags().encode()).hexdigest()[:16], "cores": os.cpu_count(),
@@ -121,7 +122,8 @@ def machine() -> dict:
 def _source_digest() -> str:
     from . import cpu
 
-    return hashlib.sha256(build.SOURCE.read_bytes() + pathlib.Path(cpu.__file__).read_bytes()).hexdigest()[:16]
+    return hashlib.sha256(build.SOURCE.read_bytes() + pathlib.Path(cpu.__file__).read_bytes()
+                          + pathlib.Path(__file__).read_bytes()).hexdigest()[:16]
 
 
 @dataclass
@@ -133,18 +135,34 @@ class Decision:
     cost_ms: float = 0.0  # what measuring cost, timing and sample included
 
 
+#: the largest timing sample's output (bytes) for a CPU call that fits the last-level cache but not the cores'
+#: own caches: the call itself up to this size, or twice those caches if larger (measured: full-size samples of
+#: 25 MB cost 100-660 ms a decision, their fresh pages faulting in, and picked no better)
+SAMPLE_MAX_BYTES = 8 << 20
+
+
 def sample_rows(x: torch.Tensor, d: int) -> int:
-    """Rows of the timing sample: ``SAMPLE_ELEMS // D`` (in cache); for a CPU call whose output would not fit in
-    the last-level cache, enough rows for an output of that size (capped at the call's own rows), so the sample
-    is memory-bound as the call is and the C++ kernels stream their stores on it as they will on the call."""
+    """Rows of the timing sample.
+
+    ``SAMPLE_ELEMS // D`` (in cache) for a call whose output fits the private caches of the cores it runs on
+    (``threads x cpu.private_cache_bytes()``). A larger CPU call is timed on its own rows, up to an output of
+    ``SAMPLE_MAX_BYTES`` (or twice those caches), so the sample moves through the shared cache as the call does
+    (measured: an in-cache sample picked the C++ pair for float32 LayerNorm at 8192x768 where, at the call's
+    size, torch's was 10-20% faster: docs/performance.md). A call whose output would not fit the last-level cache
+    gets a sample of that cache's size (capped at the call's rows), so the C++ kernels stream their stores on
+    it as they will on the call.
+    """
     d = max(d, 1)
     rows = max(1, SAMPLE_ELEMS // d)
     if x.device.type == "cpu":
-        from .cpu import stream_bytes
+        from .cpu import private_cache_bytes, stream_bytes
 
         call_rows, row_bytes, cache = x.numel() // d, d * x.element_size(), stream_bytes()
-        if call_rows * row_bytes >= cache:
+        call_bytes, private = call_rows * row_bytes, torch.get_num_threads() * private_cache_bytes()
+        if call_bytes >= cache:
             rows = max(rows, min(call_rows, -(-cache // row_bytes)))
+        elif call_bytes > private:
+            rows = max(rows, min(call_rows, -(-max(SAMPLE_MAX_BYTES, 2 * private) // row_bytes)))
     return rows
 
 

@@ -111,6 +111,23 @@ def last_level_cache_bytes() -> int:
 
 
 @functools.cache
+def private_cache_bytes() -> int:
+    """The largest CPU cache one core has to itself (sysfs ``shared_cpu_list`` names one CPU; the L2 on most
+    x86 and Arm servers): what a call fits in without touching the shared cache, which on a shared host other
+    tenants use too. 1 MiB where it cannot be read."""
+    sizes = []
+    for d in pathlib.Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            shared = (d / "shared_cpu_list").read_text().strip()
+            text = (d / "size").read_text().strip().upper()
+            if shared.isdigit():  # one CPU
+                sizes.append(int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0))
+        except (OSError, ValueError):
+            continue
+    return max(sizes, default=1 << 20)
+
+
+@functools.cache
 def stream_bytes() -> int:
     """Outputs of at least this many bytes are streamed: larger than the last-level cache, they could not stay
     in it, so they are written without being read first (a third less memory traffic, the same bits)."""
