@@ -50,7 +50,7 @@ def test_a_header_without_samples_is_no_prompt_and_the_others_decode(tmp_path, m
     sf.write(tmp_path / "b.wav", np.zeros(0, np.float32), sr)  # 44 bytes: a header alone
     sf.write(tmp_path / "c.wav", speech[: sr // 2], sr)
     assert (tmp_path / "b.wav").stat().st_size > 0  # files() keeps it: only decoding finds it empty
-    monkeypatch.setenv("NORMLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("NORMLAB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(P, "PERSONS", (P.Person("tmp", ("none",), (str(tmp_path / "*.wav"),), "xx", "f", "none"),))
     P.prompts.cache_clear()
     try:
@@ -58,3 +58,4 @@ def test_a_header_without_samples_is_no_prompt_and_the_others_decode(tmp_path, m
     finally:
         P.prompts.cache_clear()
     assert [len(x) for x in got] == [sr, sr // 2]
+    assert list((tmp_path / "cache" / "prompts").glob("tmp-*.npz"))  # cached where NORMLAB_CACHE_DIR says

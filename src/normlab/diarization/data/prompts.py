@@ -114,11 +114,10 @@ def trim(x: np.ndarray, sample_rate: int, floor_db: float = -40.0) -> np.ndarray
 
 
 def _cache_dir() -> pathlib.Path:
-    import os
+    """Decoded prompts live in normlab's user cache, beside the built kernels (``$NORMLAB_CACHE_DIR``)."""
+    from ...kernels.build import cache_root
 
-    root = os.environ.get("NORMLAB_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME")
-                                                           or os.path.expanduser("~/.cache"), "normlab")
-    return pathlib.Path(root) / "prompts"
+    return cache_root() / "prompts"
 
 
 @functools.lru_cache(maxsize=16)
