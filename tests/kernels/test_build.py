@@ -158,3 +158,37 @@ def test_one_failing_translation_unit_fails_the_build_once_and_leaves_nothing_be
     left = sorted(p.name for p in (tmp_path / "cache" / "kernels").iterdir())
     assert len(left) == 1 and left[0].endswith(".so.lock"), left
     _check_numbers(res)
+
+
+WIDTH_CHILD = r"""
+import json, torch
+from normlab.kernels import cpu
+k, g, out = cpu.CpuKernel(), torch.Generator().manual_seed(0), []
+for dt in sorted(cpu.dtypes(), key=str):
+    for n, d, rms, add in ((5, 77, False, True), (9, 768, True, False), (3, 4100, False, False), (4, 1, True, True)):
+        x = torch.randn(n, d, generator=g).to(dt)
+        r = torch.randn(n, d, generator=g).to(dt) if add else None
+        w, b = torch.randn(d, generator=g), None if rms else torch.randn(d, generator=g)
+        y, s, m, rs = k.fwd(x, r, w, b, 1e-5, rms=rms)
+        dx, dw, db = k.bwd(torch.randn(n, d, generator=g).to(dt), x if s is None else s, m, rs, w, None, rms=rms)
+        out.append([t.contiguous().view(-1).view(torch.uint8).tolist() for t in (y, s, m, rs, dx, dw, db)
+                    if t is not None])
+print(json.dumps(out))
+"""
+
+
+@needs_gxx
+def test_the_bits_do_not_depend_on_the_vector_width(tmp_path):
+    """The kernels built for this CPU (64-byte vectors on AVX-512, 32 on AVX) and built with 16-byte vectors
+    give the same bits, forward and backward, streamed or not, every dtype the build has."""
+    outs = []
+    for width, stream in (("", ""), ("-DNORMLAB_VECTOR_BYTES=16", ""), ("", "0")):
+        env = _env(tmp_path / f"w{width}{stream}", NORMLAB_CXXFLAGS=f"-O1 {width}", NORMLAB_STREAM_BYTES=stream)
+        if not stream:
+            env.pop("NORMLAB_STREAM_BYTES")
+        run = subprocess.run([sys.executable, "-c", WIDTH_CHILD], env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert run.returncode == 0, run.stderr[-2000:]
+        outs.append(json.loads(run.stdout.strip().splitlines()[-1]))
+    assert outs[0] == outs[1]  # native width against 16 bytes
+    assert outs[0] == outs[2]  # streamed stores: the same bits
