@@ -74,9 +74,18 @@ def test_sample_is_in_cache_unless_the_call_is_not(monkeypatch):
     assert autotune.sample_rows(big, 256) == small
 
 
-def test_private_cache_is_a_cache_of_one_cpu():
+def test_private_cache_is_the_largest_below_the_last_level(monkeypatch):
     size = cpu.private_cache_bytes()
     assert 16 << 10 <= size <= cpu.last_level_cache_bytes()
+    for caches, want in ((((1, 48 << 10), (2, 2 << 20), (3, 260 << 20), (1, 32 << 10)), 2 << 20),
+                         (((1, 32 << 10), (2, 512 << 10), (3, 8 << 20)), 512 << 10),
+                         (((1, 64 << 10),), 1 << 20), ((), 1 << 20)):  # one level, or none readable: 1 MiB
+        monkeypatch.setattr(cpu, "_caches", lambda c=caches: c)
+        cpu.private_cache_bytes.cache_clear()
+        try:
+            assert cpu.private_cache_bytes() == want, caches
+        finally:
+            cpu.private_cache_bytes.cache_clear()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -98,33 +98,33 @@ STREAM_ENV = "NORMLAB_STREAM_BYTES"
 
 
 @functools.cache
+def _caches() -> tuple[tuple[int, int], ...]:
+    """(level, bytes) of each CPU cache sysfs lists for cpu0 (empty where it cannot be read)."""
+    out = []
+    for d in pathlib.Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (d / "size").read_text().strip().upper()
+            out.append((int((d / "level").read_text()), int(text.rstrip("KMG")) << {"K": 10, "M": 20,
+                                                                                  "G": 30}.get(text[-1:], 0)))
+        except (OSError, ValueError):
+            continue
+    return tuple(out)
+
+
+@functools.cache
 def last_level_cache_bytes() -> int:
     """The largest CPU cache's size (Linux sysfs; 32 MiB where it cannot be read)."""
-    sizes = []
-    for f in pathlib.Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        text = f.read_text().strip().upper()
-        try:
-            sizes.append(int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0))
-        except ValueError:
-            continue
-    return max(sizes, default=32 << 20)
+    return max((size for _, size in _caches()), default=32 << 20)
 
 
 @functools.cache
 def private_cache_bytes() -> int:
-    """The largest CPU cache one core has to itself (sysfs ``shared_cpu_list`` names one CPU; the L2 on most
-    x86 and Arm servers): what a call fits in without touching the shared cache, which on a shared host other
-    tenants use too. 1 MiB where it cannot be read."""
-    sizes = []
-    for d in pathlib.Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            shared = (d / "shared_cpu_list").read_text().strip()
-            text = (d / "size").read_text().strip().upper()
-            if shared.isdigit():  # one CPU
-                sizes.append(int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0))
-        except (OSError, ValueError):
-            continue
-    return max(sizes, default=1 << 20)
+    """The largest cache below the last level (the L2 on most x86 and Arm servers): one core's own, which a
+    call fits in without touching the shared cache, which on a shared host other tenants use too. 1 MiB
+    where sysfs cannot say."""
+    caches = _caches()
+    top = max((level for level, _ in caches), default=0)
+    return max((size for level, size in caches if level < top), default=1 << 20)
 
 
 @functools.cache
