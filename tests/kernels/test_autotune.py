@@ -53,23 +53,28 @@ def test_decision_is_measured_once_kept_and_saved(tuner):
 
 
 def test_sample_is_in_cache_unless_the_call_is_not(monkeypatch):
-    """A call whose output fits the cores' own caches is timed on SAMPLE_ELEMS; a larger one on its own rows (at
-    most SAMPLE_MAX_BYTES of output, or twice those caches); one larger than the last-level cache on a sample
-    of that cache's size (memory-bound, streamed, as the call)."""
+    """A call whose output fits the cores' own caches (and is not streamed) is timed on SAMPLE_ELEMS; a larger
+    one on its own rows, at most SAMPLE_MAX_BYTES of output or twice those caches; a streamed call's sample is
+    at least the streaming threshold, so it is streamed too."""
     monkeypatch.setattr(cpu, "private_cache_bytes", lambda: 256 << 10)
-    monkeypatch.setattr(cpu, "stream_bytes", lambda: 64 << 20)  # a 64 MiB last-level cache
     private = torch.get_num_threads() * (256 << 10)
+    monkeypatch.setattr(cpu, "stream_bytes", lambda: private)  # the default rule: the cores' own caches
     small = autotune.SAMPLE_ELEMS // 256
     assert autotune.sample_rows(torch.empty(100, 256), 256) == small  # 100 KB: in the cores' caches
-    assert autotune.sample_rows(torch.empty(private // 1024, 256), 256) == small  # just fits
+    assert autotune.sample_rows(torch.empty(private // 1024 - 1, 256), 256) == small  # fits, not streamed
+    at = private // 1024  # exactly the cores' caches: streamed, so a sample of that size (streamed too)
+    assert autotune.sample_rows(torch.empty(at, 256), 256) == max(small, at)
     over = private // 1024 + 1
     assert autotune.sample_rows(torch.empty(over, 256), 256) == max(small, over)  # just over: the call's rows
     cap = max(autotune.SAMPLE_MAX_BYTES, 2 * private) // 1024
     assert autotune.sample_rows(torch.empty(40000, 256), 256) == cap  # 40 MB: the cap
-    monkeypatch.setattr(cpu, "stream_bytes", lambda: 1 << 20)  # a 1 MiB last-level cache
-    assert autotune.sample_rows(torch.empty(4096, 256), 256) == (1 << 20) // (256 * 4)  # 4 MiB: 1 MiB sample
-    assert autotune.sample_rows(torch.empty(1100, 256), 256) == 1024  # just over: an output of 1 MiB
-    assert autotune.sample_rows(torch.empty(4096, 256, dtype=torch.bfloat16), 256) == (1 << 20) // (256 * 2)
+    monkeypatch.setattr(cpu, "stream_bytes", lambda: 1 << 60)  # never streamed (NORMLAB_STREAM_BYTES)
+    assert autotune.sample_rows(torch.empty(over, 256), 256) == max(small, over)
+    assert autotune.sample_rows(torch.empty(4096, 256, dtype=torch.bfloat16), 256) == max(small, 4096)
+    monkeypatch.setattr(cpu, "private_cache_bytes", lambda: 64 << 20)  # cores' caches above the last level's
+    monkeypatch.setattr(cpu, "stream_bytes", lambda: 1 << 20)
+    assert autotune.sample_rows(torch.empty(2000, 256), 256) == 1024  # 2 MB, streamed: a 1 MB sample, streamed
+    assert autotune.sample_rows(torch.empty(1000, 256), 256) == small  # 1000 KB: not streamed, in cache
     big = torch.empty(4096, 256, device="meta")  # not a CPU call: the in-cache sample
     assert autotune.sample_rows(big, 256) == small
 

@@ -198,7 +198,7 @@ def test_cpu_weight_gradients_do_not_depend_on_thread_count(op):
 @pytest.mark.parametrize("dtype", sorted(cpu.dtypes(), key=str))
 @pytest.mark.parametrize("d", [768, 77, 1])
 def test_streamed_stores_give_the_same_bits(dtype, d, monkeypatch):
-    """Outputs larger than the last-level cache are streamed (``cpu.stream_bytes``); forced on for small ones,
+    """Outputs larger than the cores' own caches are streamed (``cpu.stream_bytes``); forced on for small ones,
     the forward and backward of every op give the bits of ordinary stores, on rows that start at any
     alignment (a view one element into its storage, rows of odd width)."""
     g = torch.Generator().manual_seed(1)
@@ -294,15 +294,33 @@ def test_half_rows_are_the_float32_kernels_rounded_once(dtype, d):
         assert rms or torch.equal(dh[2], df[2])
 
 
-def test_stream_threshold_reads_the_cache_and_the_environment(monkeypatch):
-    assert cpu.last_level_cache_bytes() >= 1 << 16
-    for given, want in (("0", 0), ("1048576", 1 << 20), ("lots", cpu.last_level_cache_bytes())):
-        cpu.stream_bytes.cache_clear()
+def test_stream_threshold_is_the_cores_own_caches_or_the_environment(monkeypatch):
+    """Outputs are streamed from the size of the cores' own caches (threads x the largest cache below the last
+    level), or the last-level cache where that is smaller; ``NORMLAB_STREAM_BYTES`` overrides (a bad value:
+    the rule, with a warning)."""
+    monkeypatch.delenv(cpu.STREAM_ENV, raising=False)
+    cpu._stream_override.cache_clear()
+    assert cpu.stream_bytes() == min(cpu.last_level_cache_bytes(), cpu.own_cache_bytes())
+    assert cpu.own_cache_bytes(3) == 3 * cpu.private_cache_bytes()
+    for caches, threads, want in ((((1, 48 << 10), (2, 2 << 20), (3, 260 << 20)), 2, 4 << 20),  # a host's L3
+                                  (((1, 32 << 10), (2, 1 << 20), (3, 32 << 20)), 2, 2 << 20),
+                                  (((1, 32 << 10), (2, 2 << 20), (3, 8 << 20)), 8, 8 << 20)):  # L3 the smaller
+        monkeypatch.setattr(cpu, "_caches", lambda c=caches: c)
+        for f in (cpu.private_cache_bytes, cpu.last_level_cache_bytes):
+            f.cache_clear()
+        try:
+            assert cpu.stream_bytes(threads) == want, (caches, threads)
+        finally:
+            for f in (cpu.private_cache_bytes, cpu.last_level_cache_bytes):
+                f.cache_clear()
+    for given, want in (("0", 0), ("1048576", 1 << 20), ("lots", cpu.stream_bytes())):
+        cpu._stream_override.cache_clear()
         monkeypatch.setenv(cpu.STREAM_ENV, given)
-        with warnings.catch_warnings(record=True):
+        with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             assert cpu.stream_bytes() == want
-    cpu.stream_bytes.cache_clear()
+        assert bool(seen) == (given == "lots")
+    cpu._stream_override.cache_clear()
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no C++ compiler")

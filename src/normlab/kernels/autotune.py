@@ -18,9 +18,8 @@ warning.
   where the fixed table puts it.
 * **The sample**: ``max(1, SAMPLE_ELEMS // D)`` rows of the call's own row
   length (:func:`sample_rows`: for a CPU call whose output does not fit the
-  cores' own caches, the call's rows up to :data:`SAMPLE_MAX_BYTES`, or as
-  many as make an output of the last-level cache's size for a call larger
-  than that: in cache, a kernel's memory traffic does not show), forward then
+  cores' own caches, the call's rows up to :data:`SAMPLE_MAX_BYTES`: in
+  cache, a kernel's memory traffic does not show), forward then
   backward (a training step's pair) for a ``train`` key, the forward alone
   for an ``fwd`` key (inference: under ``no_grad`` or ``inference_mode``,
   where no backward follows), each candidate once
@@ -135,34 +134,33 @@ class Decision:
     cost_ms: float = 0.0  # what measuring cost, timing and sample included
 
 
-#: the largest timing sample's output (bytes) for a CPU call that fits the last-level cache but not the cores'
-#: own caches: the call itself up to this size, or twice those caches if larger (measured: full-size samples of
-#: 25 MB cost 100-660 ms a decision, their fresh pages faulting in, and picked no better)
+#: the largest timing sample's output (bytes) for a CPU call that does not fit the cores' own caches: the call
+#: itself up to this size, or twice those caches if larger (measured: full-size samples of 25 MB cost 100-660 ms
+#: a decision, their fresh pages faulting in, and picked no better)
 SAMPLE_MAX_BYTES = 8 << 20
 
 
 def sample_rows(x: torch.Tensor, d: int) -> int:
     """Rows of the timing sample.
 
-    ``SAMPLE_ELEMS // D`` (in cache) for a call whose output fits the private caches of the cores it runs on
-    (``threads x cpu.private_cache_bytes()``). A larger CPU call is timed on its own rows, up to an output of
-    ``SAMPLE_MAX_BYTES`` (or twice those caches), so the sample moves through the shared cache as the call does
-    (measured: an in-cache sample picked the C++ pair for float32 LayerNorm at 8192x768 where, at the call's
-    size, torch's was 10-20% faster: docs/performance.md). A call whose output would not fit the last-level cache
-    gets a sample of that cache's size (capped at the call's rows), so the C++ kernels stream their stores on
-    it as they will on the call.
+    ``SAMPLE_ELEMS // D`` (in cache) for a call whose output fits the caches of the cores it runs on
+    (``threads x cpu.private_cache_bytes()``) and is not streamed. A larger CPU call is timed on its own rows,
+    up to an output of ``SAMPLE_MAX_BYTES`` (or twice those caches), so the sample moves through memory as the
+    call does (measured: an in-cache sample picked the C++ pair for float32 LayerNorm at 8192x768 where, at the
+    call's size, torch's was 10-20% faster: docs/performance.md). The sample of a call whose outputs are
+    streamed (``cpu.stream_bytes``) is at least that threshold, so its outputs are streamed too.
     """
     d = max(d, 1)
     rows = max(1, SAMPLE_ELEMS // d)
     if x.device.type == "cpu":
-        from .cpu import private_cache_bytes, stream_bytes
+        from .cpu import own_cache_bytes, stream_bytes
 
-        call_rows, row_bytes, cache = x.numel() // d, d * x.element_size(), stream_bytes()
-        call_bytes, private = call_rows * row_bytes, torch.get_num_threads() * private_cache_bytes()
-        if call_bytes >= cache:
-            rows = max(rows, min(call_rows, -(-cache // row_bytes)))
-        elif call_bytes > private:
-            rows = max(rows, min(call_rows, -(-max(SAMPLE_MAX_BYTES, 2 * private) // row_bytes)))
+        call_rows, row_bytes = x.numel() // d, d * x.element_size()
+        call_bytes, own, stream = call_rows * row_bytes, own_cache_bytes(), stream_bytes()
+        if call_bytes > own:  # the call's own rows, up to the cap
+            rows = max(rows, min(call_rows, -(-max(SAMPLE_MAX_BYTES, 2 * own) // row_bytes)))
+        if call_bytes >= stream:  # streamed as the call is
+            rows = max(rows, min(call_rows, -(-stream // row_bytes)))
     return rows
 
 
