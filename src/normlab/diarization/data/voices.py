@@ -28,16 +28,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._checks import BadValue, Unavailable
-from ..io.audio import read_mono
+from ..io.audio import read_mono, resample
 
 SPLITS = ("train", "dev", "test", "flite")  # "flite": flite's voices only (the older held-out set)
-SOURCES = ("espeak", "all", "real", "mixed")  # "espeak": espeak-ng variants only; "all": also flite and festival
-#            voices; "real": the split's recorded people only (prompts.py); "mixed": "all" and the recorded people
+SOURCES = ("espeak", "all", "real", "mixed", "neural")  # "espeak": espeak-ng variants only; "all": also flite and
+#            festival voices; "real": the split's recorded people only (prompts.py); "mixed": "all" and the
+#            recorded people; "neural": the recorded people and the split's neural voices (neural.py)
 
 
 @dataclass(frozen=True)
 class Voice:
-    synth: str  # "espeak-ng", "flite" or "festival"
+    synth: str  # "espeak-ng", "flite", "festival", "recorded" (prompts.py) or "neural" (neural.py)
     name: str  # the synthesizer's voice name
     person: str  # the recorded person (an espeak-ng variant is its own "person")
     f0: tuple[int, int] = (90, 150)  # mean F0 range to draw from, Hz (ignored where the voice has no control)
@@ -110,7 +111,15 @@ def voices(split: str, sources: str = "espeak") -> list[Voice]:
         return [Voice("flite", v, v) for v in FLITE_VOICES]
     from .prompts import installed
 
-    real = [Voice("recorded", p.key, p.key) for p in installed(split)] if sources in ("real", "mixed") else []
+    real = [Voice("recorded", p.key, p.key) for p in installed(split)] if sources in ("real", "mixed", "neural") else []
+    if sources == "neural":
+        from . import neural
+
+        out = real + [Voice("neural", v.key, v.key) for v in neural.installed(split)]
+        if not any(v.synth == "neural" for v in out):
+            raise Unavailable(f"no neural voices of the {split} split can be synthesized here ({neural.INSTALL}, "
+                              "and espeak-ng)")
+        return out
     if sources == "real":
         if not real:
             raise Unavailable(f"no recorded voices of the {split} split are installed (the asterisk and gcin "
@@ -139,6 +148,11 @@ def synthesize(voice: Voice, texts: list[str], f0: float, rate: float, sample_ra
     """Each text spoken by ``voice`` at mean F0 ``f0`` Hz and ``rate`` times its normal speed, float32 samples
     at ``sample_rate`` with leading and trailing silence trimmed (a turn is speech)."""
     texts = [t.replace('"', "") for t in texts]
+    if voice.synth == "neural":  # no F0 control: its own pitch (the warp downstream moves it)
+        from . import neural
+
+        spoken = [neural.synthesize(neural.voice(voice.name), t, rate) for t in texts]
+        return [_trimmed(resample(a, sr, sample_rate)) for a, sr in spoken]
     with tempfile.TemporaryDirectory() as tmp:
         folder = pathlib.Path(tmp)
         if voice.synth == "festival":  # one process for all texts: its start-up dominates
@@ -158,9 +172,10 @@ def synthesize(voice: Voice, texts: list[str], f0: float, rate: float, sample_ra
                 cmd = None
             if cmd:
                 subprocess.run(cmd, check=True, capture_output=True)
-        out = []
-        for i in range(len(texts)):
-            speech = read_mono(folder / f"{i}.wav", sample_rate).numpy()
-            voiced = np.flatnonzero(np.abs(speech) > 1e-3)
-            out.append(speech[voiced[0] : voiced[-1] + 1] if voiced.size else speech)
-    return out
+        return [_trimmed(read_mono(folder / f"{i}.wav", sample_rate).numpy()) for i in range(len(texts))]
+
+
+def _trimmed(speech: np.ndarray) -> np.ndarray:
+    """Without leading and trailing samples below 1e-3 (a turn is speech)."""
+    voiced = np.flatnonzero(np.abs(speech) > 1e-3)
+    return speech[voiced[0] : voiced[-1] + 1] if voiced.size else speech

@@ -48,7 +48,9 @@ def versions() -> dict[str, str]:
 
 
 def sources(voice_keys: list[str]) -> dict:
-    """The synthesizers and voices used, their Debian packages' versions and licences."""
+    """The synthesizers and voices used, their packages' versions (Debian's; Python's for the neural voices) and
+    licences."""
+    from ..data.neural import voice as neural_voice
     from ..data.prompts import MUSIC_LICENCE, MUSIC_PACKAGE, person
     from ..data.voices import PACKAGES
 
@@ -61,8 +63,22 @@ def sources(voice_keys: list[str]) -> dict:
             licences.update({pkg: who.licence for pkg in who.packages})
     if any(k.startswith("recorded.") for k in voice_keys):
         licences[MUSIC_PACKAGE] = MUSIC_LICENCE
-    packages = sorted(licences)
-    return {"voices": sorted(voice_keys), "packages": debian_versions(packages), "licences": licences}
+    python_packages = {}
+    for key in voice_keys:  # neural voices: the Python package that ships the weights, its version and licence
+        if key.startswith("neural."):
+            v = neural_voice(key.split(".", 1)[1])
+            python_packages[v.package] = _python_version(v.package)
+            licences[v.package] = v.licence
+    packages = sorted(k for k in licences if k not in python_packages)
+    return {"voices": sorted(voice_keys), "packages": {**debian_versions(packages), **python_packages},
+            "licences": licences}
+
+
+def _python_version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return ""
 
 
 def write(path: str | pathlib.Path, meta: dict) -> None:

@@ -57,7 +57,8 @@ class RecipeConfig:
     beta: float = 2.0  # mean silence before an utterance for 1-2 speakers (more speakers: EEND-EDA's scale)
     min_utterances: int = 4
     max_utterances: int = 10
-    sources: str = "mixed"  # voices.SOURCES: "mixed": real people, espeak-ng, flite and festival; "all": no real
+    sources: str = "mixed"  # voices.SOURCES: "mixed": real people, espeak-ng, flite and festival; "neural": real
+    #                         people and neural voices (dev and test: real people, as with "mixed"); "all": no real
     style: str = "conversation"  # "conversation": turn-taking (conversation.py); "mixture": EEND's timelines
     real_p: float = 0.7  # in "mixed" conversations, share of speakers who are real people
     augment: int = 1  # 1: speaker warps and levels, rooms, noise types, telephone, gain (augment.Perturbation)
@@ -104,7 +105,7 @@ def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
                          max_utterances=cfg.max_utterances, sources=sources if split != "flite" else "espeak",
                          augment=augment, beta_by_count=True, style=style, real_p=cfg.real_p)
 
-    real = cfg.sources in ("real", "mixed")
+    real = cfg.sources in ("real", "mixed", "neural")
     # dev and test hold two real people each (prompts.SPLIT_PERSONS): their conversations have 1-2 speakers
     held = {"sources": "real", "speakers": min(2, cfg.n_speakers)} if real else {}
     sets = [("train", sim("train", cfg.n_train))]
