@@ -124,3 +124,15 @@ def test_a_conversation_draws_from_a_voices_bank(tmp_path, monkeypatch):
         N.bank.cache_clear()
     meta = sources([f"neural.{v.key}", "recorded.allison"])
     assert meta["licences"][v.package] == v.licence and meta["packages"][v.package]
+
+
+def test_mixtures_of_recorded_people_are_refused_in_one_line():
+    """Recorded people and neural voices speak from prompts and banks, in conversations; an EEND-style mixture
+    of them would ask a synthesizer for a person."""
+    from normlab.diarization.data.simulate import SimConfig
+
+    for sources in ("real", "mixed", "neural"):
+        with pytest.raises(ValueError, match="style 'conversation'"):
+            SimConfig(style="mixture", sources=sources)
+        SimConfig(style="conversation", sources=sources)
+    SimConfig(style="mixture", sources="all")

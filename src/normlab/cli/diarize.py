@@ -304,9 +304,8 @@ def add_parsers(sub, name: str) -> None:
     si.add_argument("--jobs", type=positive_int, default=2, help=f"worker processes (the same files for any) {d}")
     si.add_argument("--rt60", type=float, nargs=2, metavar=("MIN", "MAX"),
                     help="add reverberation, RT60 drawn from [MIN, MAX] seconds (default: dry)")
-    si.add_argument("--sources", choices=["espeak", "all", "neural"], default="espeak",
-                    help="voices: espeak-ng only; also the recorded flite and festival voices (all); the split's "
-                         f"recorded people and neural voices (neural: normlab[voices]) {d}")
+    si.add_argument("--sources", choices=["espeak", "all"], default="espeak",
+                    help=f"voices: espeak-ng only, or also the recorded flite and festival voices {d}")
     flag(si, "--augment", "perturb: speaker warps and levels, rooms, noise types, telephone, gain")
     flag(si, "--beta-by-count", "more speakers, longer silences (EEND-EDA: beta x1, x1, x2.5, x4.5 for 1-4 speakers)")
     renamed(si, n="--n-mixtures", speakers="--n-speakers")

@@ -84,6 +84,9 @@ class SimConfig:
             raise BadValue(f"beta (the mean silence, s) must be a finite number > 0, got {self.beta}")
         if self.rt60 is not None and not (0 <= self.rt60[0] <= self.rt60[1] and math.isfinite(self.rt60[1])):
             raise BadValue(f"rt60 must be MIN MAX with 0 <= MIN <= MAX seconds, got {list(self.rt60)}")
+        if self.style == "mixture" and self.sources in ("real", "mixed", "neural"):
+            raise BadValue(f"sources {self.sources!r} hold recorded people, who speak their prompts in style "
+                           "'conversation'; EEND-style mixtures synthesize every sentence (sources 'espeak' or 'all')")
 
     def speakers_of(self, index: int) -> int:
         lo = self.min_speakers or self.n_speakers

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._checks import BadValue, Unavailable
-from ..io.audio import read_mono, resample
+from ..io.audio import read_mono
 
 SPLITS = ("train", "dev", "test", "flite")  # "flite": flite's voices only (the older held-out set)
 SOURCES = ("espeak", "all", "real", "mixed", "neural")  # "espeak": espeak-ng variants only; "all": also flite and
@@ -148,11 +148,6 @@ def synthesize(voice: Voice, texts: list[str], f0: float, rate: float, sample_ra
     """Each text spoken by ``voice`` at mean F0 ``f0`` Hz and ``rate`` times its normal speed, float32 samples
     at ``sample_rate`` with leading and trailing silence trimmed (a turn is speech)."""
     texts = [t.replace('"', "") for t in texts]
-    if voice.synth == "neural":  # no F0 control: its own pitch (the warp downstream moves it)
-        from . import neural
-
-        spoken = [neural.synthesize(neural.voice(voice.name), t, rate) for t in texts]
-        return [_trimmed(resample(a, sr, sample_rate)) for a, sr in spoken]
     with tempfile.TemporaryDirectory() as tmp:
         folder = pathlib.Path(tmp)
         if voice.synth == "festival":  # one process for all texts: its start-up dominates
