@@ -52,31 +52,25 @@ def test_decision_is_measured_once_kept_and_saved(tuner):
     assert again.why == "cached" and again.impl == d.impl
 
 
-def test_sample_is_in_cache_unless_the_call_is_not(monkeypatch):
-    """A call whose output fits the cores' own caches (and is not streamed) is timed on SAMPLE_ELEMS; a larger
-    one on its own rows, at most SAMPLE_MAX_BYTES of output or twice those caches; a streamed call's sample is
-    at least the streaming threshold, so it is streamed too."""
+def test_sample_is_out_of_cache_whatever_the_first_call(monkeypatch):
+    """On CPU the sample is an output of SAMPLE_MAX_BYTES or twice the cores' own caches, at least the streaming
+    threshold, whatever the size of the call that asks: a small first call does not decide in cache for the
+    machine's large calls. Elsewhere SAMPLE_ELEMS."""
     monkeypatch.setattr(cpu, "private_cache_bytes", lambda: 256 << 10)
     private = torch.get_num_threads() * (256 << 10)
     monkeypatch.setattr(cpu, "stream_bytes", lambda: private)  # the default rule: the cores' own caches
+    want = max(autotune.SAMPLE_MAX_BYTES, 2 * private) // 1024
+    for rows in (1, 100, private // 1024, 40000):  # 1 KB, in cache, at the threshold, 40 MB
+        assert autotune.sample_rows(torch.empty(rows, 256), 256) == want
+    assert autotune.sample_rows(torch.empty(3, 256, dtype=torch.bfloat16), 256) == 2 * want  # bytes, not rows
+    assert autotune.sample_rows(torch.empty(3, 100), 100) == -(-(want * 1024) // 400)  # rounded up
+    monkeypatch.setattr(cpu, "private_cache_bytes", lambda: 64 << 20)  # large own caches: twice them
+    assert autotune.sample_rows(torch.empty(8, 256), 256) == torch.get_num_threads() * (128 << 20) // 1024
+    monkeypatch.setattr(cpu, "private_cache_bytes", lambda: 1 << 10)
+    monkeypatch.setattr(cpu, "stream_bytes", lambda: 64 << 20)  # a larger threshold (NORMLAB_STREAM_BYTES)
+    assert autotune.sample_rows(torch.empty(8, 256), 256) == (64 << 20) // 1024  # streamed, as the calls are
     small = autotune.SAMPLE_ELEMS // 256
-    assert autotune.sample_rows(torch.empty(100, 256), 256) == small  # 100 KB: in the cores' caches
-    assert autotune.sample_rows(torch.empty(private // 1024 - 1, 256), 256) == small  # fits, not streamed
-    at = private // 1024  # exactly the cores' caches: streamed, so a sample of that size (streamed too)
-    assert autotune.sample_rows(torch.empty(at, 256), 256) == max(small, at)
-    over = private // 1024 + 1
-    assert autotune.sample_rows(torch.empty(over, 256), 256) == max(small, over)  # just over: the call's rows
-    cap = max(autotune.SAMPLE_MAX_BYTES, 2 * private) // 1024
-    assert autotune.sample_rows(torch.empty(40000, 256), 256) == cap  # 40 MB: the cap
-    monkeypatch.setattr(cpu, "stream_bytes", lambda: 1 << 60)  # never streamed (NORMLAB_STREAM_BYTES)
-    assert autotune.sample_rows(torch.empty(over, 256), 256) == max(small, over)
-    assert autotune.sample_rows(torch.empty(4096, 256, dtype=torch.bfloat16), 256) == max(small, 4096)
-    monkeypatch.setattr(cpu, "private_cache_bytes", lambda: 64 << 20)  # cores' caches above the last level's
-    monkeypatch.setattr(cpu, "stream_bytes", lambda: 1 << 20)
-    assert autotune.sample_rows(torch.empty(2000, 256), 256) == 1024  # 2 MB, streamed: a 1 MB sample, streamed
-    assert autotune.sample_rows(torch.empty(1000, 256), 256) == small  # 1000 KB: not streamed, in cache
-    big = torch.empty(4096, 256, device="meta")  # not a CPU call: the in-cache sample
-    assert autotune.sample_rows(big, 256) == small
+    assert autotune.sample_rows(torch.empty(4096, 256, device="meta"), 256) == small  # not a CPU call
 
 
 def test_private_cache_is_the_largest_below_the_last_level(monkeypatch):

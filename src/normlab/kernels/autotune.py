@@ -16,10 +16,10 @@ warning.
   use and pass the numerics contract for the call (``supports()``). The
   compiled path is not timed (its first call compiles for seconds); it runs
   where the fixed table puts it.
-* **The sample**: ``max(1, SAMPLE_ELEMS // D)`` rows of the call's own row
-  length (:func:`sample_rows`: for a CPU call whose output does not fit the
-  cores' own caches, the call's rows up to :data:`SAMPLE_MAX_BYTES`: in
-  cache, a kernel's memory traffic does not show), forward then
+* **The sample**: rows of the call's own row length, an output of
+  :data:`SAMPLE_MAX_BYTES` on CPU whatever the size of the first call
+  (:func:`sample_rows`: in cache, a kernel's memory traffic does not show,
+  and the decision holds for the machine's large calls), forward then
   backward (a training step's pair) for a ``train`` key, the forward alone
   for an ``fwd`` key (inference: under ``no_grad`` or ``inference_mode``,
   where no backward follows), each candidate once
@@ -29,8 +29,7 @@ warning.
   is :data:`MARGIN` faster: noise does not flip a tie, and a tie goes to
   torch, so ``auto`` is never slower than torch by more than the noise. The sample's values repeat a block of
   :data:`SAMPLE_BLOCK` seeded draws (drawing each one cost more than the timing). Cost per key, paid once per
-  machine: a few ms for calls that fit the cores' own caches, tens of ms (about 100 at most) for larger ones
-  (timed on a sample of their size; docs/performance.md).
+  machine: tens of ms on CPU (about 100 at most; docs/performance.md).
 * **Two modes, two decisions**: torch's forward-only kernel can beat the
   C++ one where the C++ pair wins forward+backward, so inference and training
   each get the faster. Within a mode every guarantee of ``docs/numerics.md``
@@ -134,33 +133,32 @@ class Decision:
     cost_ms: float = 0.0  # what measuring cost, timing and sample included
 
 
-#: the largest timing sample's output (bytes) for a CPU call that does not fit the cores' own caches: the call
-#: itself up to this size, or twice those caches if larger (measured: full-size samples of 25 MB cost 100-660 ms
-#: a decision, their fresh pages faulting in, and picked no better)
+#: the timing sample's output (bytes) on CPU, or twice the cores' own caches if larger: out of cache, as the calls
+#: where the time goes are (measured: full-size samples of 25 MB cost 100-660 ms a decision, their fresh pages
+#: faulting in, and picked no better)
 SAMPLE_MAX_BYTES = 8 << 20
 
 
 def sample_rows(x: torch.Tensor, d: int) -> int:
-    """Rows of the timing sample.
+    """Rows of the timing sample: on CPU, an output of ``SAMPLE_MAX_BYTES`` or twice the cores' own caches
+    (``threads x cpu.private_cache_bytes()``), whichever is larger, whatever the size of the call that asks;
+    elsewhere ``SAMPLE_ELEMS // D``.
 
-    ``SAMPLE_ELEMS // D`` (in cache) for a call whose output fits the caches of the cores it runs on
-    (``threads x cpu.private_cache_bytes()``) and is not streamed. A larger CPU call is timed on its own rows,
-    up to an output of ``SAMPLE_MAX_BYTES`` (or twice those caches), so the sample moves through memory as the
-    call does (measured: an in-cache sample picked the C++ pair for float32 LayerNorm at 8192x768 where, at the
-    call's size, torch's was 10-20% faster: docs/performance.md). The sample of a call whose outputs are
-    streamed (``cpu.stream_bytes``) is at least that threshold, so its outputs are streamed too.
+    The decision holds for every call of its key, and is saved for the machine, so it is taken where the time
+    goes: out of cache, with outputs streamed (the sample is at least ``cpu.stream_bytes``, which is at most the
+    cores' own caches). Measured: an in-cache sample picked the C++ pair for float32 LayerNorm at 8192x768 where,
+    at the call's size, torch's was 10-20% faster; and when the sample followed the first call's size, a small
+    first call (a test, a warm-up at batch 1) decided in cache for every later call on the machine, torch's
+    kernel kept on a 5% tie where the C++ pair was 1.4x faster at 8192x768 (docs/performance.md).
     """
     d = max(d, 1)
     rows = max(1, SAMPLE_ELEMS // d)
     if x.device.type == "cpu":
         from .cpu import own_cache_bytes, stream_bytes
 
-        call_rows, row_bytes = x.numel() // d, d * x.element_size()
-        call_bytes, own, stream = call_rows * row_bytes, own_cache_bytes(), stream_bytes()
-        if call_bytes > own:  # the call's own rows, up to the cap
-            rows = max(rows, min(call_rows, -(-max(SAMPLE_MAX_BYTES, 2 * own) // row_bytes)))
-        if call_bytes >= stream:  # streamed as the call is
-            rows = max(rows, min(call_rows, -(-stream // row_bytes)))
+        row_bytes = d * x.element_size()
+        target = max(SAMPLE_MAX_BYTES, 2 * own_cache_bytes(), stream_bytes())
+        rows = max(rows, -(-target // row_bytes))
     return rows
 
 
