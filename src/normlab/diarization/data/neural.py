@@ -14,8 +14,11 @@
 
 Both run on onnxruntime (``normlab[voices]``). A voice is treated like a recorded
 person (``prompts.py``): a bank of sentences and backchannels is synthesized
-once per voice (seeded, cached in normlab's user cache beside the decoded
-prompts) and conversations draw from it. Splits are by voice, as for people:
+once per voice (its texts seeded, cached in normlab's user cache beside the
+decoded prompts) and conversations draw from it. Kokoro's audio is the same on
+every run; Piper's is not (its ONNX graph draws the VITS noise itself, unseeded:
+two fresh banks of joe differ in durations and samples), so a simulation with
+Piper is reproducible from a kept cache, not from scratch. Splits are by voice, as for people:
 no voice is heard in two of ``train``, ``dev`` and ``test``.
 """
 from __future__ import annotations
@@ -24,7 +27,6 @@ import functools
 import hashlib
 import importlib.resources
 import json
-import os
 import subprocess
 from dataclasses import dataclass
 
@@ -185,27 +187,12 @@ def bank(key: str, sample_rate: int = 8000) -> tuple[np.ndarray, ...]:
 
     from ...kernels.build import cache_root
     from ..io.audio import resample
-    from .prompts import trim
+    from .prompts import cached_items, trim
 
     v = voice(key)
     if not available(v):
         raise Unavailable(f"neural voice {key} needs {v.package}, onnxruntime and espeak-ng ({INSTALL})")
     stamp = f"{v.package}-{version(v.package)}-{BANK_SENTENCES}-{BANK_BACKCHANNELS}"
-    cache = cache_root() / "neural" / f"{key}-{sample_rate}-{stamp}.npz"
-    if cache.is_file():
-        with np.load(cache) as z:
-            return tuple(z[f"a{i}"] for i in range(len(z.files)))
-    out = []
-    for text in _texts(key):
-        audio, sr = synthesize(v, text)
-        x = trim(resample(audio, sr, sample_rate).astype(np.float32), sample_rate)
-        if len(x) > 0.2 * sample_rate and np.abs(x).max() > 1e-4:
-            out.append((x / np.abs(x).max() * 0.5).astype(np.float32))
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp.npz")
-        np.savez(tmp, **{f"a{i}": x for i, x in enumerate(out)})
-        os.replace(tmp, cache)
-    except OSError:
-        pass  # a read-only cache only costs the synthesis again
-    return tuple(out)
+    trimmed = (trim(resample(*synthesize(v, text), sample_rate).astype(np.float32), sample_rate)
+               for text in _texts(key))
+    return cached_items(cache_root() / "neural" / f"{key}-{sample_rate}-{stamp}.npz", trimmed, sample_rate)

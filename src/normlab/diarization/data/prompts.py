@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import pathlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,35 +121,44 @@ def _cache_dir() -> pathlib.Path:
     return cache_root() / "prompts"
 
 
-@functools.lru_cache(maxsize=16)
-def prompts(key: str, sample_rate: int = 8000) -> tuple[np.ndarray, ...]:
-    """Every trimmed prompt of person ``key`` longer than 0.2 s, peak 0.5 (cached per process and on disk,
-    keyed on the files' names, sizes and times: a changed package is read again)."""
-    import hashlib
+def cached_items(cache: pathlib.Path, trimmed: Iterable[np.ndarray], sample_rate: int) -> tuple[np.ndarray, ...]:
+    """The recorded or synthesized items saved in ``cache`` (an ``.npz``), else those of ``trimmed`` (drawn only
+    then) longer than 0.2 s and not silent, each at peak 0.5, saved there atomically (a temporary file renamed;
+    a read-only cache only costs making them again)."""
     import os
 
-    paths = files(person(key))
-    stamp = hashlib.sha1("".join(f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns};" for f in paths).encode())
-    cache = _cache_dir() / f"{key}-{sample_rate}-{stamp.hexdigest()[:12]}.npz"
     if cache.is_file():
         with np.load(cache) as z:
             return tuple(z[f"a{i}"] for i in range(len(z.files)))
-    out = []
-    for f in paths:
-        try:
-            x = trim(read(f, sample_rate), sample_rate)
-        except EmptyAudio:  # a header without samples (asterisk-core-sounds-ru-wav ships one): no prompt
-            continue
-        if len(x) > 0.2 * sample_rate and np.abs(x).max() > 1e-4:
-            out.append((x / np.abs(x).max() * 0.5).astype(np.float32))
+    out = tuple((x / np.abs(x).max() * 0.5).astype(np.float32) for x in trimmed
+                if len(x) > 0.2 * sample_rate and np.abs(x).max() > 1e-4)
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp.npz")
         np.savez(tmp, **{f"a{i}": x for i, x in enumerate(out)})
         os.replace(tmp, cache)
     except OSError:
-        pass  # a read-only cache only costs the decoding again
-    return tuple(out)
+        pass
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def prompts(key: str, sample_rate: int = 8000) -> tuple[np.ndarray, ...]:
+    """Every trimmed prompt of person ``key`` longer than 0.2 s, peak 0.5 (cached per process and on disk,
+    keyed on the files' names, sizes and times: a changed package is read again)."""
+    import hashlib
+
+    paths = files(person(key))
+    stamp = hashlib.sha1("".join(f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns};" for f in paths).encode())
+
+    def trimmed():
+        for f in paths:
+            try:
+                yield trim(read(f, sample_rate), sample_rate)
+            except EmptyAudio:  # a header without samples (asterisk-core-sounds-ru-wav ships one): no prompt
+                continue
+
+    return cached_items(_cache_dir() / f"{key}-{sample_rate}-{stamp.hexdigest()[:12]}.npz", trimmed(), sample_rate)
 
 
 @functools.lru_cache(maxsize=2)
