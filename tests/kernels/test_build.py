@@ -163,9 +163,11 @@ def test_one_failing_translation_unit_fails_the_build_once_and_leaves_nothing_be
 WIDTH_CHILD = r"""
 import json, torch
 from normlab.kernels import cpu
+torch.set_num_threads(2)
 k, g, out = cpu.CpuKernel(), torch.Generator().manual_seed(0), []
 for dt in sorted(cpu.dtypes(), key=str):
-    for n, d, rms, add in ((5, 77, False, True), (9, 768, True, False), (3, 4100, False, False), (4, 1, True, True)):
+    for n, d, rms, add in ((5, 77, False, True), (9, 768, True, False), (3, 4100, False, False), (4, 1, True, True),
+                           (1000, 96, False, True)):  # threaded: 125-row chunks, or 16 with CHUNK_BYTES=0
         x = torch.randn(n, d, generator=g).to(dt)
         r = torch.randn(n, d, generator=g).to(dt) if add else None
         w, b = torch.randn(d, generator=g), None if rms else torch.randn(d, generator=g)
@@ -179,10 +181,12 @@ print(json.dumps(out))
 
 @needs_gxx
 def test_the_bits_do_not_depend_on_the_vector_width(tmp_path):
-    """The kernels built for this CPU (64-byte vectors on AVX-512, 32 on AVX) and built with 16-byte vectors
-    give the same bits, forward and backward, streamed or not, every dtype the build has."""
+    """The kernels built for this CPU (64-byte vectors on AVX-512, 32 on AVX) and built with 16-byte vectors and
+    16-row chunks (the rule before) give the same bits, forward and backward, streamed or not, every dtype the
+    build has."""
     outs = []
-    for width, stream in (("", {}), ("-DNORMLAB_VECTOR_BYTES=16", {}), ("", {"NORMLAB_STREAM_BYTES": "0"})):
+    narrow = "-DNORMLAB_VECTOR_BYTES=16 -DNORMLAB_CHUNK_BYTES=0"
+    for width, stream in (("", {}), (narrow, {}), ("", {"NORMLAB_STREAM_BYTES": "0"})):
         # one cache per width: the streamed run loads the native build made by the first
         env = _env(tmp_path / f"w{width}", NORMLAB_CXXFLAGS=f"-O1 {width}")
         env.pop("NORMLAB_STREAM_BYTES", None)
@@ -191,5 +195,5 @@ def test_the_bits_do_not_depend_on_the_vector_width(tmp_path):
                              timeout=600)
         assert run.returncode == 0, run.stderr[-2000:]
         outs.append(json.loads(run.stdout.strip().splitlines()[-1]))
-    assert outs[0] == outs[1]  # native width against 16 bytes
+    assert outs[0] == outs[1]  # native width and chunks against 16 bytes and 16 rows
     assert outs[0] == outs[2]  # streamed stores: the same bits

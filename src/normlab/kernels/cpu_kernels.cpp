@@ -19,7 +19,7 @@
 // products, then dx, with x and dy still in L1) and accumulates that block's dweight/dbias partial
 // row; a second, column-parallel loop sums the partial rows in block order, a vector of columns at a
 // time. The block partition depends only on N, so weight gradients are bitwise repeatable whatever the
-// thread count. Threads take rows (forward) and blocks (backward) dynamically, in chunks of about 256 KB
+// thread count. Threads take rows (forward) and blocks (backward) dynamically, in chunks of about 1 MB
 // (CHUNK_BYTES): which thread computes a row or a block never changes its bits, and a thread slowed by
 // other work on a shared machine does not hold the others up.
 //
@@ -41,17 +41,21 @@ static const i64 SERIAL_WORK = 32768; // below this many elements, run on one th
 
 // Threads take rows in chunks of about CHUNK_BYTES of one input, so each reads long runs of memory: with chunks of
 // 16 rows (5 KB at D = 80) the threads' reads interleave finely and a short-row kernel ran at half the speed.
-// Measured on AMD EPYC (Zen 4, 2 threads), kernels alone from memory, float32, against 16-row chunks: 256 KB
-// chunks take 0.5-0.6x the time at 65536x80, 0.6-0.8x at 16384x256, 0.9-1.0x at 8192x768; 1 MB chunks read the
-// same, 4 MB slower at 65536x80. A call has at least 4 chunks per thread (the dynamic schedule's balance on a
-// shared machine). Which thread runs a row never changes its bits.
+// Measured on AMD EPYC (Zen 4, 2 threads), kernels alone from memory, float32 (benchmarks/row_chunks.py), time
+// with 1 MB chunks over 16-row chunks (one 32-row block in the backward): 0.45-0.74 at 65536x80, 0.52-0.79 at
+// 16384x256, 0.54-0.82 at 4096x80 (capped at 4 chunks per thread: 160 KB), 0.82-0.97 at 8192x768, 0.82-1.00 at
+// 32768x768. Against 1 MB, 256 KB chunks read 0.92-1.16 and 4 MB 0.88-1.12 (no size better throughout). A call has at
+// least 4 chunks per thread (the dynamic schedule's balance on a shared machine). Which thread runs a row never
+// changes its bits.
 #ifndef NORMLAB_CHUNK_BYTES
-#define NORMLAB_CHUNK_BYTES 262144
+#define NORMLAB_CHUNK_BYTES 1048576
 #endif
 static const i64 CHUNK_BYTES = NORMLAB_CHUNK_BYTES;
 
-// units (rows, or blocks of rows) per chunk: about CHUNK_BYTES, at most a quarter of a thread's share, at least 1
-static inline i64 chunk_units(i64 units, i64 unit_bytes, int nthreads) {
+// units (rows, or blocks of rows) per chunk: about CHUNK_BYTES, at most a quarter of a thread's share, at least 1;
+// -DNORMLAB_CHUNK_BYTES=0 builds the rule before (`least` units: 16 rows, one block), for benchmarks/row_chunks.py
+static inline i64 chunk_units(i64 units, i64 unit_bytes, int nthreads, i64 least) {
+  if (CHUNK_BYTES == 0) return least;
   i64 c = CHUNK_BYTES / (unit_bytes > 0 ? unit_bytes : 1);
   const i64 share = units / (4 * (i64)(nthreads > 0 ? nthreads : 1));
   if (c > share) c = share;
@@ -419,7 +423,7 @@ template <class T, bool RMS, bool HW, bool HB, bool HR, class A = typename Acc<T
 static void fwd(const T* x, const T* r, T* s, const A* w, const A* b, T* y, A* mean, A* rstd, i64 n, i64 d,
                 A eps, bool stream, int nthreads) {
   const A inv_d = A(1) / A(d);
-  const i64 chunk = chunk_units(n, d * (i64)sizeof(T), nthreads);
+  const i64 chunk = chunk_units(n, d * (i64)sizeof(T), nthreads, 16);
 #pragma omp parallel num_threads(nthreads) if (n * d > SERIAL_WORK && nthreads > 1)
   {
 #pragma omp for schedule(dynamic, chunk) nowait
@@ -521,7 +525,7 @@ static void bwd(const T* dy, const T* x, const A* mean, const A* rstd, const A* 
   const A inv_d = A(1) / A(d);
   const i64 nb = (n + ROWS - 1) / ROWS;
   const i64 nchunks = (d + W - 1) / W;
-  const i64 chunk = chunk_units(nb, ROWS * d * (i64)sizeof(T), nthreads);
+  const i64 chunk = chunk_units(nb, ROWS * d * (i64)sizeof(T), nthreads, 1);
 #pragma omp parallel num_threads(nthreads) if (n * d > SERIAL_WORK && nthreads > 1)
   {
 #pragma omp for schedule(dynamic, chunk)
