@@ -37,7 +37,7 @@ def _library(folder: pathlib.Path, chunk: int) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(out))
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     lib.normlab_fwd_f32.argtypes = [p] * 8 + [i64, i64, ctypes.c_double, i32, i32, i32]
-    lib.normlab_bwd_f32.argtypes = [p] * 10 + [i64, i64, i32, i32, i32]
+    lib.normlab_bwd_f32.argtypes = [p] * 11 + [i64, i64, i32, i32, i32]
     return lib
 
 
@@ -62,7 +62,7 @@ def _case(libs: dict[int, ctypes.CDLL], n: int, d: int, rms: bool, add: bool, th
                             1e-5, int(rms), 1, threads)
 
     def bwd(lib):
-        lib.normlab_bwd_f32(_ptr(dy), _ptr(x), _ptr(mean), _ptr(rstd), _ptr(w), _ptr(ds_), _ptr(dx), _ptr(dw),
+        lib.normlab_bwd_f32(_ptr(dy), _ptr(x), _ptr(mean), _ptr(rstd), _ptr(w), _ptr(ds_), _ptr(dx), None, _ptr(dw),
                             _ptr(db_), _ptr(partial), n, d, int(rms), 1, threads)
 
     times = {(c, m): [] for c in libs for m in ("fwd", "bwd")}

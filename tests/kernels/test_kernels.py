@@ -214,6 +214,8 @@ def test_streamed_stores_give_the_same_bits(dtype, d, monkeypatch):
             for res in (None, r):
                 y, s, mean, rstd = k.fwd(x, res, w, None if rms else b, 1e-5, rms=rms)
                 out += [y, s, mean, rstd, *k.bwd(dy, x if s is None else s, mean, rstd, w, r, rms=rms)]
+                if s is not None:
+                    out += k.bwd_pair(dy, s, mean, rstd, w, r, rms=rms)
         return out
 
     monkeypatch.setattr(cpu, "stream_bytes", lambda: 1 << 60)
@@ -222,6 +224,33 @@ def test_streamed_stores_give_the_same_bits(dtype, d, monkeypatch):
     assert cpu.streamed(x)
     streamed = run()
     assert all((a is None and c is None) or torch.equal(a, c) for a, c in zip(plain, streamed))
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no C++ compiler")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("op", ["add_layer_norm", "add_rms_norm"])
+def test_add_ops_write_both_input_gradients_in_the_kernels_pass(op, dtype):
+    """x and the residual get the same gradient; each ``.grad`` must be a tensor of its own, and autograd copies
+    a gradient it is given twice. The kernel writes the second tensor in its own pass: no copy runs in the
+    backward, the two are distinct and equal, and they are the bits of the one-output backward."""
+    from torch.profiler import ProfilerActivity, profile
+
+    g = torch.Generator().manual_seed(3)
+    x, r = (torch.randn(300, 96, generator=g).to(dtype).requires_grad_() for _ in range(2))
+    w = torch.randn(96, generator=g).requires_grad_()
+    b = None if "rms" in op else torch.randn(96, generator=g).requires_grad_()
+    dy, ds = (torch.randn(300, 96, generator=g).to(dtype) for _ in range(2))
+    args = (x, r, 96, w) if b is None else (x, r, 96, w, b)
+    y, s = getattr(F, op)(*args, eps=1e-5, impl="cpu")
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.autograd.backward((y, s), (dy, ds))
+    copies = [e.name for e in prof.events() if e.name in ("aten::copy_", "aten::clone")]
+    assert not copies, copies
+    assert x.grad.data_ptr() != r.grad.data_ptr() and torch.equal(x.grad, r.grad)
+    k = cpu.CpuKernel()
+    _, s2, mean, rstd = k.fwd(x.detach(), r.detach(), w.detach(), None if b is None else b.detach(), 1e-5,
+                              rms=b is None)
+    assert torch.equal(k.bwd(dy, s2, mean, rstd, w.detach(), ds, rms=b is None)[0], x.grad)
 
 
 def _vm_flags(addr: int) -> set[str]:

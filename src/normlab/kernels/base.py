@@ -9,7 +9,8 @@ A kernel has the two entry points of the C++ kernels (``cpu_kernels.cpp``):
 * ``bwd(dy, x, mean, rstd, w, ds, *, rms)`` returns ``(dx, dw, db)``:
   ``dx = norm'(x)^T dy (+ ds)``, where ``x`` is what the forward normalized
   (``s`` for the add ops) and ``ds`` the gradient reaching ``s`` directly;
-  ``dw`` is None without a weight, ``db`` None for RMSNorm.
+  ``dw`` is None without a weight, ``db`` None for RMSNorm;
+* ``bwd_pair``, the same with ``dx`` twice, for the add ops' two inputs.
 
 Rows are contiguous ``N, D`` tensors; statistics are ``N, 1`` tensors in the
 accumulation dtype (float32, or float64 for float64 input). The one autograd
@@ -74,6 +75,15 @@ class Kernel:
         else:
             dx, dw, db = reference.layer_norm_backward(dy, cache)
         return (dx if ds is None else dx + ds), dw, db
+
+    def bwd_pair(self, dy: Tensor, x: Tensor, mean: Opt, rstd: Tensor, w: Opt, ds: Opt, *,
+                 rms: bool) -> tuple[Tensor, Tensor, Opt, Opt]:
+        """``(dx, dx2, dw, db)``: the add ops' gradient for both the input and the residual, which are equal.
+        Each input's ``.grad`` must be a tensor of its own, so autograd copies a gradient it is given twice (a
+        read and a write of the input's size); a kernel that writes the second copy in its own pass saves most of
+        that. Here, and in kernels that do not, ``dx2`` is ``dx`` itself."""
+        dx, dw, db = self.bwd(dy, x, mean, rstd, w, ds, rms=rms)
+        return dx, dx, dw, db
 
 
 def add_residual(x: Tensor, r: Tensor, s_dtype: torch.dtype) -> Tensor:

@@ -69,7 +69,7 @@ def _load() -> tuple[ctypes.CDLL | None, frozenset]:
     p, i64, dbl, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int
     for dt in dtypes:
         getattr(lib, f"normlab_fwd_{_SUFFIX[dt]}").argtypes = [p] * 8 + [i64, i64, dbl, i32, i32, i32]
-        getattr(lib, f"normlab_bwd_{_SUFFIX[dt]}").argtypes = [p] * 10 + [i64, i64, i32, i32, i32]
+        getattr(lib, f"normlab_bwd_{_SUFFIX[dt]}").argtypes = [p] * 11 + [i64, i64, i32, i32, i32]
     lib.normlab_rows_per_partial.restype = i64
     notes = [note] if note else []
     if torch.float16 not in dtypes:
@@ -220,23 +220,24 @@ def _fwd(x, r, w, b, eps, rms):
     return y, s, mean, rstd
 
 
-def _bwd(dy, x, mean, rstd, w, ds, rms):
+def _bwd(dy, x, mean, rstd, w, ds, rms, pair=False):
     n, d = x.shape
     dt, ad = x.dtype, acc_dtype(x.dtype)
     dy = dy.to(dt)  # N, D   (a float32 s under a half-precision y: residual_in_fp32)
     ds = None if ds is None else ds.to(dt)
     dx = _output(x)
+    dx2 = _output(x) if pair else None
     rows = library().normlab_rows_per_partial()
     partial = x.new_empty((n + rows - 1) // rows, 2, d, dtype=ad)
     dw = x.new_empty(d, dtype=ad) if w is not None else None
     db = None if rms else x.new_empty(d, dtype=ad)
     if n == 0:
-        return dx, None if dw is None else dw.zero_(), None if db is None else db.zero_()
+        return dx, dx2, None if dw is None else dw.zero_(), None if db is None else db.zero_()
     fn = getattr(library(), f"normlab_bwd_{_SUFFIX[dt]}")
     w = _param(w, ad)  # held in a name: a temporary would be freed before the call reads it
-    fn(_ptr(dy), _ptr(x), _ptr(mean), _ptr(rstd), _ptr(w), _ptr(ds), _ptr(dx), _ptr(dw), _ptr(db),
+    fn(_ptr(dy), _ptr(x), _ptr(mean), _ptr(rstd), _ptr(w), _ptr(ds), _ptr(dx), _ptr(dx2), _ptr(dw), _ptr(db),
        _ptr(partial), n, d, int(rms), int(streamed(dx)), torch.get_num_threads())
-    return dx, dw, db
+    return dx, dx2, dw, db
 
 
 class CpuKernel(Kernel):
@@ -255,4 +256,8 @@ class CpuKernel(Kernel):
         return _fwd(x, residual, w, b, eps, rms)
 
     def bwd(self, dy, x, mean, rstd, w, ds, *, rms):
-        return _bwd(dy, x, mean, rstd, w, ds, rms)
+        dx, _, dw, db = _bwd(dy, x, mean, rstd, w, ds, rms)
+        return dx, dw, db
+
+    def bwd_pair(self, dy, x, mean, rstd, w, ds, *, rms):
+        return _bwd(dy, x, mean, rstd, w, ds, rms, pair=True)

@@ -440,10 +440,12 @@ static void fwd(const T* x, const T* r, T* s, const A* w, const A* b, T* y, A* m
 //   LayerNorm: dx = rstd * (g - mean(g) - x_hat * mean(g x_hat))
 //   RMSNorm:   dx = rstd * (g - x_hat * mean(g x_hat))
 // dx += ds (the add variants). Partial sums of the block: pw += dy x_hat, pb += dy (LayerNorm).
-// gi, xi: the rows of dy and x in the storage type T, or already widened to A (S)
+// gi, xi: the rows of dy and x in the storage type T, or already widened to A (S). dx2i (the add variants, or
+// null): a second output with the same values, written in the same pass (the gradients of x and of the residual
+// are equal, and each input's .grad must be a tensor of its own); streamed like dx where `al2` (aligned as dx).
 template <class T, bool RMS, bool HW, bool HDS, class S, class A = typename Acc<T>::type>
-static inline void bwd_row_of(const S* gi, const S* xi, A m, A rs, const A* w, const T* dsi, T* dxi, A* pw, A* pb,
-                              i64 d, A inv_d, bool stream) {
+static inline void bwd_row_of(const S* gi, const S* xi, A m, A rs, const A* w, const T* dsi, T* dxi, T* dx2i,
+                              bool al2, A* pw, A* pb, i64 d, A inv_d, bool stream) {
   typedef typename Vec<A>::type V;
   const int W = Vec<A>::W;
   const V mv = splat<V>(m), rv = splat<V>(rs);
@@ -477,6 +479,7 @@ static inline void bwd_row_of(const S* gi, const S* xi, A m, A rs, const A* w, c
     A v = rs * (g - c1 - xh * c2);
     if (HDS) v += ld(dsi[k]);
     dxi[k] = st<T>(v);
+    if (dx2i) dx2i[k] = st<T>(v);
     if (HW) pw[k] += dy * xh;
     if (!RMS) pb[k] += dy;
   };
@@ -487,6 +490,10 @@ static inline void bwd_row_of(const S* gi, const S* xi, A m, A rs, const A* w, c
     V v = rv * (g - c1v - xh * c2v);
     if (HDS) v += vld(dsi + k);
     store(dxi + k, v);
+    if (dx2i) {
+      if (al2) store(dx2i + k, v);
+      else vst(dx2i + k, v);
+    }
     if (HW) vst(pw + k, vld(pw + k) + dy * xh);
     if (!RMS) vst(pb + k, vld(pb + k) + dy);
   };
@@ -502,26 +509,27 @@ template <> struct BwdWiden<bf16> { static const bool on = true; };
 // One row of the backward. Rows of a BwdWiden type up to WIDEN_MAX elements read dy and x once each, widened
 // into buffers on the stack (two conversions per element instead of four; the same bits).
 template <class T, bool RMS, bool HW, bool HDS, class A = typename Acc<T>::type>
-static inline void bwd_row(const T* gi, const T* xi, A m, A rs, const A* w, const T* dsi, T* dxi, A* pw, A* pb,
-                           i64 d, A inv_d, bool stream) {
+static inline void bwd_row(const T* gi, const T* xi, A m, A rs, const A* w, const T* dsi, T* dxi, T* dx2i,
+                           bool al2, A* pw, A* pb, i64 d, A inv_d, bool stream) {
   if (BwdWiden<T>::on && d <= WIDEN_MAX) {
     alignas(64) A gb[WIDEN_MAX];
     alignas(64) A xb[WIDEN_MAX];
     widen(gi, gb, d);
     widen(xi, xb, d);
-    bwd_row_of<T, RMS, HW, HDS>(static_cast<const A*>(gb), static_cast<const A*>(xb), m, rs, w, dsi, dxi, pw, pb,
-                                d, inv_d, stream);
+    bwd_row_of<T, RMS, HW, HDS>(static_cast<const A*>(gb), static_cast<const A*>(xb), m, rs, w, dsi, dxi, dx2i,
+                                al2, pw, pb, d, inv_d, stream);
   } else {
-    bwd_row_of<T, RMS, HW, HDS>(gi, xi, m, rs, w, dsi, dxi, pw, pb, d, inv_d, stream);
+    bwd_row_of<T, RMS, HW, HDS>(gi, xi, m, rs, w, dsi, dxi, dx2i, al2, pw, pb, d, inv_d, stream);
   }
 }
 
-// partial: (ceil(n / ROWS), 2, d) scratch; dw written when HW, db when LayerNorm.
+// partial: (ceil(n / ROWS), 2, d) scratch; dw written when HW, db when LayerNorm; dx2 (or null) a copy of dx.
 template <class T, bool RMS, bool HW, bool HDS, class A = typename Acc<T>::type>
-static void bwd(const T* dy, const T* x, const A* mean, const A* rstd, const A* w, const T* ds, T* dx, A* dw,
-                A* db, A* partial, i64 n, i64 d, bool stream, int nthreads) {
+static void bwd(const T* dy, const T* x, const A* mean, const A* rstd, const A* w, const T* ds, T* dx, T* dx2,
+                A* dw, A* db, A* partial, i64 n, i64 d, bool stream, int nthreads) {
   typedef typename Vec<A>::type V;
   const int W = Vec<A>::W;
+  const bool al2 = dx2 && (reinterpret_cast<uintptr_t>(dx2) - reinterpret_cast<uintptr_t>(dx)) % SAlign<T>::B == 0;
   const A inv_d = A(1) / A(d);
   const i64 nb = (n + ROWS - 1) / ROWS;
   const i64 nchunks = (d + W - 1) / W;
@@ -536,7 +544,8 @@ static void bwd(const T* dy, const T* x, const A* mean, const A* rstd, const A* 
       const i64 end = (blk + 1) * ROWS < n ? (blk + 1) * ROWS : n;
       for (i64 i = blk * ROWS; i < end; ++i)
         bwd_row<T, RMS, HW, HDS>(dy + i * d, x + i * d, RMS ? A(0) : mean[i], rstd[i], w,
-                                 HDS ? ds + i * d : nullptr, dx + i * d, pw, pb, d, inv_d, stream);
+                                 HDS ? ds + i * d : nullptr, dx + i * d, dx2 ? dx2 + i * d : nullptr, al2, pw, pb,
+                                 d, inv_d, stream);
     }
     if (stream) stream_fence();  // before the barrier that ends this loop
     // second reduction: column sums of the partial rows in block order, W columns at a time (taken
@@ -582,9 +591,10 @@ static void norm_fwd(const T* x, const T* r, T* s, const A* w, const A* b, T* y,
 }
 
 template <class T, class A = typename Acc<T>::type>
-static void norm_bwd(const T* dy, const T* x, const A* mean, const A* rstd, const A* w, const T* ds, T* dx, A* dw,
-                     A* db, A* partial, i64 n, i64 d, int rms, int stream, int nthreads) {
-#define NL_BWD(R, W, S) bwd<T, R, W, S>(dy, x, mean, rstd, w, ds, dx, dw, db, partial, n, d, stream != 0, nthreads)
+static void norm_bwd(const T* dy, const T* x, const A* mean, const A* rstd, const A* w, const T* ds, T* dx,
+                     T* dx2, A* dw, A* db, A* partial, i64 n, i64 d, int rms, int stream, int nthreads) {
+#define NL_BWD(R, W, S) \
+  bwd<T, R, W, S>(dy, x, mean, rstd, w, ds, dx, dx2, dw, db, partial, n, d, stream != 0, nthreads)
 #define NL_BWD_S(R, W) (ds ? NL_BWD(R, W, true) : NL_BWD(R, W, false))
   if (rms) {
     w ? NL_BWD_S(true, true) : NL_BWD_S(true, false);
@@ -603,9 +613,9 @@ static void norm_bwd(const T* dy, const T* x, const A* mean, const A* rstd, cons
   }                                                                                                         \
   extern "C" void normlab_bwd_##SUF(const T* dy, const T* x, const Acc<T>::type* mean,                     \
                                     const Acc<T>::type* rstd, const Acc<T>::type* w, const T* ds, T* dx,   \
-                                    Acc<T>::type* dw, Acc<T>::type* db, Acc<T>::type* partial, i64 n,      \
-                                    i64 d, int rms, int stream, int nthreads) {                            \
-    norm_bwd<T>(dy, x, mean, rstd, w, ds, dx, dw, db, partial, n, d, rms, stream, nthreads);               \
+                                    T* dx2, Acc<T>::type* dw, Acc<T>::type* db, Acc<T>::type* partial,     \
+                                    i64 n, i64 d, int rms, int stream, int nthreads) {                     \
+    norm_bwd<T>(dy, x, mean, rstd, w, ds, dx, dx2, dw, db, partial, n, d, rms, stream, nthreads);          \
   }
 
 // NORMLAB_UNIT (build.py compiles the file once per storage type, in parallel, and links the objects): 1 float,
