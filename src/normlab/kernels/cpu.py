@@ -19,7 +19,9 @@ float32 otherwise; outputs rounded once to the input's dtype):
 * backward, single pass over memory: each fixed block of 32 rows computes
   ``dx = rstd * (g - mean(g) - x_hat * mean(g x_hat))`` (``g = dy * w``; RMSNorm
   drops ``mean(g)``) and accumulates its partial ``dw = sum dy x_hat`` and
-  ``db = sum dy``; a second loop adds the partial rows in block order.
+  ``db = sum dy``; a second loop adds the partial rows in block order. The add
+  variants' ``dx`` (the gradient of ``x`` and of the residual) is written twice
+  in that pass where both inputs need it (``bwd_pair``): autograd would copy it.
 """
 from __future__ import annotations
 
