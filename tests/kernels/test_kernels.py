@@ -253,6 +253,31 @@ def test_add_ops_write_both_input_gradients_in_the_kernels_pass(op, dtype):
     assert torch.equal(k.bwd(dy, s2, mean, rstd, w.detach(), ds, rms=b is None)[0], x.grad)
 
 
+@pytest.mark.skipif(not HAS_CPU, reason="no C++ compiler")
+def test_second_gradient_aligned_unlike_the_first_gets_the_same_bits(monkeypatch):
+    """Streamed stores need aligned targets: the backward streams its second output only where it is aligned
+    like the first. Outputs alternately one element past their allocation's alignment, streaming forced on:
+    the bits of aligned outputs and ordinary stores, and no fault."""
+    g = torch.Generator().manual_seed(5)
+    k = cpu.CpuKernel()
+    x, r, dy, ds = (torch.randn(67, 768, generator=g) for _ in range(4))
+    w = torch.randn(768, generator=g)
+    _, s, _, rstd = k.fwd(x, r, w, None, 1e-5, rms=True)
+    monkeypatch.setattr(cpu, "stream_bytes", lambda: 1 << 60)
+    plain = k.bwd_pair(dy, s, None, rstd, w, ds, rms=True)
+    calls = []
+
+    def shifted(like):
+        calls.append(len(calls) % 2)
+        return torch.empty(like.numel() + 1, dtype=like.dtype)[calls[-1]:][: like.numel()].view_as(like)
+
+    monkeypatch.setattr(cpu, "_output", shifted)
+    monkeypatch.setattr(cpu, "stream_bytes", lambda: 0)
+    odd = k.bwd_pair(dy, s, None, rstd, w, ds, rms=True)
+    assert (odd[0].data_ptr() - odd[1].data_ptr()) % 64 != 0
+    assert all(torch.equal(a, c) for a, c in zip(plain[:3], odd[:3]))
+
+
 def _vm_flags(addr: int) -> set[str]:
     """The kernel's flags for the mapping holding ``addr`` (``/proc/self/smaps``; ``hg``: huge pages advised)."""
     inside = False
