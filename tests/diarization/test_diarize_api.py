@@ -257,3 +257,31 @@ def test_evaluate_refuses_a_reference_that_names_none_of_the_audio(tmp_path, cap
     assert main(["diarize", "evaluate", str(tmp_path / "wavs"), str(tmp_path / "ref.rttm")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "none of the 1 audio files" in err[0] and "other" in err[0]
+
+
+def test_the_silence_gate_follows_a_quiet_recording_of_speech_only():
+    """-70 dBFS for a recording at a usual level; 45 dB below the loud frames of a quieter one that has speech's
+    dynamics; -70 again for stationary noise alone (which the model takes for speech) and digital silence."""
+    from normlab.diarization.pipeline.segment import silence_gate_db
+
+    speech = torch.cat([torch.full((80,), -22.0), torch.full((20,), -60.0)])  # talk and pauses (dBFS per frame)
+    assert silence_gate_db(speech, -70.0, 45.0) == -70.0  # loud frames at -22: 45 below is above -70
+    quiet = speech - 30  # the same, 30 dB quieter
+    assert silence_gate_db(quiet, -70.0, 45.0) == pytest.approx(-52.0 - 45.0)
+    assert silence_gate_db(quiet, -70.0, None) == -70.0
+    noise = -85.0 + torch.rand(100, generator=torch.Generator().manual_seed(0)) * 6  # 6 dB of spread
+    assert silence_gate_db(noise, -70.0, 45.0) == -70.0
+    assert silence_gate_db(torch.full((50,), -float("inf")), -70.0, 45.0) == -70.0
+    with_zeros = torch.cat([quiet, torch.full((400,), -float("inf"))])  # digital silence is no level
+    assert silence_gate_db(with_zeros, -70.0, 45.0) == pytest.approx(-97.0)
+
+
+def test_quiet_noise_alone_stays_silence():
+    """The shipped model takes stationary noise alone for speech (its features are the log-mel minus the
+    recording's mean); below -70 dBFS the gate keeps such a recording empty, as it keeps digital silence."""
+    try:
+        weights_path()
+    except MissingWeightsError as e:
+        pytest.skip(str(e))
+    noise = (np.random.default_rng(0).standard_normal(20 * SR) * 1e-4).astype(np.float32)  # -80 dBFS white
+    assert list(diarize(noise, sample_rate=SR)) == []

@@ -34,7 +34,9 @@ class PipelineConfig:
     piece: float = 1.5  # seconds: a local speaker gets one embedding per piece of its window (per mode)
     speakers: str = "speech"  # "speech": the model's speech (any local speaker), cut into pieces, each piece's
     #                           speaker from its embedding; "eend": the model's local speakers (overlap kept)
-    silence_db: float = -70.0  # frames quieter than this (dBFS) are never speech, whatever the model says
+    silence_db: float = -70.0  # frames quieter than this (dBFS) are never speech, whatever the model says...
+    silence_range_db: float | None = 45.0  # ...or, in a quieter recording, more than this below its loud frames
+    #                                        (segment.silence_gate_db; None: silence_db alone)
     vad: str = "gate"  # "gate": frames Silero VAD calls non-speech are silence whatever the model says;
     #                    "speech": the VAD's probability is the speech activity (speakers="speech");
     #                    "union": speech where the model or the VAD hears it (segment.vad_union); "off"
