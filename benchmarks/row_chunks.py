@@ -22,7 +22,8 @@ import time
 
 import torch
 
-from normlab.kernels import build
+from normlab.kernels import build, cpu
+from normlab.kernels.cpu import _ptr
 from normlab.lab.bench import machine
 
 SHAPES = [(8192, 768), (16384, 256), (65536, 80), (32768, 768), (2048, 256), (4096, 80)]
@@ -35,14 +36,8 @@ def _library(folder: pathlib.Path, chunk: int) -> ctypes.CDLL:
     subprocess.run([*build.compiler(), *build.flags(), f"-DNORMLAB_CHUNK_BYTES={chunk}", str(build.SOURCE), "-o",
                     str(out)], check=True)
     lib = ctypes.CDLL(str(out))
-    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    lib.normlab_fwd_f32.argtypes = [p] * 8 + [i64, i64, ctypes.c_double, i32, i32, i32]
-    lib.normlab_bwd_f32.argtypes = [p] * 11 + [i64, i64, i32, i32, i32]
+    cpu.declare(lib)
     return lib
-
-
-def _ptr(t: torch.Tensor | None):
-    return None if t is None else t.data_ptr()
 
 
 def _case(libs: dict[int, ctypes.CDLL], n: int, d: int, rms: bool, add: bool, threads: int, repeats: int) -> dict:
@@ -51,7 +46,8 @@ def _case(libs: dict[int, ctypes.CDLL], n: int, d: int, rms: bool, add: bool, th
     w, b = torch.randn(d, generator=g), torch.randn(d, generator=g)
     y, s, dx = torch.empty_like(x), torch.empty_like(x), torch.empty_like(x)
     mean, rstd, dw, db = torch.empty(n), torch.empty(n), torch.empty(d), torch.empty(d)
-    partial = torch.empty((n + 31) // 32, 2, d)
+    rows = next(iter(libs.values())).normlab_rows_per_partial()
+    partial = torch.empty((n + rows - 1) // rows, 2, d)
     big, dst = torch.empty(32 << 20), torch.empty(32 << 20)
     r_, s_, ds_, b_, db_ = (r, s, ds, None, None) if add else (None, None, None, None, None)
     if not rms:

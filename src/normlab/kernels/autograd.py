@@ -37,19 +37,18 @@ class NormFunction(torch.autograd.Function):
         s, weight, mean, rstd = ctx.saved_tensors
         need = ctx.needs_input_grad
         x_dt, r_dt, w_dt, b_dt = ctx.dtypes
-        # x and the residual both get dsum: in two tensors where the kernel can write both in one pass
-        pair = ctx.add and need[0] and need[1] and x_dt == r_dt == s.dtype
-        dsum2 = None
         if torch.is_grad_enabled():  # create_graph=True: a backward autograd can differentiate
             dsum, dw, db = _differentiable_bwd(dy, s, weight, ds, ctx.eps, ctx.rms)
+            dsum2 = dsum
         else:
             dy = dy.contiguous()
             ds = None if ds is None else ds.contiguous()  # s is also an output: its gradient flows through
-            if pair:
+            # x and the residual both get dsum: in two tensors where the kernel can write both in one pass
+            if ctx.add and need[0] and need[1] and x_dt == r_dt == s.dtype:
                 dsum, dsum2, dw, db = ctx.kernel.bwd_pair(dy, s, mean, rstd, weight, ds, rms=ctx.rms)
             else:
                 dsum, dw, db = ctx.kernel.bwd(dy, s, mean, rstd, weight, ds, rms=ctx.rms)
-        dsum2 = dsum if dsum2 is None else dsum2
+                dsum2 = dsum
         return (
             dsum.to(x_dt) if need[0] else None,
             dsum2.to(r_dt) if need[1] and ctx.add else None,

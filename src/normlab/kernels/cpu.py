@@ -50,6 +50,19 @@ def _warn(msg: str) -> None:
     warnings.warn(f"normlab: {msg}", RuntimeWarning, stacklevel=4)
 
 
+def declare(lib: ctypes.CDLL) -> set:
+    """Give a loaded build of ``cpu_kernels.cpp`` its entry points' C signatures; returns the dtypes it has."""
+    dtypes = {torch.float32, torch.float64, torch.bfloat16}
+    if lib.normlab_has_f16():
+        dtypes.add(torch.float16)
+    p, i64, dbl, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int
+    for dt in dtypes:
+        getattr(lib, f"normlab_fwd_{_SUFFIX[dt]}").argtypes = [p] * 8 + [i64, i64, dbl, i32, i32, i32]
+        getattr(lib, f"normlab_bwd_{_SUFFIX[dt]}").argtypes = [p] * 11 + [i64, i64, i32, i32, i32]
+    lib.normlab_rows_per_partial.restype = i64
+    return dtypes
+
+
 @functools.cache
 def _load() -> tuple[ctypes.CDLL | None, frozenset]:
     """The loaded kernels and the dtypes they were built for; ``(None, {})`` where none could be built.
@@ -65,14 +78,7 @@ def _load() -> tuple[ctypes.CDLL | None, frozenset]:
     except (build.BuildError, OSError) as e:
         _warn(f"CPU kernels unavailable ({e}); using the other implementations")
         return None, frozenset()
-    dtypes = {torch.float32, torch.float64, torch.bfloat16}
-    if lib.normlab_has_f16():
-        dtypes.add(torch.float16)
-    p, i64, dbl, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int
-    for dt in dtypes:
-        getattr(lib, f"normlab_fwd_{_SUFFIX[dt]}").argtypes = [p] * 8 + [i64, i64, dbl, i32, i32, i32]
-        getattr(lib, f"normlab_bwd_{_SUFFIX[dt]}").argtypes = [p] * 11 + [i64, i64, i32, i32, i32]
-    lib.normlab_rows_per_partial.restype = i64
+    dtypes = declare(lib)
     notes = [note] if note else []
     if torch.float16 not in dtypes:
         notes.append("built without float16 (the compiler has no _Float16); float16 uses the other implementations")
