@@ -22,6 +22,11 @@ HELP = {
     "n_train_synth": "EEND-style training mixtures of synthesizer voices",
     "synth_from": "training step at which the synthesizer mixtures join the training data",
     "n_test_synth": "EEND-style test mixtures of the test split's synthesizer voices, scored once",
+    "n_train_stretch": "training conversations with a 3-12 s pause filled with a sound that is not speech",
+    "n_train_nonspeech": "training recordings of sounds alone (noise, hum, music, typing), nobody speaking",
+    "finetune_steps": "a last training stage from the trained model on every training set (the two above "
+                      "among them), this many steps",
+    "finetune_lr": "the last stage's peak learning rate",
     "n_flite": "test mixtures of flite's voices, scored once",
     "n_train_reverb": "extra training mixtures, every one in a room",
     "n_test_reverb": "test mixtures in a room, scored once",

@@ -38,6 +38,7 @@ from ..io.features import FEATURE_RATE
 from ..io.rttm import Turn, read_rttm, write_rttm
 from ..io.uem import write_uem
 from . import augment as aug
+from . import nonspeech
 from .augment import reverberate, room_impulse_response  # noqa: F401  (re-exported: older imports)
 from .voices import FLITE_VOICES, SPLITS, Voice, synthesize, voices
 
@@ -68,12 +69,17 @@ class SimConfig:
     sources: str = "espeak"  # voices.SOURCES: "espeak", "all" (also flite and festival), "real", "mixed", "neural"
     augment: bool = False  # speaker warps and levels, rooms, noise types, telephone, gain (augment.Perturbation)
     beta_by_count: bool = False  # beta x BETA_SCALE[k] for k speakers
-    style: str = "mixture"  # "mixture": EEND's independent timelines; "conversation": turn-taking (conversation.py)
+    style: str = "mixture"  # "mixture": EEND's independent timelines; "conversation": turn-taking (conversation.py);
+    #                         "nonspeech": recordings of sounds alone, nobody speaking (nonspeech.py)
     real_p: float = 0.7  # conversation style: share of speakers drawn from real people when the pool has them
+    stretch_p: float = 0.0  # conversation style: probability of a 3-12 s pause filled with a sound (nonspeech.py)
 
     def __post_init__(self):
-        if self.style not in ("mixture", "conversation"):
-            raise BadValue(f"style must be mixture or conversation, got {self.style!r}")
+        if self.style not in ("mixture", "conversation", "nonspeech"):
+            raise BadValue(f"style must be mixture, conversation or nonspeech, got {self.style!r}")
+        if not 0.0 <= self.stretch_p <= 1.0 or (self.stretch_p and self.style != "conversation"):
+            raise BadValue(f"stretch_p is a probability for style 'conversation', got {self.stretch_p} with "
+                           f"style {self.style!r}")
         lo = self.min_speakers or self.n_speakers
         if not 1 <= lo <= self.n_speakers:
             raise BadValue(f"need 1 <= min_speakers <= n_speakers, got {self.min_speakers} and {self.n_speakers}")
@@ -226,6 +232,10 @@ def conversation(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, li
             tracks[seg.speaker][a : a + len(x)] += x[: n - a]
             turns.append(Turn(uri, round(a / sr, 3), round(len(x) / sr, 3), labels[seg.speaker]))
             t = a / sr + len(x) / sr
+    span, extra = None, np.random.default_rng([cfg.seed, index, SPLITS.index(cfg.split), 2])  # its own stream:
+    if cfg.stretch_p and extra.random() < cfg.stretch_p:  # without a stretch, the conversation is the same
+        tracks, turns, span = nonspeech.insert_stretch(tracks, turns, sr, extra)
+        n = len(tracks[0])
     if cfg.augment:
         for j in range(k):
             alpha = float(labels[j].rsplit(".w", 1)[1]) / 100
@@ -235,6 +245,8 @@ def conversation(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, li
                                                          else float(rng.uniform(0.2, 0.5)))
             tracks = [reverberate(x, rt60, sr, rng, tail) for x in tracks]
     mix = np.sum(tracks, axis=0).astype(np.float32)
+    if span is not None:
+        mix = nonspeech.add_sound(mix, span, sr, extra)
     kinds = list(conv.NOISE_KINDS)
     p = np.array(ch.noise_p)
     if not music(sr):
@@ -256,6 +268,12 @@ def conversation(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, li
     return aug.gain(mix, peak), sorted(turns, key=lambda t: t.start), uri
 
 
+def sounds_alone(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, list[Turn], str]:
+    """Recording ``index`` of style "nonspeech": sounds alone (``nonspeech.alone``), an empty reference."""
+    audio = nonspeech.alone(index, cfg.seed, SPLITS.index(cfg.split), cfg.sample_rate)
+    return audio, [], mixture_uri(cfg, index)
+
+
 def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=None, jobs: int = 1) -> pathlib.Path:
     """Write ``cfg.n_mixtures`` mixtures under ``out`` with ``jobs`` processes; returns ``out``.
 
@@ -266,8 +284,8 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
 
     out = pathlib.Path(out)
     (out / "wav").mkdir(parents=True, exist_ok=True)
-    pool = voices(cfg.split, cfg.sources)
-    make = conversation if cfg.style == "conversation" else mixture
+    pool = voices(cfg.split, cfg.sources) if cfg.style != "nonspeech" else []
+    make = {"conversation": conversation, "mixture": mixture, "nonspeech": sounds_alone}[cfg.style]
     paths = [(out / "wav" / f"{mixture_uri(cfg, i)}.wav", out / "wav" / f"{mixture_uri(cfg, i)}.rttm")
              for i in range(cfg.n_mixtures)]
     todo = [i for i, (wav, rttm) in enumerate(paths) if not (wav.exists() and rttm.exists())]
@@ -304,6 +322,9 @@ def mixture_uri(cfg: SimConfig, index: int) -> str:
     count = f"{cfg.min_speakers}-{cfg.n_speakers}" if cfg.min_speakers else f"{cfg.n_speakers}"
     kind = ("_all" if cfg.sources == "all" else "") + ("_aug" if cfg.augment else "") + \
         ("_bk" if cfg.beta_by_count else "")
+    if cfg.style == "nonspeech":
+        return f"{cfg.split}_nonspeech_{cfg.seed}_{index:05d}"
     if cfg.style == "conversation":
-        return f"{cfg.split}_conv_s{count}_{cfg.sources}{'_aug' if cfg.augment else ''}_{cfg.seed}_{index:05d}"
+        stretch = f"_st{cfg.stretch_p:g}" if cfg.stretch_p else ""
+        return f"{cfg.split}{stretch}_conv_s{count}_{cfg.sources}{'_aug' if cfg.augment else ''}_{cfg.seed}_{index:05d}"
     return f"{cfg.split}_b{cfg.beta:g}_s{count}{kind}{room}_{cfg.seed}_{index:05d}"

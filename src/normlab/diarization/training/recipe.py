@@ -32,6 +32,7 @@ from . import provenance
 from .train import TrainConfig, read_checkpoint, train
 
 Progress = Callable[[int, int, str], None]
+LAST_STAGE = ("train_stretch", "train_nonspeech")  # with finetune_steps, these join in the last stage
 REVERB_RT60 = (0.2, 0.6)  # seconds; the reverberant sets use seed + 1: other conversations than the dry ones
 
 
@@ -49,6 +50,10 @@ class RecipeConfig:
     synth_from: int = 2400  # ... which join the training data at this step (a second stage: the model keeps
     #                         what it knew of synthetic voices while real people stay most of what it hears)
     n_test_synth: int = 40  # scored once: EEND-style mixtures of the test split's synthesizer voices, 1-4 speakers
+    n_train_stretch: int = 0  # training conversations with a 3-12 s pause filled with a sound (nonspeech.py)
+    n_train_nonspeech: int = 0  # training recordings of sounds alone, nobody speaking (nonspeech.py)
+    finetune_steps: int = 0  # > 0: a last stage from the trained model, every training set with the two above
+    finetune_lr: float = 3e-4  # ... its peak learning rate (a fresh Adam, cosine to 5%)
     n_flite: int = 0  # scored once, flite's voices (the older held-out set; flite voices are now in train)
     n_train_reverb: int = 0  # extra training mixtures, every one in a room (RT60 in REVERB_RT60)
     n_test_reverb: int = 0  # scored once, test voices, every one in a room
@@ -99,11 +104,12 @@ class RecipeConfig:
 def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
     """(folder name, simulation) of every set the recipe uses; train first."""
     def sim(split: str, n: int, rt60=None, seed: int = cfg.seed, augment: bool = bool(cfg.augment),
-            sources: str = cfg.sources, style: str = cfg.style, speakers: int = cfg.n_speakers) -> SimConfig:
+            sources: str = cfg.sources, style: str = cfg.style, speakers: int = cfg.n_speakers,
+            stretch_p: float = 0.0) -> SimConfig:
         return SimConfig(n_mixtures=n, n_speakers=speakers, beta=cfg.beta, split=split, seed=seed, rt60=rt60,
                          min_speakers=min(cfg.min_speakers, speakers), min_utterances=cfg.min_utterances,
                          max_utterances=cfg.max_utterances, sources=sources if split != "flite" else "espeak",
-                         augment=augment, beta_by_count=True, style=style, real_p=cfg.real_p)
+                         augment=augment, beta_by_count=True, style=style, real_p=cfg.real_p, stretch_p=stretch_p)
 
     real = cfg.sources in ("real", "mixed", "neural")
     # dev and test hold two real people each (prompts.SPLIT_PERSONS): their conversations have 1-2 speakers
@@ -113,6 +119,11 @@ def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
         sets.append(("train_synth", sim("train", cfg.n_train_synth, sources="all", style="mixture")))
     if real and cfg.n_train_real:
         sets.append(("train_real", sim("train", cfg.n_train_real, sources="real", seed=cfg.seed + 2)))
+    if cfg.n_train_stretch:
+        sets.append(("train_stretch", sim("train", cfg.n_train_stretch, seed=cfg.seed + 4, style="conversation",
+                                          stretch_p=1.0)))
+    if cfg.n_train_nonspeech:
+        sets.append(("train_nonspeech", sim("train", cfg.n_train_nonspeech, style="nonspeech", augment=False)))
     sets += [("dev", sim("dev", cfg.n_dev, **held)), ("test", sim("test", cfg.n_test, **held))]
     if cfg.n_dev_mixed:  # more speakers than two real people give: their pseudo-speakers and synthesizer voices
         sets.append(("dev_mixed", sim("dev", cfg.n_dev_mixed, seed=cfg.seed + 3)))
@@ -148,8 +159,10 @@ def simulate_splits(data: str | pathlib.Path, cfg: RecipeConfig, progress: Progr
 def train_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig,
                 progress: Progress | None = None) -> tuple[EENDModel, list[float]]:
     """Train on the ``data/train*`` sets with checkpoints in ``out/ckpt`` (resumes); ``train_synth`` joins at
-    step ``cfg.synth_from``."""
+    step ``cfg.synth_from``; with ``cfg.finetune_steps``, the sounds-without-speech sets wait for that stage."""
     names = [name for name, _ in _splits(cfg) if name.startswith("train")]
+    if cfg.finetune_steps:
+        names = [n for n in names if n not in LAST_STAGE]
     first = MixtureSet([data / n for n in names if n != "train_synth"], n_speakers=cfg.n_speakers)
     torch.manual_seed(cfg.seed)
     model = EENDModel(cfg.model_config())
@@ -167,6 +180,21 @@ def train_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig,
         staged = draw
     losses = train(model, staged, cfg.train_config(), out / "ckpt",
                    (lambda s, n, loss: progress(s - 1, n, f"train loss {loss:.4f}")) if progress else None)
+    return model.eval(), losses
+
+
+def finetune_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig, model: EENDModel,
+                   progress: Progress | None = None) -> tuple[EENDModel, list[float]]:
+    """The last stage: ``cfg.finetune_steps`` more steps from ``model`` on every ``data/train*`` set (the
+    sounds-without-speech sets among them), a fresh Adam and one cosine cycle from ``cfg.finetune_lr``;
+    checkpoints in ``out/ckpt_finetune`` (resumes)."""
+    names = [name for name, _ in _splits(cfg) if name.startswith("train")]
+    every = MixtureSet([data / n for n in names], n_speakers=cfg.n_speakers)
+    tc = TrainConfig(steps=cfg.finetune_steps, lr=cfg.finetune_lr, warmup=max(1, cfg.warmup // 4), decay="cosine",
+                     ckpt_every=max(1, min(100, cfg.finetune_steps // 10)), seed=cfg.seed + 5)
+    model.train()
+    losses = train(model, every.batches(cfg.batch, cfg.frames), tc, out / "ckpt_finetune",
+                   (lambda s, n, loss: progress(s - 1, n, f"finetune loss {loss:.4f}")) if progress else None)
     return model.eval(), losses
 
 
@@ -239,10 +267,13 @@ def run_recipe(out: str | pathlib.Path, cfg: RecipeConfig = RecipeConfig(), *, d
     data = simulate_splits(data or out / "data", cfg, progress, jobs, which="train")
     t1 = time.time()
     model, losses = train_model(data, out, cfg, progress)
+    if cfg.finetune_steps:
+        model, losses = finetune_model(data, out, cfg, model, progress)
     t2 = time.time()
     simulate_splits(data, cfg, progress, jobs, which="eval")
     t3 = time.time()
-    train_seconds = read_checkpoint(out / "ckpt" / "last.pt").get("seconds", t2 - t1)
+    train_seconds = sum(read_checkpoint(out / stage / "last.pt").get("seconds", 0.0)
+                        for stage in ("ckpt", "ckpt_finetune") if (out / stage / "last.pt").exists()) or t2 - t1
     result = {"config": asdict(cfg), **score_model(model, data, cfg.frames),
               "final_loss": sum(losses[-50:]) / len(losses[-50:]),
               "parameters": sum(p.numel() for p in model.parameters()),
