@@ -24,6 +24,8 @@ HELP = {
     "n_test_synth": "EEND-style test mixtures of the test split's synthesizer voices, scored once",
     "n_train_stretch": "training conversations with a 3-12 s pause filled with a sound that is not speech",
     "n_train_nonspeech": "training recordings of sounds alone (noise, hum, music, typing), nobody speaking",
+    "n_dev_stretch": "dev conversations with a 3-12 s pause filled with a sound, for the pipeline's settings",
+    "n_test_stretch": "test conversations with a 3-12 s pause filled with a sound, scored once",
     "finetune_steps": "a last training stage from the trained model on every training set (the two above "
                       "among them), this many steps",
     "finetune_lr": "the last stage's peak learning rate",

@@ -69,7 +69,8 @@ def _recipe(ctx: Context, real: bool) -> dict:
     n_test = ctx.pick(2, 8, 20)
     n_train = ctx.pick(6, 40, 100)
     none = dict.fromkeys(("n_train_synth", "n_dev_mixed", "n_dev_synth", "n_test_mixed", "n_test_dry",
-                          "n_flite", "n_train_reverb", "n_test_reverb"), 0)
+                          "n_flite", "n_train_reverb", "n_test_reverb", "n_train_stretch", "n_train_nonspeech",
+                          "n_dev_stretch", "n_test_stretch", "finetune_steps"), 0)
     return {**none, "sources": "mixed" if real else "all", "n_train": n_train,
             "n_train_real": round(2.5 * n_train) if real else 0,
             "n_dev": ctx.pick(2, 6, 12), "n_test": n_test, "n_test_synth": n_test if real else 0,

@@ -52,6 +52,8 @@ class RecipeConfig:
     n_test_synth: int = 40  # scored once: EEND-style mixtures of the test split's synthesizer voices, 1-4 speakers
     n_train_stretch: int = 0  # training conversations with a 3-12 s pause filled with a sound (nonspeech.py)
     n_train_nonspeech: int = 0  # training recordings of sounds alone, nobody speaking (nonspeech.py)
+    n_dev_stretch: int = 0  # for the pipeline's settings: dev conversations with a 3-12 s pause filled with a sound
+    n_test_stretch: int = 0  # scored once: test conversations with such a pause
     finetune_steps: int = 0  # > 0: a last stage from the trained model, every training set with the two above
     finetune_lr: float = 3e-4  # ... its peak learning rate (a fresh Adam, cosine to 5%)
     n_flite: int = 0  # scored once, flite's voices (the older held-out set; flite voices are now in train)
@@ -129,6 +131,12 @@ def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
         sets.append(("dev_mixed", sim("dev", cfg.n_dev_mixed, seed=cfg.seed + 3)))
     if cfg.n_dev_synth:
         sets.append(("dev_synth", sim("dev", cfg.n_dev_synth, sources="all", style="mixture")))
+    if cfg.n_dev_stretch:
+        sets.append(("dev_stretch", sim("dev", cfg.n_dev_stretch, seed=cfg.seed + 11, style="conversation",
+                                        stretch_p=1.0)))
+    if cfg.n_test_stretch:
+        sets.append(("test_stretch", sim("test", cfg.n_test_stretch, seed=cfg.seed + 11, style="conversation",
+                                         stretch_p=1.0)))
     if cfg.n_test_mixed:
         sets.append(("test_mixed", sim("test", cfg.n_test_mixed, seed=cfg.seed + 3)))
     if cfg.n_test_synth:
@@ -215,7 +223,7 @@ def score_model(model: EENDModel, data: pathlib.Path, frames: int = 100) -> dict
     model.postprocess.update(best)
     result = {"postprocess": best, "dev_grid": grid, "dev_der": min(g["der"] for g in grid),
               "window_frames": frames}
-    for name in ("test", "test_mixed", "test_synth", "test_dry", "test_reverb", "flite"):  # scored once each
+    for name in ("test", "test_mixed", "test_synth", "test_stretch", "test_dry", "test_reverb", "flite"):  # once each
         if (data / name / "ref.rttm").exists():
             probs, ref = window_probs(model, data / name, frames)
             result[name] = _der(probs, ref, best)
@@ -245,9 +253,10 @@ def tune_recipe_pipeline(model_path: pathlib.Path, data: pathlib.Path, cfg: Reci
 
     model = EENDModel.load(model_path)
     grids = parse_grid([g for g in cfg.tune_grid.split(";") if g.strip()], (SEGMENT_GRID, STITCH_GRID))
-    dev = [data / name for name in ("dev", "dev_mixed", "dev_synth") if (data / name / "ref.rttm").exists()]
+    dev = [data / name for name in ("dev", "dev_mixed", "dev_synth", "dev_stretch")
+           if (data / name / "ref.rttm").exists()]
     dev += [pathlib.Path(d) for d in cfg.dev_extra.split(",") if d]
-    tests = {name: [data / name] for name in ("test", "test_mixed", "test_synth")
+    tests = {name: [data / name] for name in ("test", "test_mixed", "test_synth", "test_stretch")
              if (data / name / "ref.rttm").exists()}
     result = tune_pipeline(model, SpeakerEncoder.load(), dev, tests, segment_grid=grids[0], stitch_grid=grids[1],
                            jobs=jobs)
