@@ -95,3 +95,40 @@ def test_real_speech_at_a_quiet_level_reads_as_at_its_own():
     own = score(ref, {"sample": diarize(wave, sample_rate=sr)}, collar=0.25).der
     quiet = score(ref, {"sample": diarize(wave * 0.05, sample_rate=sr)}, collar=0.25).der
     assert abs(quiet - own) < 0.01, (own, quiet)
+
+
+@pytest.mark.parametrize("kind", ["white", "pink", "brown", "hum", "typing"])
+def test_sounds_alone_are_not_speech(kind):
+    """20 s of a sound and nobody speaking, at -50 and -30 dBFS (above the silence gate): no speech. Before the
+    model heard recordings of sounds alone, it read all 20 s of white, pink or brown noise as speech."""
+    import numpy as np
+
+    from normlab.diarization.data.nonspeech import sound
+
+    _encoder_or_skip()
+    x = sound(kind, 20 * 16000, np.random.default_rng(5), 16000)
+    for dbfs in (-50, -30):
+        turns = diarize(x * 10 ** (dbfs / 20), sample_rate=16000)
+        assert sum(t.end - t.start for t in turns) <= 1.0, (kind, dbfs, turns)
+
+
+def test_a_long_pause_with_noise_after_real_speech_is_not_speech():
+    """pyannote's sample, then 20 s of white or pink noise at -40 dBFS (15 dB under its loud frames): the
+    speakers as before, and no speech in the noise (before: all 20 s were speech)."""
+    folder = _sample_folder()
+    if folder is None:
+        pytest.skip("pyannote.audio 4.0.7's sample.wav is not here: `make sample` fetches it into the venv")
+    _encoder_or_skip()
+    import numpy as np
+    import soundfile as sf
+
+    from normlab.diarization.data.nonspeech import sound
+
+    wave, sr = sf.read(folder / "sample.wav", dtype="float32")
+    ref = read_rttm(folder / "sample.rttm")
+    for kind in ("white", "pink"):
+        tail = sound(kind, 20 * sr, np.random.default_rng(6), sr) * 10 ** (-40 / 20)
+        turns = diarize(np.concatenate([wave, tail]), sample_rate=sr)
+        end = wave.size / sr
+        assert sum(max(0.0, t.end - max(t.start, end)) for t in turns) <= 1.0, (kind, turns)
+        assert score(ref, {"sample": turns}, collar=0.25).der < SAMPLE_BOUND

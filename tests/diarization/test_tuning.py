@@ -20,6 +20,7 @@ from normlab.diarization.pipeline.tuning import (
     SEGMENT_GRID,
     STITCH_GRID,
     files_of,
+    keep_incumbent,
     meaningful,
     measure,
     parse_grid,
@@ -104,6 +105,32 @@ def test_mode_choice_needs_a_win_beyond_doubt():
     assert share_better(lucky, b) == share_better(lucky, b)  # deterministic
     with pytest.raises(UserError, match="same files"):
         share_better({"f0": (1.0, 1.0)}, b)
+
+
+def test_a_stored_choice_is_kept_unless_the_best_wins_beyond_doubt():
+    """A re-tuned model keeps its stored settings where the grid's best is lower on dev only within its noise,
+    takes the best where it is lower on every file, and takes it where the stored settings are not in the grid."""
+    files = [f"f{i}" for i in range(30)]
+    keys = ("speakers", "threshold", "min_cluster")
+
+    def row(threshold, floor, errors):
+        return {"speakers": "eend", "threshold": threshold, "min_cluster": floor, "_files": errors}
+
+    old = row(0.4, 8.0, {u: (3.0, 10.0) for u in files})
+    lucky = row(0.3, 4.0, {**old["_files"], "f0": (0.0, 10.0), "f1": (4.5, 10.0)})  # lower in total only
+    clear = row(0.3, 4.0, {u: (2.0, 10.0) for u in files})
+    stored = {"eend": {"speakers": "eend", "threshold": 0.4, "min_cluster": 8.0, "vad": "off"}}
+    best = {"eend": {k: lucky[k] for k in keys}}
+    kept = keep_incumbent([old, lucky], best, stored, keys)["eend"]
+    assert kept["kept"] and kept["in_grid"] and kept["settings"] == {k: old[k] for k in keys}
+    assert 0.0 < kept["best_better_share"] < BEYOND_DOUBT
+    taken = keep_incumbent([old, clear], {"eend": {k: clear[k] for k in keys}}, stored, keys)["eend"]
+    assert not taken["kept"] and taken["best_better_share"] == 1.0
+    elsewhere = {"eend": {**stored["eend"], "threshold": 0.5}}
+    assert keep_incumbent([old, clear], best, elsewhere, keys)["eend"] == {
+        "kept": False, "in_grid": False, "best_better_share": None,
+        "settings": {"speakers": "eend", "threshold": 0.5, "min_cluster": 8.0}}
+    assert keep_incumbent([old, lucky], best, {}, keys) == {}  # a fresh model: the grid's best
 
 
 def test_cli_saves_the_choice_as_the_model_defaults(setup, tmp_path, capsys):

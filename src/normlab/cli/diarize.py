@@ -203,7 +203,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
               f"{seconds:.0f}s", file=sys.stderr, flush=True)
 
     result = tune_pipeline(model, encoder, args.dev.split(","), tests, segment_grid=grids[0], stitch_grid=grids[1],
-                           jobs=args.jobs, progress=show)
+                           jobs=args.jobs, progress=show, incumbent=model.postprocess.get("modes"))
     pathlib.Path(args.out).write_text(json.dumps({"model": str(args.model or SHIPPED), **result}, indent=1) + "\n")
     if args.save:
         write_pipeline(args.model, result["modes"], result["speakers"], {k: v for k, v in result.items()

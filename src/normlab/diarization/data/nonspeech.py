@@ -9,7 +9,7 @@ recordings teach it otherwise:
 
 * ``insert_stretch``: a pause of 3-12 s opened between two turns of a
   conversation (every later turn moves by its length), and ``sound`` fills it
-  and a little beyond with one sound at -5 to 20 dB below the speech;
+  and a little beyond with one sound at 3 to 25 dB below the speech;
 * ``alone``: 20-45 s of one to three sounds after one another, at -65 to
   -15 dBFS, sometimes through a telephone channel; its reference is empty.
 
@@ -27,7 +27,7 @@ from . import augment as aug
 
 KINDS = ("white", "pink", "brown", "music", "hum", "typing")
 STRETCH = (3.0, 12.0)  # seconds of the inserted pause
-STRETCH_SNR_DB = (-5.0, 20.0)  # the sound's power below the speech's
+STRETCH_SNR_DB = (3.0, 25.0)  # the sound's power below the speech's (as the background noise: 3-30 dB)
 ALONE_SECONDS = (20.0, 45.0)
 ALONE_DBFS = (-65.0, -15.0)  # rms level of each sound of a recording of nothing else
 

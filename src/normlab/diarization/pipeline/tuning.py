@@ -139,6 +139,28 @@ def share_better(a: dict, b: dict, *, resamples: int = 2000, seed: int = 0) -> f
                          < eb[idx].sum(1) / np.maximum(tb[idx].sum(1), 1e-9)))
 
 
+def keep_incumbent(rows: list[dict], best: dict, incumbent: dict, keys: tuple) -> dict:
+    """Per mode with an incumbent in the grid: ``{"kept", "best_better_share", "settings"}``. The grid's best
+    replaces the incumbent only where it is lower on dev in at least ``BEYOND_DOUBT`` of paired bootstrap
+    resamples: a re-tuned model keeps settings that were chosen (and tested) before unless the dev set says
+    otherwise beyond its noise. An incumbent that the grid does not hold cannot be compared: the best is taken."""
+    out = {}
+    for mode, kw in best.items():
+        inc = incumbent.get(mode)
+        if not inc:
+            continue
+        settings = {k: inc.get(k, kw[k]) for k in keys}
+        row = next((r for r in rows if all(r[k] == settings[k] for k in keys)), None)
+        if row is None:
+            out[mode] = {"kept": False, "in_grid": False, "best_better_share": None, "settings": settings}
+            continue
+        top = next(r for r in rows if all(r[k] == kw[k] for k in keys))
+        share = share_better(top["_files"], row["_files"]) if top is not row else 0.0
+        out[mode] = {"kept": share < BEYOND_DOUBT, "in_grid": True, "best_better_share": share,
+                     "settings": settings}
+    return out
+
+
 def _public(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith("_")}
 
@@ -185,12 +207,14 @@ def _settings(grid: dict) -> list[dict]:
 
 def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segment_grid: dict = SEGMENT_GRID,
                   stitch_grid: dict = STITCH_GRID, jobs: int = 1,
-                  progress: Callable[[dict, float], None] | None = None) -> dict:
+                  progress: Callable[[dict, float], None] | None = None, incumbent: dict | None = None) -> dict:
     """Every setting of the grids on the ``dev`` folders together; ``tests`` (name -> folders) scored once.
 
     Returns the rows, the dev choice per mode (``modes``), the default mode
     (``speakers``), the best ``vad="speech"`` reading and, per test set, the
-    choice's and that reading's scores.
+    choice's and that reading's scores. ``incumbent`` (mode -> settings, a model
+    file's stored choice): a mode keeps its incumbent unless the grid's best is
+    lower beyond doubt (``keep_incumbent``).
     """
     dev_files = files_of(dev)
     if not dev_files:
@@ -216,6 +240,8 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
                                                                        and r["vad"] != "speech"])}
         if not modes:
             raise BadValue("the grid has no setting where the model decides speech (vad off, gate or union)")
+        kept = keep_incumbent(rows, modes, incumbent or {}, keys)
+        modes = {m: kw if m not in kept or not kept[m]["kept"] else kept[m]["settings"] for m, kw in modes.items()}
         chosen = {m: next(r for r in rows if all(r[k] == kw[k] for k in keys)) for m, kw in modes.items()}
         other = next(m for m in ("speech", "eend") if m != PREFERRED_MODE)
         share = (share_better(chosen[other]["_files"], chosen[PREFERRED_MODE]["_files"]) if len(modes) == 2
@@ -229,6 +255,7 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
                   "modes": modes, "speakers": speakers, "readings": readings,
                   "mode_choice": {"preferred": PREFERRED_MODE, "other": other, "other_better_share": share,
                                   "beyond_doubt": BEYOND_DOUBT},
+                  "incumbent": {m: {k: v for k, v in kept[m].items() if k != "settings"} for m in kept},
                   "dev_scores": {name: _public(next(r for r in rows if all(r[k] == kw[k] for k in keys)))
                                  for name, kw in readings.items()}}
         for name, dirs in (tests or {}).items():  # scored once per reading, with the dev choice

@@ -259,7 +259,7 @@ def tune_recipe_pipeline(model_path: pathlib.Path, data: pathlib.Path, cfg: Reci
     tests = {name: [data / name] for name in ("test", "test_mixed", "test_synth", "test_stretch")
              if (data / name / "ref.rttm").exists()}
     result = tune_pipeline(model, SpeakerEncoder.load(), dev, tests, segment_grid=grids[0], stitch_grid=grids[1],
-                           jobs=jobs)
+                           jobs=jobs, incumbent=model.postprocess.get("modes"))
     provenance.write_pipeline(model_path, result["modes"], result["speakers"],
                               {k: v for k, v in result.items() if k != "grid"})
     return {k: v for k, v in result.items() if k != "grid"}
