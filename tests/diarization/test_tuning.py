@@ -107,6 +107,12 @@ def test_mode_choice_needs_a_win_beyond_doubt():
         share_better({"f0": (1.0, 1.0)}, b)
 
 
+def test_a_folder_named_twice_counts_once(tmp_path):
+    d = _folder(tmp_path, "dev", [1, 2])
+    once = files_of([d])
+    assert len(once) == 2 and files_of([d, str(d), tmp_path / "." / "dev"]) == [(w.resolve(), t) for w, t in once]
+
+
 def test_a_stored_choice_is_kept_unless_the_best_wins_beyond_doubt():
     """A re-tuned model keeps its stored settings where the grid's best is lower on dev only within its noise,
     takes the best where it is lower on every file, and takes it where the stored settings are not in the grid."""

@@ -79,9 +79,9 @@ def parse_grid(items: list[str], grids: tuple[dict, dict]) -> tuple[dict, dict]:
 
 def files_of(dirs: list) -> list[tuple[pathlib.Path, list[Turn]]]:
     """(audio, reference turns) of every ``DIR/wav/*.wav`` (or ``DIR/*.wav``) named in ``DIR/ref.rttm``
-    (or the folder's one ``.rttm``)."""
+    (or the folder's one ``.rttm``); a folder named twice counts once."""
     out = []
-    for d in map(pathlib.Path, dirs):
+    for d in dict.fromkeys(pathlib.Path(d).resolve() for d in dirs):
         rttm = d / "ref.rttm" if (d / "ref.rttm").is_file() else next(iter(sorted(d.glob("*.rttm"))), None)
         if rttm is None:
             raise NotFound(f"{d}: no ref.rttm (a folder of wav/*.wav and ref.rttm, or *.wav with one .rttm)")
