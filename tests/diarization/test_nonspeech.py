@@ -80,6 +80,16 @@ def test_recordings_of_sounds_alone_have_an_empty_reference(tmp_path):
     assert all(labels.sum() == 0 and labels.shape[1] == 4 for _, labels in data.items)
 
 
+def test_the_cli_simulates_sounds_alone_and_names_a_bad_pause(tmp_path, capsys):
+    from normlab.cli import main
+
+    assert main(["diarize", "simulate", "--out", str(tmp_path / "s"), "--style", "nonspeech", "--n-mixtures", "1"]) == 0
+    assert (tmp_path / "s" / "wav" / "train_nonspeech_0_00000.wav").is_file()
+    assert main(["diarize", "simulate", "--out", str(tmp_path / "t"), "--stretch-p", "0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "stretch_p" in err[0]
+
+
 def test_a_pause_is_only_for_conversations():
     with pytest.raises(ValueError, match="stretch_p"):
         SimConfig(style="mixture", stretch_p=0.5)

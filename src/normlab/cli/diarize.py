@@ -139,7 +139,8 @@ def _cmd_diarize_simulate(args: argparse.Namespace) -> int:
                     seed=args.seed,
                     min_utterances=args.min_utterances, max_utterances=args.max_utterances,
                     rt60=tuple(args.rt60) if args.rt60 else None, min_speakers=args.min_speakers,
-                    sources=args.sources, augment=args.augment, beta_by_count=args.beta_by_count)
+                    sources=args.sources, augment=args.augment, beta_by_count=args.beta_by_count,
+                    style=args.style, stretch_p=args.stretch_p)
     out = simulate(args.out, cfg, progress=progress("simulate"), jobs=args.jobs)
     print(f"wrote {cfg.n_mixtures} mixtures to {out}/wav, {out}/ref.rttm, {out}/all.uem")
     return 0
@@ -306,6 +307,11 @@ def add_parsers(sub, name: str) -> None:
                     help="add reverberation, RT60 drawn from [MIN, MAX] seconds (default: dry)")
     si.add_argument("--sources", choices=["espeak", "all"], default="espeak",
                     help=f"voices: espeak-ng only, or also the recorded flite and festival voices {d}")
+    si.add_argument("--style", choices=["mixture", "conversation", "nonspeech"], default="mixture",
+                    help="mixture: EEND's independent timelines; conversation: turn-taking; nonspeech: sounds alone "
+                    f"(noise, hum, music, typing), nobody speaking {d}")
+    si.add_argument("--stretch-p", type=float, default=0.0,
+                    help=f"conversation style: probability of a 3-12 s pause filled with a sound {d}")
     flag(si, "--augment", "perturb: speaker warps and levels, rooms, noise types, telephone, gain")
     flag(si, "--beta-by-count", "more speakers, longer silences (EEND-EDA: beta x1, x1, x2.5, x4.5 for 1-4 speakers)")
     renamed(si, n="--n-mixtures", speakers="--n-speakers")
