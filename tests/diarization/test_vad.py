@@ -209,3 +209,37 @@ def test_union_hears_speech_the_model_misses_and_keeps_what_the_vad_misses():
     assert speech["off"][:40].all() and not speech["off"][40:].any()
     assert speech["union"][:40].all() and not speech["union"][40:50].any() and speech["union"][50:].all()
     assert not speech["gate"].any()  # the gate keeps only where both hear speech: nowhere here
+
+
+def test_veto_silences_only_long_runs_of_the_vads_non_speech():
+    """vad "veto": the model decides speech, except inside runs of at least veto_seconds where the VAD hears none
+    (a pause with a fan in it); the VAD's short gaps between words change nothing."""
+    from normlab.diarization.models.embed import SpeakerEncoder
+    from normlab.diarization.pipeline.config import PipelineConfig
+    from normlab.diarization.pipeline.segment import long_runs, segment
+
+    assert long_runs(torch.tensor([1, 1, 0, 1, 1, 1, 0, 1], dtype=torch.bool), 3).tolist() == \
+        [False, False, False, True, True, True, False, False]
+
+    class Model(torch.nn.Module):  # hears speech everywhere
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def activity(self, x):
+            return torch.full((*x.shape[:2], 2), 0.9) * torch.tensor([1.0, 0.0])
+
+    class Vad(torch.nn.Module):  # speech in 0-1 s and 6-7 s: quiet runs of 5 s and 3 s
+        def forward(self, wave):
+            t = torch.arange(-(-wave.numel() // CHUNK)) * CHUNK / SAMPLE_RATE
+            return (((t >= 0) & (t < 1)) | ((t >= 6) & (t < 7))).float()
+
+    wave = 0.1 * torch.sin(torch.arange(10 * SAMPLE_RATE) * 0.05)
+    kw = dict(window=10.0, step=10.0, threshold=0.5, speakers="eend", vad="veto")
+    speech = {s: (segment(Model(), SpeakerEncoder(), wave, "u", PipelineConfig(veto_seconds=s, **kw), vad=Vad())
+                  .probs[0] > 0.5).any(1) for s in (4.0, 2.0)}
+    assert speech[4.0][:10].all() and not speech[4.0][11:59].any() and speech[4.0][61:].all()
+    assert speech[2.0][:10].all() and not speech[2.0][11:59].any() and speech[2.0][61:69].all() \
+        and not speech[2.0][71:].any()
+    with pytest.raises(ValueError, match="veto_seconds"):
+        PipelineConfig.for_model(None, veto_seconds=0.0)

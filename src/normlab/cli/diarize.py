@@ -370,10 +370,11 @@ def add_parsers(sub, name: str) -> None:
                        help="speech: the model's speech in pieces, each piece's speaker from its embedding, one "
                        "speaker at a time; eend: the model's own local speakers, overlap kept (default: the one "
                        "chosen on the model's dev set, stored in its file)")
-        q.add_argument("--vad", choices=["gate", "speech", "union", "off"], default=None,
+        q.add_argument("--vad", choices=["gate", "speech", "union", "veto", "off"], default=None,
                        help="Silero VAD: gate silences what it calls non-speech; speech: it alone "
                        "decides speech (with --local-speakers speech, the default then); union: speech where "
-                       "the model or the VAD hears it; off: the model decides (default: the model file's, else gate)")
+                       "the model or the VAD hears it; veto: silence where it hears no speech for 3 s or more; "
+                       "off: the model decides (default: the model file's, else gate)")
         q.add_argument("--device", type=check_spec, default="cpu",
                        help=f"where the segmentation model runs: {DEVICE_HELP} {d}")
 

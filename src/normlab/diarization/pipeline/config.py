@@ -8,7 +8,8 @@ from ..._checks import BadValue, check_choice
 
 #: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
 TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
-           "piece", "speakers", "vad", "vad_threshold", "weighting", "overlap_threshold", "merge_threshold")
+           "piece", "speakers", "vad", "vad_threshold", "veto_seconds", "weighting", "overlap_threshold",
+           "merge_threshold")
 
 
 #: each speakers mode's own defaults, tuned on its development data (docs/diarization.md): speech at 0.5 in
@@ -39,8 +40,10 @@ class PipelineConfig:
     #                                        (segment.silence_gate_db; None: silence_db alone)
     vad: str = "gate"  # "gate": frames Silero VAD calls non-speech are silence whatever the model says;
     #                    "speech": the VAD's probability is the speech activity (speakers="speech");
-    #                    "union": speech where the model or the VAD hears it (segment.vad_union); "off"
+    #                    "union": speech where the model or the VAD hears it (segment.vad_union);
+    #                    "veto": silence only where the VAD hears no speech for veto_seconds or more; "off"
     vad_threshold: float = 0.5  # speech probability above which a frame is speech for the VAD
+    veto_seconds: float = 3.0  # vad "veto": the shortest run of the VAD's non-speech that silences the model
     weighting: str = "mean"  # how the windows covering a frame are averaged: "hamming" trusts a window's
     #                             middle more than its edges (pyannote's aggregation); "mean" weighs them alike
     batch: int = 16  # windows per model call
@@ -77,11 +80,13 @@ class PipelineConfig:
         if cfg.window <= 0 or not 0 < cfg.step <= cfg.window:
             raise BadValue(f"need 0 < step <= window, got window={cfg.window}, step={cfg.step}")
         check_choice(cfg.speakers, ("eend", "speech"), "speakers mode")
-        check_choice(cfg.vad, ("off", "gate", "speech", "union"), "vad mode")
+        check_choice(cfg.vad, ("off", "gate", "speech", "union", "veto"), "vad mode")
         check_choice(cfg.weighting, ("hamming", "mean"), "window weighting")
         if cfg.speakers == "eend" and cfg.vad == "speech":
             raise BadValue("vad 'speech' (Silero alone decides speech) reads the model in speakers mode 'speech'; "
                            "with speakers 'eend' use vad 'gate'")
+        if not cfg.veto_seconds > 0:
+            raise BadValue(f"veto_seconds must be > 0, got {cfg.veto_seconds}")
         for name in ("threshold", "overlap_threshold", "vad_threshold"):
             value = getattr(cfg, name)
             if value is not None and not 0 <= value < 1:

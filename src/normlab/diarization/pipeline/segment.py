@@ -79,6 +79,17 @@ def vad_union(probs: torch.Tensor, speech: torch.Tensor, vad_threshold: float) -
     return probs.scatter(2, top, torch.maximum(probs.gather(2, top), boost))
 
 
+def long_runs(mask: torch.Tensor, min_len: int) -> torch.Tensor:
+    """``mask`` kept only in its runs of at least ``min_len`` consecutive True frames."""
+    out = torch.zeros_like(mask)
+    m = mask.to(torch.int8)
+    edges = torch.diff(torch.cat([m.new_zeros(1), m, m.new_zeros(1)]))
+    for a, b in zip(torch.nonzero(edges == 1).flatten().tolist(), torch.nonzero(edges == -1).flatten().tolist()):
+        if b - a >= min_len:
+            out[a:b] = True
+    return out
+
+
 def speaker_pieces(probs: torch.Tensor, threshold: float, min_frames: int,
                    piece: int) -> list[tuple[int, int, int, torch.Tensor | None]]:
     """Where to embed each local speaker of one window ``(size, S)``.
@@ -163,6 +174,8 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
             probs = windowed(speech)  # W, size', 1
         elif cfg.vad == "union":
             probs = vad_union(probs, windowed(speech), cfg.vad_threshold)
+        elif cfg.vad == "veto":
+            loud &= ~long_runs(speech <= cfg.vad_threshold, max(1, round(cfg.veto_seconds / fs)))
         else:
             loud &= speech > cfg.vad_threshold
     probs = probs * windowed(loud)  # digital silence (and the VAD's non-speech)
