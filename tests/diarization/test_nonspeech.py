@@ -123,8 +123,14 @@ def test_a_conversation_with_a_pause_is_the_same_conversation_moved(tmp_path):
 def test_the_last_stage_learns_from_the_sounds_and_resumes(tmp_path, monkeypatch):
     from normlab.diarization.data.dataset import MixtureSet
     from normlab.diarization.training import recipe
-    from normlab.diarization.training.recipe import (LAST_STAGE, RecipeConfig, _splits, finetune_model,
-                                                     simulate_splits, train_model)
+    from normlab.diarization.training.recipe import (
+        LAST_STAGE,
+        RecipeConfig,
+        _splits,
+        finetune_model,
+        simulate_splits,
+        train_model,
+    )
     from normlab.diarization.training.train import read_checkpoint
 
     read = []  # the folders each stage reads
