@@ -32,11 +32,17 @@ ALONE_SECONDS = (20.0, 45.0)
 ALONE_DBFS = (-65.0, -15.0)  # rms level of each sound of a recording of nothing else
 
 
-def kinds() -> tuple[str, ...]:
+def kinds(sample_rate: int = 8000) -> tuple[str, ...]:
     """The sound kinds available here (music needs its Debian package)."""
     from .prompts import music
 
-    return KINDS if music(8000) else tuple(k for k in KINDS if k != "music")
+    return KINDS if music(sample_rate) else tuple(k for k in KINDS if k != "music")
+
+
+def _draw_kind(rng: np.random.Generator, sample_rate: int) -> str:
+    """One of the available kinds, each as likely."""
+    available = kinds(sample_rate)
+    return available[int(rng.integers(len(available)))]
 
 
 def sound(kind: str, n: int, rng: np.random.Generator, sample_rate: int) -> np.ndarray:
@@ -104,7 +110,7 @@ def add_sound(mix: np.ndarray, span: tuple[int, int], sample_rate: int, rng: np.
     speech = float(np.mean(mix**2)) or 1e-8
     a = max(0, span[0] - int(rng.uniform(0.0, 1.0) * sample_rate))
     b = min(mix.size, span[1] + int(rng.uniform(0.0, 1.0) * sample_rate))
-    kind = kinds()[int(rng.integers(len(kinds())))]
+    kind = _draw_kind(rng, sample_rate)
     x = sound(kind, b - a, rng, sample_rate) * np.sqrt(speech / 10 ** (rng.uniform(*STRETCH_SNR_DB) / 10))
     out = mix.copy()
     out[a:b] += _fade(x.astype(np.float32), sample_rate)
@@ -118,7 +124,7 @@ def alone(index: int, seed: int, split_index: int, sample_rate: int, telephone_p
     cuts = np.sort(rng.integers(1, n, size=int(rng.integers(0, 3))))
     out = np.zeros(n, np.float32)
     for a, b in zip(np.r_[0, cuts], np.r_[cuts, n]):
-        kind = kinds()[int(rng.integers(len(kinds())))]
+        kind = _draw_kind(rng, sample_rate)
         level = 10 ** (rng.uniform(*ALONE_DBFS) / 20)
         out[a:b] += _fade(sound(kind, int(b - a), rng, sample_rate) * level, sample_rate, 0.2)
     if rng.random() < telephone_p:

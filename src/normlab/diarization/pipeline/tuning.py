@@ -139,6 +139,11 @@ def share_better(a: dict, b: dict, *, resamples: int = 2000, seed: int = 0) -> f
                          < eb[idx].sum(1) / np.maximum(tb[idx].sum(1), 1e-9)))
 
 
+def _row(rows: list[dict], settings: dict, keys: tuple) -> dict | None:
+    """The grid's row of ``settings`` (every key in ``keys``), or None where the grid does not hold them."""
+    return next((r for r in rows if all(r[k] == settings[k] for k in keys)), None)
+
+
 def keep_incumbent(rows: list[dict], best: dict, incumbent: dict, keys: tuple) -> dict:
     """Per mode with an incumbent in the grid: ``{"kept", "best_better_share", "settings"}``. The grid's best
     replaces the incumbent only where it is lower on dev in at least ``BEYOND_DOUBT`` of paired bootstrap
@@ -150,11 +155,11 @@ def keep_incumbent(rows: list[dict], best: dict, incumbent: dict, keys: tuple) -
         if not inc:
             continue
         settings = {k: inc.get(k, kw[k]) for k in keys}
-        row = next((r for r in rows if all(r[k] == settings[k] for k in keys)), None)
+        row = _row(rows, settings, keys)
         if row is None:
             out[mode] = {"kept": False, "in_grid": False, "best_better_share": None, "settings": settings}
             continue
-        top = next(r for r in rows if all(r[k] == kw[k] for k in keys))
+        top = _row(rows, kw, keys)
         share = share_better(top["_files"], row["_files"]) if top is not row else 0.0
         out[mode] = {"kept": share < BEYOND_DOUBT, "in_grid": True, "best_better_share": share,
                      "settings": settings}
@@ -239,10 +244,10 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
         modes = {m: pick(rs) for m in ("eend", "speech") if (rs := [r for r in rows if r["speakers"] == m
                                                                        and r["vad"] != "speech"])}
         if not modes:
-            raise BadValue("the grid has no setting where the model decides speech (vad off, gate or union)")
+            raise BadValue("the grid has no setting where the model decides speech (vad off, gate, union or veto)")
         kept = keep_incumbent(rows, modes, incumbent or {}, keys)
-        modes = {m: kw if m not in kept or not kept[m]["kept"] else kept[m]["settings"] for m, kw in modes.items()}
-        chosen = {m: next(r for r in rows if all(r[k] == kw[k] for k in keys)) for m, kw in modes.items()}
+        modes = {m: kept[m]["settings"] if m in kept and kept[m]["kept"] else kw for m, kw in modes.items()}
+        chosen = {m: _row(rows, kw, keys) for m, kw in modes.items()}
         other = next(m for m in ("speech", "eend") if m != PREFERRED_MODE)
         share = (share_better(chosen[other]["_files"], chosen[PREFERRED_MODE]["_files"]) if len(modes) == 2
                  else None)
@@ -256,7 +261,7 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
                   "mode_choice": {"preferred": PREFERRED_MODE, "other": other, "other_better_share": share,
                                   "beyond_doubt": BEYOND_DOUBT},
                   "incumbent": {m: {k: v for k, v in kept[m].items() if k != "settings"} for m in kept},
-                  "dev_scores": {name: _public(next(r for r in rows if all(r[k] == kw[k] for k in keys)))
+                  "dev_scores": {name: _public(_row(rows, kw, keys))
                                  for name, kw in readings.items()}}
         for name, dirs in (tests or {}).items():  # scored once per reading, with the dev choice
             files = files_of(dirs)

@@ -152,6 +152,11 @@ def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
     return sets
 
 
+def _train_names(cfg: RecipeConfig) -> list[str]:
+    """The recipe's training folders, in ``_splits`` order."""
+    return [name for name, _ in _splits(cfg) if name.startswith("train")]
+
+
 def simulate_splits(data: str | pathlib.Path, cfg: RecipeConfig, progress: Progress | None = None,
                     jobs: int = 1, which: str = "all") -> pathlib.Path:
     """``data/{train,dev,test,...}`` for ``cfg`` with ``jobs`` processes (existing mixtures are reused);
@@ -168,7 +173,7 @@ def train_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig,
                 progress: Progress | None = None) -> tuple[EENDModel, list[float]]:
     """Train on the ``data/train*`` sets with checkpoints in ``out/ckpt`` (resumes); ``train_synth`` joins at
     step ``cfg.synth_from``; with ``cfg.finetune_steps``, the sounds-without-speech sets wait for that stage."""
-    names = [name for name, _ in _splits(cfg) if name.startswith("train")]
+    names = _train_names(cfg)
     if cfg.finetune_steps:
         names = [n for n in names if n not in LAST_STAGE]
     first = MixtureSet([data / n for n in names if n != "train_synth"], n_speakers=cfg.n_speakers)
@@ -196,7 +201,7 @@ def finetune_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig, mod
     """The last stage: ``cfg.finetune_steps`` more steps from ``model`` on every ``data/train*`` set (the
     sounds-without-speech sets among them), a fresh Adam and one cosine cycle from ``cfg.finetune_lr``;
     checkpoints in ``out/ckpt_finetune`` (resumes)."""
-    names = [name for name, _ in _splits(cfg) if name.startswith("train")]
+    names = _train_names(cfg)
     every = MixtureSet([data / n for n in names], n_speakers=cfg.n_speakers)
     tc = TrainConfig(steps=cfg.finetune_steps, lr=cfg.finetune_lr, warmup=max(1, cfg.warmup // 4), decay="cosine",
                      ckpt_every=max(1, min(100, cfg.finetune_steps // 10)), seed=cfg.seed + 5)
