@@ -99,8 +99,9 @@ def test_a_pause_is_only_for_conversations():
 
 @needs_espeak
 def test_a_conversation_with_a_pause_is_the_same_conversation_moved(tmp_path):
-    """The pause draws from its own random stream: the speakers and their turns are those of the conversation
-    without it, the later ones moved by the pause."""
+    """The pause draws from its own random stream: with a pause, the speakers and their turns are those of the
+    conversation without it, the later ones moved by the pause; where the draw gives no pause, the recording is
+    the one without pauses, bit for bit."""
     from dataclasses import replace
 
     from normlab.diarization.data.simulate import conversation
@@ -109,14 +110,18 @@ def test_a_conversation_with_a_pause_is_the_same_conversation_moved(tmp_path):
     base = SimConfig(n_speakers=3, min_speakers=2, split="train", sources="espeak", style="conversation",
                      augment=True, beta_by_count=True, seed=4)
     pool = voices("train", "espeak")
-    for index in (0, 1):
-        a, ta, _ = conversation(base, index, pool)
-        b, tb, _ = conversation(replace(base, stretch_p=1.0), index, pool)
-        shift = (b.size - a.size) / SR
-        assert nonspeech.STRETCH[0] <= shift <= nonspeech.STRETCH[1]
-        assert [(t.speaker, t.duration) for t in ta] == [(t.speaker, t.duration) for t in tb]
-        moves = {round(y.start - x.start, 2) for x, y in zip(ta, tb)}
-        assert moves <= {0.0, round(shift, 2)}
+    half = replace(base, stretch_p=0.5)  # at seed 4: index 2 draws a pause, index 3 none
+    a, ta, _ = conversation(base, 2, pool)
+    b, tb, _ = conversation(half, 2, pool)
+    shift = (b.size - a.size) / SR
+    assert nonspeech.STRETCH[0] <= shift <= nonspeech.STRETCH[1]
+    assert [(t.speaker, t.duration) for t in ta] == [(t.speaker, t.duration) for t in tb]
+    moves = {round(y.start - x.start, 2) for x, y in zip(ta, tb)}
+    assert moves <= {0.0, round(shift, 2)}
+    a, ta, _ = conversation(base, 3, pool)
+    b, tb, _ = conversation(half, 3, pool)
+    assert np.array_equal(a, b)  # the same audio and turns (the uri names the setting)
+    assert [(t.start, t.duration, t.speaker) for t in ta] == [(t.start, t.duration, t.speaker) for t in tb]
 
 
 @needs_espeak
