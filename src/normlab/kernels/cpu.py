@@ -201,9 +201,10 @@ def _madvise():
 
 def _output(like: torch.Tensor) -> torch.Tensor:
     """A fresh output of ``like``'s shape and dtype. A large one is memory the kernel is about to touch for the
-    first time, page by page (above glibc's mmap threshold every call gets fresh pages): its 2 MB-aligned part
-    is marked for huge pages first, so it faults in 2 MB at a time instead of 4 KB (an advice: the values are
-    the same; where the OS declines, nothing changes)."""
+    first time, page by page (above glibc's mmap threshold a call gets fresh pages, unless glibc carves it from
+    free memory it kept, where the advice then stays on that range for later, smaller allocations): its 2 MB-
+    aligned part is marked for huge pages first, so it faults in 2 MB at a time instead of 4 KB (an advice: the
+    values are the same; where the OS declines, nothing changes)."""
     out = torch.empty_like(like)
     nbytes = out.numel() * out.element_size()
     if nbytes >= HUGE_PAGES_MIN and (madvise := _madvise()) is not None:
