@@ -191,6 +191,9 @@ def test_recipe_end_to_end_at_debug_size_resumes_and_records_provenance(tmp_path
     assert model.postprocess == {"threshold": best["threshold"], "median": best["median"],
                                  "modes": pipeline["modes"], "speakers": pipeline["speakers"]}
     assert set(pipeline["modes"]) == {"eend", "speech"} and "test:test" in pipeline
+    # the embeddings' whitening, fitted on the training conversations, travels in the model file
+    assert result["whitening"]["fitted"] and model.whitening["folders"] == {"train": 3}
+    assert model.whitening["recordings"] == 3 and model.whitening["matrix"].shape == (256, 256)
     assert model.cfg.n_speakers == 4 and result["window_frames"] == 100
     assert result["test_recordings"] == 2 and math.isfinite(result["test"]["collar_0.25"]["der"])
     assert result["test_dry_recordings"] == 1 and "collar_0" in result["test_dry"]

@@ -15,7 +15,7 @@ from ._common import flag, positive_int, progress, renamed
 HELP = {"diarize": "speaker diarization: AUDIO... to RTTM, and DER scoring"}
 
 #: subcommands; any other first word is an audio file: ``normlab diarize AUDIO...`` is ``diarize run AUDIO...``
-COMMANDS = ("score", "run", "evaluate", "simulate", "train", "recipe", "tune")
+COMMANDS = ("score", "run", "evaluate", "simulate", "train", "recipe", "tune", "whiten")
 
 
 def _number(convert, ok, expected: str):
@@ -87,7 +87,8 @@ def _speaker_counts(args: argparse.Namespace) -> dict:
 def _pipeline_options(args: argparse.Namespace) -> dict:
     """Options the user set; the rest come from the model file (the same defaults as the Python API)."""
     return {k: v for k, v in (("threshold", args.threshold), ("overlap_threshold", args.overlap_threshold),
-                              ("median", args.median), ("speakers", args.local_speakers), ("vad", args.vad))
+                              ("median", args.median), ("speakers", args.local_speakers), ("vad", args.vad),
+                              ("whiten", args.whiten))
             if v is not None}
 
 
@@ -211,6 +212,28 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
                                                                           if k != "grid"})
     print(format_tuning(result))
     print(f"wrote {args.out}" + (f"; stored the choice in {args.model}" if args.save else ""))
+    return 0
+
+
+def _cmd_diarize_whiten(args: argparse.Namespace) -> int:
+    from .._checks import BadValue, NotFound
+    from ..diarization.models.eend import SHIPPED
+    from ..diarization.pipeline.api import load_encoder, load_model
+    from ..diarization.pipeline.whiten import fit_files
+    from ..diarization.training.provenance import write_whitening
+
+    if pathlib.Path(args.model).resolve() == SHIPPED.resolve() or _read_only(args.model):
+        raise BadValue(f"{args.model} is read-only or the shipped model: copy it first")
+    for d in args.train:
+        if not pathlib.Path(d).is_dir():
+            raise NotFound(f"{d}: no such folder (--train takes folders of WAVs and their ref.rttm)")
+    model, encoder = load_model(args.model), load_encoder(args.embedding)
+    fitted = fit_files(model, encoder, args.train, lam=args.lam, per_folder=args.per_folder, jobs=args.jobs,
+                       progress=progress("segment"))
+    write_whitening(args.model, fitted)
+    print(f"fitted on {fitted['pieces']} pieces of {fitted['speakers']} speakers in {fitted['recordings']} "
+          f"recordings (lam {fitted['lam']:g}); stored in {args.model}: diarize with --whiten, or let `diarize "
+          "tune --save` choose")
     return 0
 
 
@@ -364,6 +387,9 @@ def add_parsers(sub, name: str) -> None:
         q.add_argument("--overlap-threshold", type=float, default=None,
                        help="eend mode: a second speaker at the same time counts above this; higher calls "
                        "less overlap (default: the model's, else --threshold)")
+        q.add_argument("--whiten", action=argparse.BooleanOptionalAction, default=None,
+                       help="cluster the speaker embeddings mapped by the model file's whitening (normlab "
+                       "diarize whiten) or not (default: the model file's choice)")
         q.add_argument("--median", type=_odd, default=None,
                        help="median filter width in frames, odd (default: the model's)")
         q.add_argument("--local-speakers", choices=["speech", "eend"], default=None,
@@ -419,6 +445,19 @@ def add_parsers(sub, name: str) -> None:
     tu.add_argument("--out", default="tune.json", help=f"the grid, the choice and the test scores {d}")
     flag(tu, "--save", "store the choice in the --model file (the pipeline's defaults for it)")
     tu.set_defaults(func=_cmd_diarize_tune)
+
+    wh = dsub.add_parser("whiten", help="fit the speaker embeddings' whitening on training conversations and "
+                         "store it in a model file")
+    wh.add_argument("model", help="EEND model file to store it in (a copy: the shipped model is read-only)")
+    wh.add_argument("--train", nargs="+", required=True, metavar="DIR",
+                    help="training folders: wav/*.wav and ref.rttm, never dev or test recordings (required)")
+    wh.add_argument("--lam", type=_rate, default=1.0, help=f"shrinkage towards the identity {d}")
+    wh.add_argument("--per-folder", type=positive_int, default=None,
+                    help="at most this many recordings of each folder, by name (default: all)")
+    wh.add_argument("--embedding", default=None, metavar="WEIGHTS",
+                    help="speaker encoder weights (default: the shipped GE2E weights)")
+    wh.add_argument("--jobs", type=positive_int, default=1, help=f"processes segmenting files in parallel {d}")
+    wh.set_defaults(func=_cmd_diarize_whiten)
 
     rc = dsub.add_parser("recipe", help="simulate, train, tune on dev, score on test: the shipped model's recipe")
     rc.add_argument("--out", required=True, help="writes OUT/model.pt, OUT/results.json (re-running resumes; required)")

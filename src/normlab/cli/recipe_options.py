@@ -60,6 +60,8 @@ HELP = {
     "restart_at": "step where a second cosine learning-rate cycle starts (ignored when --steps is not larger)",
     "restart_lr": "the second cycle's peak learning rate",
     "dev_extra": "more dev folders (wav/*.wav and ref.rttm, comma-separated) for choosing the pipeline's settings",
+    "whiten_lam": "shrinkage of the speaker embeddings' whitening fitted after training (0: none)",
+    "whiten_per_folder": "the whitening is fitted on this many conversations of train and of train_real",
     "tune_grid": "pipeline settings to try on the dev set, NAME=V1,V2 items separated by ';' (default: the full "
                  "grid of pipeline/tuning.py); 'none' skips the pipeline tuning",
 }

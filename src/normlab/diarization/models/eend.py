@@ -54,7 +54,9 @@ class EENDModel(nn.Module):
     ``postprocess`` (threshold, median filter width) travels with the saved
     model: it is chosen on a development set for these weights. So does
     ``features``, the feature setup it was trained on (files without it: the
-    default ``FeatureConfig``).
+    default ``FeatureConfig``). So does ``whitening`` where one was fitted: the
+    map of the speaker embeddings learned on this model's training
+    conversations (``pipeline/whiten.py``; None without one).
     """
 
     features: FeatureConfig = FeatureConfig()
@@ -63,6 +65,7 @@ class EENDModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.postprocess = dict(DEFAULT_POSTPROCESS)
+        self.whitening: dict | None = None
         check_choice(cfg.encoder, ENCODERS, "encoder")
         # one signature for every encoder; EEND's Transformer has no positions, the Conformer its sinusoidal table
         encoder, pos = {"transformer": (TransformerEncoder, "none"), "conformer": (ConformerEncoder, "sinusoidal")}[
@@ -94,7 +97,8 @@ class EENDModel(nn.Module):
         path = pathlib.Path(path)
         tmp = path.with_name(f".{path.name}.tmp")
         torch.save({"config": asdict(self.cfg), "postprocess": self.postprocess, "features": asdict(self.features),
-                    "state_dict": self.state_dict(), "provenance": record()}, tmp)
+                    "state_dict": self.state_dict(), "provenance": record(),
+                    **({"whitening": self.whitening} if self.whitening is not None else {})}, tmp)
         tmp.replace(path)
 
     @classmethod
@@ -124,4 +128,5 @@ class EENDModel(nn.Module):
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise BadValue(f"{not_ours}: its config or weights do not fit ({type(e).__name__}: {first[:160]})") from e
         model.postprocess.update(blob.get("postprocess", {}))
+        model.whitening = blob.get("whitening")
         return model.eval()

@@ -9,7 +9,7 @@ from ..._checks import BadValue, check_choice
 #: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
 TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
            "piece", "speakers", "vad", "vad_threshold", "veto_seconds", "weighting", "overlap_threshold",
-           "merge_threshold")
+           "merge_threshold", "whiten")
 
 
 #: each speakers mode's own defaults, tuned on its development data (docs/diarization.md): speech at 0.5 in
@@ -44,6 +44,7 @@ class PipelineConfig:
     #                    "veto": silence only where the VAD hears no speech for veto_seconds or more; "off"
     vad_threshold: float = 0.5  # speech probability above which a frame is speech for the VAD
     veto_seconds: float = 3.0  # vad "veto": the shortest run of the VAD's non-speech that silences the model
+    whiten: bool = False  # cluster the embeddings mapped by the model file's whitening (pipeline/whiten.py)
     weighting: str = "mean"  # how the windows covering a frame are averaged: "hamming" trusts a window's
     #                             middle more than its edges (pyannote's aggregation); "mean" weighs them alike
     batch: int = 16  # windows per model call
@@ -82,6 +83,9 @@ class PipelineConfig:
         check_choice(cfg.speakers, ("eend", "speech"), "speakers mode")
         check_choice(cfg.vad, ("off", "gate", "speech", "union", "veto"), "vad mode")
         check_choice(cfg.weighting, ("hamming", "mean"), "window weighting")
+        if cfg.whiten and getattr(model, "whitening", None) is None:
+            raise BadValue("whiten is on but the model file holds no embedding whitening (fit one: normlab diarize "
+                           "whiten MODEL --train DIR)")
         if cfg.speakers == "eend" and cfg.vad == "speech":
             raise BadValue("vad 'speech' (Silero alone decides speech) reads the model in speakers mode 'speech'; "
                            "with speakers 'eend' use vad 'gate'")

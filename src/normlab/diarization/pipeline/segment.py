@@ -147,6 +147,7 @@ class Segmentation:
     pieces: list[tuple[int, int, int, int, int]]  # (window, local speaker, start, end, embedding row)
     embeddings: torch.Tensor  # (n, dim), L2-normalized
     weights: np.ndarray  # (n,) seconds of speech behind each embedding
+    whitening: torch.Tensor | None = None  # the model file's map of the embeddings (pipeline/whiten.py), if any
 
 
 def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig,
@@ -157,7 +158,8 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
     feats = extract(wave8k, feature_cfg)  # T, dim
     T = feats.shape[0]
     if T == 0:
-        return Segmentation(uri, 0, fs, [], torch.zeros(0, 0, 0), [], torch.zeros(0, EMBED_DIM), np.zeros(0))
+        return Segmentation(uri, 0, fs, [], torch.zeros(0, 0, 0), [], torch.zeros(0, EMBED_DIM), np.zeros(0),
+                            _whitening(model))
     size = max(1, round(cfg.window / fs))
     starts = window_starts(T, size, max(1, round(cfg.step / fs)))
     probs = local_activity(model, feats, starts, size, cfg.batch)  # W, size', S
@@ -214,4 +216,9 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
             row = min(same)[1]
         out.append((w, s, a, b, row))
     return Segmentation(uri, T, fs, starts, probs, out, emb[ok], np.array(weights)[ok.numpy()] if groups else
-                        np.zeros(0))
+                        np.zeros(0), _whitening(model))
+
+
+def _whitening(model) -> torch.Tensor | None:
+    fitted = getattr(model, "whitening", None)
+    return None if fitted is None else fitted["matrix"]

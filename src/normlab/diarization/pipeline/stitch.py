@@ -5,6 +5,7 @@ import torch
 
 from ..io.features import FeatureConfig
 from ..io.rttm import Turn
+from . import whiten
 from .cluster import check_speaker_counts, cluster
 from .config import PipelineConfig
 from .postprocess import median_filter, to_turns
@@ -25,7 +26,8 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
     lo, _ = check_speaker_counts(num_speakers, min_speakers, max_speakers)
     if not seg.pieces:
         return []
-    labels = cluster(seg.embeddings.numpy(), threshold=cfg.cluster_threshold, weights=seg.weights,
+    emb = whiten.apply(seg.embeddings, seg.whitening) if cfg.whiten else seg.embeddings
+    labels = cluster(emb.numpy(), threshold=cfg.cluster_threshold, weights=seg.weights,
                      num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers,
                      min_weight=cfg.min_cluster, merge=cfg.merge_threshold)
     k_total = max(int(labels.max()) + 1, lo)

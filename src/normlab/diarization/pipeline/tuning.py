@@ -44,7 +44,8 @@ SEGMENT_GRID = {"speakers": ("eend", "speech"), "vad": ("off", "union", "speech"
                 "piece": (1.5,), "step": (5.0,)}
 #: the settings tried on each segmentation (clustering and stitching only: cheap)
 STITCH_GRID = {"cluster_threshold": (0.3, 0.35, 0.4, 0.5), "min_cluster": (1.0, 2.0, 4.0, 8.0),
-               "weighting": ("mean", "hamming"), "overlap_threshold": (0.5, 0.6, 0.7), "merge_threshold": (0.0,)}
+               "weighting": ("mean", "hamming"), "overlap_threshold": (0.5, 0.6, 0.7), "merge_threshold": (0.0,),
+               "whiten": (False,)}  # whitening: not in the default grid (docs/diarization.md); --grid whiten=false,true
 KEYS = (*SEGMENT_GRID, *STITCH_GRID)
 #: the default mode unless the other is better beyond doubt (``share_better`` >= ``BEYOND_DOUBT``)
 PREFERRED_MODE = "eend"
@@ -69,12 +70,18 @@ def parse_grid(items: list[str], grids: tuple[dict, dict]) -> tuple[dict, dict]:
         grid = seg if name in seg else st if name in st else None
         if grid is None or not values:
             raise BadValue(f"grid {item!r}: expected NAME=V1,V2 with NAME one of {sorted([*seg, *st])}")
-        kind = type(grid[name][0])
+        kind = _flag if isinstance(grid[name][0], bool) else type(grid[name][0])
         try:
             grid[name] = tuple(kind(v) for v in values.split(","))
         except ValueError as e:
             raise BadValue(f"grid {item!r}: {e}") from None
     return seg, st
+
+
+def _flag(text: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0"):
+        raise ValueError(f"expected true or false, got {text!r}")
+    return text.lower() in ("true", "1")
 
 
 def files_of(dirs: list) -> list[tuple[pathlib.Path, list[Turn]]]:
@@ -154,7 +161,8 @@ def keep_incumbent(rows: list[dict], best: dict, incumbent: dict, keys: tuple) -
         inc = incumbent.get(mode)
         if not inc:
             continue
-        settings = {k: inc.get(k, kw[k]) for k in keys}
+        # a setting the incumbent does not name ran at the pipeline's default (a grid axis added since)
+        settings = {k: inc.get(k, getattr(PipelineConfig, k, kw[k])) for k in keys}
         row = _row(rows, settings, keys)
         if row is None:
             out[mode] = {"kept": False, "in_grid": False, "best_better_share": None, "settings": settings}
@@ -221,6 +229,10 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
     file's stored choice): a mode keeps its incumbent unless the grid's best is
     lower beyond doubt (``keep_incumbent``).
     """
+    if getattr(model, "whitening", None) is None:  # nothing to whiten with
+        stitch_grid = {**stitch_grid, "whiten": tuple(v for v in stitch_grid.get("whiten", (False,)) if not v)}
+        if not stitch_grid["whiten"]:
+            raise BadValue("the grid asks for whiten=true only, but the model file holds no embedding whitening")
     dev_files = files_of(dev)
     if not dev_files:
         raise NotFound(f"no dev recordings with references in {[str(d) for d in dev]}")

@@ -106,6 +106,17 @@ def write_pipeline(path: str | pathlib.Path, modes: dict, speakers: str, tuning:
     os.replace(tmp, path)
 
 
+def write_whitening(path: str | pathlib.Path, fitted: dict) -> None:
+    """Store a fitted embedding whitening (``pipeline/whiten.py``) in the model file at ``path`` (atomically),
+    with the versions that made it."""
+    path = pathlib.Path(path)
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    blob["whitening"] = {**fitted, "versions": versions()}
+    tmp = path.with_suffix(".whitening.tmp")
+    torch.save(blob, tmp)
+    os.replace(tmp, path)
+
+
 def read(path: str | pathlib.Path) -> dict:
     """The ``meta`` entry of a model file (empty for files written before it existed)."""
     return torch.load(pathlib.Path(path), map_location="cpu", weights_only=True).get("meta", {})

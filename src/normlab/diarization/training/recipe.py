@@ -88,6 +88,8 @@ class RecipeConfig:
     #                       does not overfit (train and dev losses stay together)
     seed: int = 0
     dev_extra: str = ""  # more dev folders (comma-separated; e.g. real recordings) for the pipeline's settings
+    whiten_lam: float = 1.0  # > 0: fit the speaker embeddings' whitening (pipeline/whiten.py) with this shrinkage
+    whiten_per_folder: int = 600  # ... on the first conversations of train and train_real; stored in the model file
     tune_grid: str = ""  # NAME=V1,V2 items (';'-separated) narrowing pipeline/tuning.py's grid; "none": no tuning
 
     def model_config(self) -> ModelConfig:
@@ -270,6 +272,24 @@ def tune_recipe_pipeline(model_path: pathlib.Path, data: pathlib.Path, cfg: Reci
     return {k: v for k, v in result.items() if k != "grid"}
 
 
+def whiten_recipe_model(model_path: pathlib.Path, data: pathlib.Path, cfg: RecipeConfig, jobs: int = 1) -> dict:
+    """Fit the speaker embeddings' whitening on the first ``cfg.whiten_per_folder`` conversations of
+    ``data/train`` and ``data/train_real`` and store it in the model file; returns what it was fitted on (or
+    why not: a model with no piece of one voice in them, e.g. barely trained, has nothing to fit)."""
+    from ..._checks import BadValue
+    from ..models.embed import SpeakerEncoder
+    from ..pipeline.whiten import fit_files
+
+    dirs = [data / name for name in ("train", "train_real") if (data / name / "ref.rttm").exists()]
+    try:
+        fitted = fit_files(EENDModel.load(model_path), SpeakerEncoder.load(), dirs, lam=cfg.whiten_lam,
+                           per_folder=cfg.whiten_per_folder, jobs=jobs)
+    except BadValue as e:
+        return {"fitted": False, "reason": str(e)}
+    provenance.write_whitening(model_path, fitted)
+    return {"fitted": True, **{k: v for k, v in fitted.items() if k != "matrix"}}
+
+
 def run_recipe(out: str | pathlib.Path, cfg: RecipeConfig = RecipeConfig(), *, data: str | pathlib.Path | None = None,
                progress: Progress | None = None, jobs: int = 1) -> dict:
     """Simulate (into ``data``, default ``out/data``), train, tune, score; write ``out/model.pt`` and
@@ -298,6 +318,10 @@ def run_recipe(out: str | pathlib.Path, cfg: RecipeConfig = RecipeConfig(), *, d
     tmp = out / "model.pt.tmp"
     model.save(tmp)
     provenance.write(tmp, meta)
+    if cfg.whiten_lam > 0:
+        t4 = time.time()
+        result["whitening"] = whiten_recipe_model(tmp, data, cfg, jobs)
+        result["seconds"]["whitening"] = round(time.time() - t4, 1)
     if cfg.tune_grid != "none":  # the whole pipeline's settings, chosen on the dev set (pipeline/tuning.py)
         t4 = time.time()
         result["pipeline"] = tune_recipe_pipeline(tmp, data, cfg, jobs)

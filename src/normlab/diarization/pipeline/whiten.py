@@ -1,0 +1,115 @@
+"""Whitening of the speaker embeddings, learned on training conversations (within-class covariance
+normalization, WCCN).
+
+The speaker encoder was trained elsewhere; on this model's pieces (1.5 s of
+one local speaker) one person's embeddings scatter along a few directions
+(what is said, the room, the level) as far as two persons' differ. Within a
+training conversation the pieces of one speaker give that scatter: ``S_w``,
+the mean within-speaker covariance, scaled to unit mean variance. The
+embeddings are mapped by ``(S_w + lam I)^(-1/2)`` before the cosine
+clustering: directions where one speaker wanders count less, the others
+more; ``lam`` shrinks the map towards the identity (``lam`` large: the
+embeddings unchanged up to scale). The map is a property of the model and
+encoder pair, fitted once (``normlab diarize whiten``; the recipe's last
+stage but one) and stored in the model file; ``PipelineConfig.whiten``
+turns it on, chosen with the clustering cut on the dev set.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..._checks import BadValue
+from ..io.rttm import Turn
+from .segment import Segmentation
+
+#: the share of a piece's active frames that must be one reference speaker alone for it to teach the map
+PURE = 0.9
+
+
+def piece_speakers(seg: Segmentation, ref: list[Turn], threshold: float) -> dict[int, str]:
+    """Embedding row -> reference speaker, for the rows whose pieces are one speaker: of each piece's frames
+    above ``threshold``, at least :data:`PURE` hold exactly one reference speaker, and the same one (rows
+    shared by pieces that disagree are left out)."""
+    speakers = sorted({t.speaker for t in ref})
+    found: dict[int, set] = {}
+    for w, s, a, b, row in seg.pieces:
+        on = (seg.probs[w, a:b, s] > threshold).nonzero().squeeze(1).numpy()
+        if on.size == 0:
+            continue
+        t = (seg.starts[w] + a + on + 0.5) * seg.frame_seconds
+        talk = np.zeros((on.size, len(speakers)), bool)
+        for turn in ref:
+            talk[:, speakers.index(turn.speaker)] |= (t >= turn.start) & (t < turn.start + turn.duration)
+        votes = talk[talk.sum(1) == 1].sum(0)
+        if votes.size and votes.max() >= PURE * on.size:
+            found.setdefault(row, set()).add(speakers[int(votes.argmax())])
+    return {row: next(iter(s)) for row, s in found.items() if len(s) == 1}
+
+
+def fit(segmentations: list[tuple[Segmentation, list[Turn]]], threshold: float, lam: float = 1.0) -> dict:
+    """The whitening map ``(dim, dim)`` from training recordings and their references, with what it was fitted
+    on: ``{"matrix", "lam", "recordings", "pieces", "speakers"}``."""
+    if not lam > 0:
+        raise BadValue(f"whitening lam must be > 0, got {lam}")
+    dim = next((s.embeddings.shape[1] for s, _ in segmentations if s.embeddings.numel()), None)
+    scatter, pieces, classes = None, 0, 0
+    for seg, ref in segmentations:
+        rows = piece_speakers(seg, ref, threshold)
+        emb = seg.embeddings.double().numpy()
+        for spk in set(rows.values()):
+            x = emb[[r for r, s in rows.items() if s == spk]]
+            if len(x) < 2:
+                continue
+            x = x - x.mean(0)
+            scatter = x.T @ x if scatter is None else scatter + x.T @ x
+            pieces, classes = pieces + len(x), classes + 1
+    if scatter is None:
+        raise BadValue("no speaker has two pieces of one voice in these recordings: nothing to fit the whitening on")
+    sw = scatter / pieces
+    sw = sw / (np.trace(sw) / dim)  # unit mean variance: lam is relative to it
+    vals, vecs = np.linalg.eigh(sw + lam * np.eye(dim))
+    matrix = (vecs * vals ** -0.5) @ vecs.T
+    return {"matrix": torch.from_numpy(matrix).float(), "lam": float(lam), "recordings": len(segmentations),
+            "pieces": pieces, "speakers": classes}
+
+
+def apply(embeddings: torch.Tensor, matrix: torch.Tensor | None) -> torch.Tensor:
+    """``embeddings (n, dim)`` mapped by ``matrix`` and L2-normalized again (the clustering's cosines)."""
+    if matrix is None:
+        raise BadValue("whiten is on but the model file holds no embedding whitening (fit one: normlab diarize "
+                       "whiten MODEL --train DIR)")
+    if matrix.shape != (embeddings.shape[1],) * 2:
+        raise BadValue(f"the model file's whitening is {tuple(matrix.shape)}, the embeddings have "
+                       f"{embeddings.shape[1]} dimensions: fitted with another speaker encoder")
+    x = embeddings.double() @ matrix.double()
+    return (x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)).float()
+
+
+def fit_files(model, encoder, dirs: list, *, lam: float = 1.0, per_folder: int | None = None, jobs: int = 1,
+              progress=None) -> dict:
+    """:func:`fit` on the recordings of ``dirs`` (``wav/*.wav`` and ``ref.rttm``; at most ``per_folder`` of
+    each, by name), segmented with the model's own ``eend`` settings; records the folders."""
+    import pathlib
+
+    from .config import PipelineConfig
+    from .tuning import Segmenter, files_of
+
+    cfg = PipelineConfig.for_model(model, speakers="eend", whiten=False)
+    files = [f for d in dirs for f in files_of([d])[:per_folder]]
+    if not files:
+        raise BadValue(f"no recordings with references in {[str(d) for d in dirs]}")
+    run = Segmenter(model, encoder, jobs)
+    try:
+        segs = []
+        for i in range(0, len(files), 50):  # in blocks: a long fit shows its progress
+            part = files[i : i + 50]
+            found = run([w for w, _ in part], cfg)
+            segs += [(found[w.stem], ref) for w, ref in part]
+            if progress:
+                progress(len(segs), len(files), "segment")
+    finally:
+        run.close()
+    fitted = fit(segs, cfg.threshold, lam)
+    fitted["folders"] = {pathlib.Path(d).name: len(files_of([d])[:per_folder]) for d in dirs}
+    return fitted

@@ -1,0 +1,133 @@
+"""The speaker embeddings' whitening (``pipeline/whiten.py``, ``normlab diarize whiten``): learned from the
+pieces of one speaker in training conversations, it shrinks the directions one voice wanders in, travels in
+the model file, and the pipeline uses it only where asked (``whiten``) and the file holds one."""
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from normlab import UserError
+from normlab.cli import main
+from normlab.diarization.io.rttm import Turn, write_rttm
+from normlab.diarization.models.eend import EENDModel
+from normlab.diarization.pipeline import whiten
+from normlab.diarization.pipeline.cluster import cluster
+from normlab.diarization.pipeline.config import PipelineConfig
+from normlab.diarization.pipeline.segment import Segmentation
+from normlab.diarization.pipeline.tuning import STITCH_GRID, keep_incumbent, parse_grid
+from normlab.diarization.training.provenance import write_whitening
+from tiny_diarizer import SR, tiny_models
+
+DIM, PIECE = 8, 10  # embedding dimensions; frames per piece (0.1 s frames)
+
+
+def _voices(rng, n_pieces: int, means: np.ndarray, wander: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Pieces' embeddings and speakers: each speaker's mean plus a large wander along dimension 0 (what is said)
+    and a small one elsewhere."""
+    who = np.arange(n_pieces) % len(means)
+    noise = 0.03 * rng.standard_normal((n_pieces, DIM))
+    noise[:, 0] = wander * rng.standard_normal(n_pieces)
+    return means[who] + noise, who
+
+
+def _recording(emb: np.ndarray, who: np.ndarray, uri: str = "r") -> tuple[Segmentation, list[Turn]]:
+    """One window; piece i is speaker who[i] alone over frames [10 i, 10 i + 10)."""
+    n = len(who)
+    probs = torch.zeros(1, n * PIECE, int(who.max()) + 1)
+    for i, s in enumerate(who):
+        probs[0, i * PIECE : (i + 1) * PIECE, s] = 0.9
+    pieces = [(0, int(s), i * PIECE, (i + 1) * PIECE, i) for i, s in enumerate(who)]
+    ref = [Turn(uri, i * PIECE * 0.1, PIECE * 0.1, f"spk{s}") for i, s in enumerate(who)]
+    e = torch.from_numpy(emb).float()
+    return Segmentation(uri, n * PIECE, 0.1, [0], probs, pieces, e / e.norm(dim=1, keepdim=True),
+                        np.ones(n)), ref
+
+
+def _means(rng, k: int) -> np.ndarray:
+    """Speakers who differ a little, off dimension 0, around a common voice."""
+    m = np.zeros((k, DIM))
+    m[:, 1] = 3.0
+    m[:, 2:] = 0.25 * rng.standard_normal((k, DIM - 2))
+    return m
+
+
+def test_whitening_separates_voices_that_differ_less_than_one_voice_wanders():
+    rng = np.random.default_rng(0)
+    train = [_recording(*_voices(rng, 40, _means(rng, 3)), uri=f"t{i}") for i in range(10)]
+    fitted = whiten.fit(train, threshold=0.5, lam=0.01)
+    assert fitted["speakers"] == 30 and fitted["pieces"] == 400 and fitted["recordings"] == 10
+    means = _means(np.random.default_rng(7), 2)
+    emb, who = _voices(np.random.default_rng(8), 40, means)
+    seg, _ = _recording(emb, who)
+    raw = cluster(seg.embeddings.numpy(), threshold=0.3, num_speakers=2)
+    mapped = whiten.apply(seg.embeddings, fitted["matrix"])
+    white = cluster(mapped.numpy(), threshold=0.3, num_speakers=2)
+    agree = lambda labels: max(np.mean(labels == who), np.mean(labels != who))  # noqa: E731
+    assert agree(white) == 1.0 and agree(raw) < 0.8  # the wander along dimension 0 hid the two voices
+    assert torch.allclose(mapped.norm(dim=1), torch.ones(len(who)))
+    # lam large: the map is the identity up to scale, the embeddings as they were
+    big = whiten.fit(train, threshold=0.5, lam=1e6)["matrix"]
+    assert torch.allclose(whiten.apply(seg.embeddings, big), seg.embeddings, atol=1e-5)
+
+
+def test_only_pieces_of_one_voice_teach_the_map():
+    rng = np.random.default_rng(1)
+    seg, ref = _recording(*_voices(rng, 6, _means(rng, 2)))
+    assert whiten.piece_speakers(seg, ref, 0.5) == {i: f"spk{i % 2}" for i in range(6)}
+    # piece 0 now half its speaker, half the other one talking alone: not one voice
+    ref = [t if t.start > 0 else Turn("r", 0.0, 0.5, "spk0") for t in ref] + [Turn("r", 0.5, 0.5, "spk1")]
+    assert 0 not in whiten.piece_speakers(seg, ref, 0.5) and len(whiten.piece_speakers(seg, ref, 0.5)) == 5
+    with pytest.raises(UserError, match="nothing to fit"):
+        whiten.fit([_recording(*_voices(rng, 2, _means(rng, 2)))], threshold=0.5)  # one piece per speaker
+    with pytest.raises(UserError, match="lam"):
+        whiten.fit([(seg, ref)], threshold=0.5, lam=0.0)
+    with pytest.raises(UserError, match="another speaker encoder"):
+        whiten.apply(seg.embeddings, torch.eye(DIM + 1))
+
+
+def test_grid_and_incumbent_know_the_whiten_axis():
+    _, st = parse_grid(["whiten=true,false"], ({}, STITCH_GRID))
+    assert st["whiten"] == (True, False)
+    with pytest.raises(UserError, match="grid"):
+        parse_grid(["whiten=maybe"], ({}, STITCH_GRID))
+    # an incumbent stored before the axis existed ran without whitening: it is compared at whiten=False
+    files = {f"f{i}": (1.0, 10.0) for i in range(5)}
+    rows = [{"speakers": "eend", "whiten": w, "_files": files} for w in (False, True)]
+    kept = keep_incumbent(rows, {"eend": {"speakers": "eend", "whiten": True}}, {"eend": {"speakers": "eend"}},
+                          ("speakers", "whiten"))
+    assert kept["eend"]["settings"] == {"speakers": "eend", "whiten": False} and kept["eend"]["kept"]
+
+
+def _folder(root, seeds):
+    (root / "wav").mkdir(parents=True)
+    turns = []
+    for seed in seeds:
+        t = np.arange(8 * SR) / SR
+        audio = np.where((t % 4) < 2, np.sin(2 * np.pi * (200 + 30 * seed) * t), np.sin(2 * np.pi * 900 * t))
+        sf.write(root / "wav" / f"r{seed}.wav", (0.3 * audio * ((t % 2) < 1.6)).astype(np.float32), SR)
+        turns += [Turn(f"r{seed}", a, 1.6, f"s{(a // 2) % 2:.0f}") for a in np.arange(0, 8, 2.0)]
+    write_rttm(turns, root / "ref.rttm")
+    return root
+
+
+def test_the_model_file_carries_it_and_the_pipeline_asks_for_it(tmp_path, capsys):
+    tiny_models(tmp_path, 3.0, window=4.0, step=2.0, median=1, vad="off", piece=1.0)  # all speakers on
+    model_path = tmp_path / "m.pt"
+    with pytest.raises(UserError, match="no embedding whitening"):
+        PipelineConfig.for_model(EENDModel.load(model_path), whiten=True)
+    train = _folder(tmp_path / "train", [1, 2])
+    argv = ["diarize", "whiten", str(model_path), "--train", str(train), "--embedding", str(tmp_path / "enc.pt")]
+    assert main(argv) == 0
+    model = EENDModel.load(model_path)
+    assert model.whitening["recordings"] == 2 and model.whitening["folders"] == {"train": 2}
+    assert model.whitening["matrix"].shape == (256, 256) and "versions" in model.whitening
+    assert PipelineConfig.for_model(model, whiten=True).whiten and not PipelineConfig.for_model(model).whiten
+    write_whitening(model_path, {**model.whitening, "lam": 2.0})  # rewritten in place, the rest kept
+    assert EENDModel.load(model_path).whitening["lam"] == 2.0
+    out = tmp_path / "out"
+    wav = train / "wav" / "r1.wav"
+    for flag in ("--whiten", "--no-whiten"):
+        assert main(["diarize", "run", str(wav), "--model", str(model_path), "--embedding", str(tmp_path / "enc.pt"),
+                     "--out", str(out), flag]) == 0
+    assert main(["diarize", "whiten", str(tmp_path / "nope.pt"), "--train", str(tmp_path / "none")]) != 0
+    assert "no such folder" in capsys.readouterr().err
