@@ -554,9 +554,9 @@ def test_a_forced_impl_that_cannot_run_the_call_is_an_error_under_torch_compile_
 @pytest.mark.parametrize("impl", FAST_IMPLS)
 def test_half_stores_round_as_torch_does_ties_nan_and_inf_included(impl, dtype):
     """s = x + r in half precision is formed in float32 and rounded once to nearest even: bitwise torch's eager
-    ``x + r``, for random sums (ties among them), sums that overflow to inf, NaN from inf - inf and NaN inputs of
-    either sign, in the vector body and the tail. NaN's own bits are not compared: torch's paths disagree on
-    them (0x7fc0 or 0xffff in bfloat16)."""
+    ``x + r``, for random sums (ties among them), sums that overflow to inf, subnormal sums, NaN from inf - inf and
+    NaN inputs of either sign, in the vector body and the tail. NaN's own bits are not compared: torch's paths
+    disagree on them (0x7fc0 or 0xffff in bfloat16)."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(64, 75, generator=g).to(dtype)
     r = (torch.randn(64, 75, generator=g) * 2.0 ** torch.randint(-12, 2, (64, 75), generator=g)).to(dtype)
@@ -564,6 +564,11 @@ def test_half_stores_round_as_torch_does_ties_nan_and_inf_included(impl, dtype):
     x[0, :8], r[0, :8] = big, big  # overflow: inf
     x[1, :8], r[1, :8] = float("inf"), float("-inf")  # NaN
     x[2, 3], x[2, 74], x[3, 10] = float("nan"), float("nan"), -float("nan")
+    if dtype == torch.bfloat16:  # subnormal sums, kept (a converting instruction reads them as zero)
+        tiny = 2.0 ** -133 * (torch.arange(45) - 22.0)
+        x[6, :45], r[6, :45] = tiny.to(dtype), (0.5 * tiny).round().to(dtype)
+        x[6, 70:], r[6, 70:] = tiny[:5].to(dtype), tiny[:5].to(dtype)
+        assert (x[6, :45] + r[6, :45] != 0).sum() > 40
     skip_unsupported(impl, "add_layer_norm", x)
     with torch.no_grad():
         _, s = F.add_layer_norm(x, r, 75, impl=impl)

@@ -174,6 +174,14 @@ static inline vf vld(const f16* p) {
 static inline void vst(float* p, vf v) { std::memcpy(p, &v, VB); }
 static inline void vst(double* p, vd v) { std::memcpy(p, &v, VB); }
 static inline void vst(bf16* p, vf v) {  // st<bf16> lane by lane
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__) && NORMLAB_VECTOR_BYTES == 64
+  // one instruction (VCVTNEPS2BF16: round to nearest even) where no lane is NaN or subnormal: it reads
+  // subnormal inputs as zero and keeps NaN payloads, so a vector holding either (rare) takes the rounding below
+  if (!_mm512_fpclass_ps_mask((__m512)v, 0x01 | 0x20 | 0x80)) {  // quiet NaN, subnormal, signalling NaN
+    _mm256_storeu_si256((__m256i*)p, (__m256i)_mm512_cvtneps_pbh((__m512)v));
+    return;
+  }
+#endif
 #if defined(__AVX2__) && NORMLAB_VECTOR_BYTES == 32
   // round to nearest even in 32-bit lanes, NaN -> 0x7fc0, then the two 128-bit halves packed to 16 bits (the
   // lanes hold 0..0xffff, so the saturating pack is exact): no cross-lane permute
