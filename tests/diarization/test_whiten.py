@@ -121,13 +121,40 @@ def test_the_model_file_carries_it_and_the_pipeline_asks_for_it(tmp_path, capsys
     model = EENDModel.load(model_path)
     assert model.whitening["recordings"] == 2 and model.whitening["folders"] == {"train": 2}
     assert model.whitening["matrix"].shape == (256, 256) and "versions" in model.whitening
-    assert PipelineConfig.for_model(model, whiten=True).whiten and not PipelineConfig.for_model(model).whiten
+    assert not PipelineConfig.for_model(model).whiten
     write_whitening(model_path, {**model.whitening, "lam": 2.0})  # rewritten in place, the rest kept
     assert EENDModel.load(model_path).whitening["lam"] == 2.0
-    out = tmp_path / "out"
-    wav = train / "wav" / "r1.wav"
-    for flag in ("--whiten", "--no-whiten"):
-        assert main(["diarize", "run", str(wav), "--model", str(model_path), "--embedding", str(tmp_path / "enc.pt"),
-                     "--out", str(out), flag]) == 0
+    # whitened embeddings need their own cut: --whiten asks for the settings the dev set chose with them
+    enc = ["--embedding", str(tmp_path / "enc.pt")]
+    run = ["diarize", "run", str(train / "wav" / "r1.wav"), "--model", str(model_path), *enc, "--out",
+           str(tmp_path / "out")]
+    assert main([*run, "--no-whiten"]) == 0
+    assert main([*run, "--whiten"]) != 0 and "settings chosen with its whitening" in capsys.readouterr().err
+    grid = [f"--grid={g}" for g in ("speakers=eend", "vad=off", "threshold=0.5", "step=2.0", "piece=1.0",
+                                    "cluster_threshold=0.1,0.9", "min_cluster=0.0", "weighting=mean",
+                                    "overlap_threshold=0.5", "whiten=false,true")]
+    assert main(["diarize", "tune", "--dev", str(_folder(tmp_path / "dev", [3, 4])), "--model", str(model_path),
+                 *enc, "--out", str(tmp_path / "t.json"), "--save", *grid]) == 0
+    model = EENDModel.load(model_path)
+    alt = model.postprocess["whitened"]["eend"]
+    assert alt["whiten"] and alt["cluster_threshold"] in (0.1, 0.9)
+    cfg = PipelineConfig.for_model(model, whiten=True)
+    assert cfg.whiten and cfg.cluster_threshold == alt["cluster_threshold"]
+    assert main([*run, "--whiten"]) == 0
     assert main(["diarize", "whiten", str(tmp_path / "nope.pt"), "--train", str(tmp_path / "none")]) != 0
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_whiten_brings_the_cut_chosen_with_it(tmp_path):
+    """The stored choice clusters raw embeddings at its cut; --whiten takes the settings chosen with whitened
+    ones (another cut), and a cut the caller gives wins over both."""
+    tiny_models(tmp_path, 3.0)
+    model = EENDModel.load(tmp_path / "m.pt")
+    model.whitening = {"matrix": torch.eye(256)}
+    model.postprocess.update(speakers="eend", modes={"eend": {"speakers": "eend", "cluster_threshold": 0.35}},
+                             whitened={"eend": {"speakers": "eend", "cluster_threshold": 0.25, "whiten": True}})
+    assert PipelineConfig.for_model(model).cluster_threshold == 0.35
+    assert PipelineConfig.for_model(model, whiten=True).cluster_threshold == 0.25
+    assert PipelineConfig.for_model(model, whiten=True, cluster_threshold=0.3).cluster_threshold == 0.3
+    with pytest.raises(UserError, match="speech-mode settings chosen with its whitening"):
+        PipelineConfig.for_model(model, whiten=True, speakers="speech")

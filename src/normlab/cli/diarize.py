@@ -209,7 +209,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     pathlib.Path(args.out).write_text(json.dumps({"model": str(args.model or SHIPPED), **result}, indent=1) + "\n")
     if args.save:
         write_pipeline(args.model, result["modes"], result["speakers"], {k: v for k, v in result.items()
-                                                                          if k != "grid"})
+                                                                          if k != "grid"}, result["whitened"])
     print(format_tuning(result))
     print(f"wrote {args.out}" + (f"; stored the choice in {args.model}" if args.save else ""))
     return 0
@@ -232,8 +232,8 @@ def _cmd_diarize_whiten(args: argparse.Namespace) -> int:
                        progress=progress("segment"))
     write_whitening(args.model, fitted)
     print(f"fitted on {fitted['pieces']} pieces of {fitted['speakers']} speakers in {fitted['recordings']} "
-          f"recordings (lam {fitted['lam']:g}); stored in {args.model}: diarize with --whiten, or let `diarize "
-          "tune --save` choose")
+          f"recordings (lam {fitted['lam']:g}); stored in {args.model}. Its settings: `normlab diarize tune --model "
+          f"{args.model} --grid whiten=false,true --save`, then --whiten")
     return 0
 
 

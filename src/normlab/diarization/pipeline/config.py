@@ -72,6 +72,14 @@ class PipelineConfig:
         mode = given.get("speakers", "speech" if given.get("vad") == "speech" else stored.get("speakers", cls.speakers))
         mode_kw = MODE_DEFAULTS.get(mode, {})
         tuned = {k: v for k, v in post.get("modes", {}).get(mode, {}).items() if k in TUNABLE}
+        if given.get("whiten") and not tuned.get("whiten") and getattr(model, "whitening", None) is not None:
+            # whitened embeddings need their own cluster cut: the settings chosen with them on the dev set
+            alt = post.get("whitened", {}).get(mode)
+            if alt is None and "cluster_threshold" not in given:  # (a caller giving the cut chose it)
+                raise BadValue(f"whiten: this model file has no {mode}-mode settings chosen with its whitening (the "
+                               "cluster cut differs): choose them with normlab diarize tune --grid whiten=false,true "
+                               "--save")
+            tuned = {k: v for k, v in (alt or tuned).items() if k in TUNABLE}
         kw = {**stored, **mode_kw} if mode == "speech" else {**mode_kw, **stored}
         kw = {**kw, **tuned, **given, "speakers": mode}
         unknown = set(kw) - {f.name for f in dataclasses.fields(cls)}

@@ -257,6 +257,9 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
                                                                        and r["vad"] != "speech"])}
         if not modes:
             raise BadValue("the grid has no setting where the model decides speech (vad off, gate, union or veto)")
+        # each mode's best with the whitened embeddings, where the grid tried them: what --whiten then uses
+        whitened = {m: pick(rs) for m in ("eend", "speech") if (rs := [r for r in rows if r["speakers"] == m
+                                                                          and r["vad"] != "speech" and r["whiten"]])}
         kept = keep_incumbent(rows, modes, incumbent or {}, keys)
         modes = {m: kept[m]["settings"] if m in kept and kept[m]["kept"] else kw for m, kw in modes.items()}
         chosen = {m: _row(rows, kw, keys) for m, kw in modes.items()}
@@ -269,7 +272,7 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
         if vad_rows:
             readings["vad_speech"] = pick(vad_rows)
         result = {"dev": [str(d) for d in dev], "dev_files": len(dev_files), "grid": [_public(r) for r in rows],
-                  "modes": modes, "speakers": speakers, "readings": readings,
+                  "modes": modes, "speakers": speakers, "readings": readings, "whitened": whitened,
                   "mode_choice": {"preferred": PREFERRED_MODE, "other": other, "other_better_share": share,
                                   "beyond_doubt": BEYOND_DOUBT},
                   "incumbent": {m: {k: v for k, v in kept[m].items() if k != "settings"} for m in kept},

@@ -268,7 +268,7 @@ def tune_recipe_pipeline(model_path: pathlib.Path, data: pathlib.Path, cfg: Reci
     result = tune_pipeline(model, SpeakerEncoder.load(), dev, tests, segment_grid=grids[0], stitch_grid=grids[1],
                            jobs=jobs, incumbent=model.postprocess.get("modes"))
     provenance.write_pipeline(model_path, result["modes"], result["speakers"],
-                              {k: v for k, v in result.items() if k != "grid"})
+                              {k: v for k, v in result.items() if k != "grid"}, result["whitened"])
     return {k: v for k, v in result.items() if k != "grid"}
 
 
