@@ -174,6 +174,7 @@ def test_simulation_is_the_same_with_two_processes(tmp_path):
 
 @needs_espeak
 def test_recipe_end_to_end_at_debug_size_resumes_and_records_provenance(tmp_path):
+    from normlab.diarization.pipeline.tuning import WHITENED_GRID
     from normlab.diarization.training import provenance
     from normlab.diarization.training.recipe import RecipeConfig, run_recipe
 
@@ -189,10 +190,16 @@ def test_recipe_end_to_end_at_debug_size_resumes_and_records_provenance(tmp_path
     model = EENDModel.load(out / "model.pt")
     pipeline = result["pipeline"]  # then the whole pipeline's settings, on the same dev set, stored per mode
     assert model.postprocess == {"threshold": best["threshold"], "median": best["median"],
-                                 "modes": pipeline["modes"], "speakers": pipeline["speakers"]}
+                                 "modes": pipeline["modes"], "speakers": pipeline["speakers"],
+                                 "whitened": pipeline["whitened"]}
     assert set(pipeline["modes"]) == {"eend", "speech"} and "test:test" in pipeline
     # the embeddings' whitening, fitted on the training conversations, travels in the model file
     assert result["whitening"]["fitted"] and model.whitening["folders"] == {"train": 3}
+    assert set(pipeline["whitened"]) == {"eend", "speech"}  # and the settings --whiten uses, chosen on dev
+    assert all(kw["whiten"] and kw["cluster_threshold"] in WHITENED_GRID["cluster_threshold"]
+               and {k: v for k, v in kw.items() if k not in WHITENED_GRID and k != "whiten"}
+               == {k: v for k, v in pipeline["modes"][m].items() if k not in WHITENED_GRID and k != "whiten"}
+               for m, kw in pipeline["whitened"].items())
     assert model.whitening["recordings"] == 3 and model.whitening["matrix"].shape == (256, 256)
     assert model.cfg.n_speakers == 4 and result["window_frames"] == 100
     assert result["test_recordings"] == 2 and math.isfinite(result["test"]["collar_0.25"]["der"])

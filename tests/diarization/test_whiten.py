@@ -14,7 +14,7 @@ from normlab.diarization.pipeline import whiten
 from normlab.diarization.pipeline.cluster import cluster
 from normlab.diarization.pipeline.config import PipelineConfig
 from normlab.diarization.pipeline.segment import Segmentation
-from normlab.diarization.pipeline.tuning import STITCH_GRID, keep_incumbent, parse_grid
+from normlab.diarization.pipeline.tuning import STITCH_GRID, WHITENED_GRID, keep_incumbent, parse_grid
 from normlab.diarization.training.provenance import write_whitening
 from tiny_diarizer import SR, tiny_models
 
@@ -132,12 +132,12 @@ def test_the_model_file_carries_it_and_the_pipeline_asks_for_it(tmp_path, capsys
     assert main([*run, "--whiten"]) != 0 and "settings chosen with its whitening" in capsys.readouterr().err
     grid = [f"--grid={g}" for g in ("speakers=eend", "vad=off", "threshold=0.5", "step=2.0", "piece=1.0",
                                     "cluster_threshold=0.1,0.9", "min_cluster=0.0", "weighting=mean",
-                                    "overlap_threshold=0.5", "whiten=false,true")]
+                                    "overlap_threshold=0.5")]  # raw embeddings only: whitened at WHITENED_GRID
     assert main(["diarize", "tune", "--dev", str(_folder(tmp_path / "dev", [3, 4])), "--model", str(model_path),
                  *enc, "--out", str(tmp_path / "t.json"), "--save", *grid]) == 0
     model = EENDModel.load(model_path)
     alt = model.postprocess["whitened"]["eend"]
-    assert alt["whiten"] and alt["cluster_threshold"] in (0.1, 0.9)
+    assert alt["whiten"] and alt["cluster_threshold"] in WHITENED_GRID["cluster_threshold"]
     cfg = PipelineConfig.for_model(model, whiten=True)
     assert cfg.whiten and cfg.cluster_threshold == alt["cluster_threshold"]
     assert main([*run, "--whiten"]) == 0

@@ -232,8 +232,8 @@ def _cmd_diarize_whiten(args: argparse.Namespace) -> int:
                        progress=progress("segment"))
     write_whitening(args.model, fitted)
     print(f"fitted on {fitted['pieces']} pieces of {fitted['speakers']} speakers in {fitted['recordings']} "
-          f"recordings (lam {fitted['lam']:g}); stored in {args.model}. Its settings: `normlab diarize tune --model "
-          f"{args.model} --grid whiten=false,true --save`, then --whiten")
+          f"recordings (lam {fitted['lam']:g}); stored in {args.model}. `normlab diarize tune --model {args.model} "
+          "--save` chooses the settings --whiten uses")
     return 0
 
 

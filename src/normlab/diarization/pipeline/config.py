@@ -77,8 +77,7 @@ class PipelineConfig:
             alt = post.get("whitened", {}).get(mode)
             if alt is None and "cluster_threshold" not in given:  # (a caller giving the cut chose it)
                 raise BadValue(f"whiten: this model file has no {mode}-mode settings chosen with its whitening (the "
-                               "cluster cut differs): choose them with normlab diarize tune --grid whiten=false,true "
-                               "--save")
+                               "cluster cut differs): choose them with normlab diarize tune --save")
             tuned = {k: v for k, v in (alt or tuned).items() if k in TUNABLE}
         kw = {**stored, **mode_kw} if mode == "speech" else {**mode_kw, **stored}
         kw = {**kw, **tuned, **given, "speakers": mode}
