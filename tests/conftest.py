@@ -22,6 +22,14 @@ ATOL_F32 = 1e-6
 IMPL_NAMES = [n for n in kernels.IMPLS if n != "auto"]
 
 
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """A test that sets torch's thread count (1 for deterministic simulation) leaves the next one at 2."""
+    yield
+    if torch.get_num_threads() != 2:
+        torch.set_num_threads(2)
+
+
 @pytest.fixture(params=IMPL_NAMES + ["auto"])
 def impl(request) -> str:
     return request.param

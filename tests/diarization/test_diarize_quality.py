@@ -56,8 +56,9 @@ def test_shipped_model_on_simulated_held_out_conversations(held_out):
     assert result.der < SIMULATED_BOUND, result.format()
     n_ref = {u: len({t.speaker for t in ts}) for u, ts in ref.items()}
     n_hyp = {u: len({t.speaker for t in ts}) for u, ts in hyp.items()}
-    # measured: 1 / 1 / 1 speakers for 1 / 2 / 3 (the speaker count is the pipeline's weak spot: docs/diarization.md)
-    assert sum(abs(n_ref[u] - n_hyp[u]) for u in ref) <= 3, (n_ref, n_hyp)
+    # measured: 1 / 1 / 1 speakers for 1 / 2 / 3 (the count errs low: docs/diarization.md); a clustering that
+    # over-splits (a speaker per piece, an inverted cut) gives far more than one extra speaker per file
+    assert all(1 <= n_hyp[u] <= n_ref[u] + 1 for u in ref), (n_ref, n_hyp)
 
 
 def _sample_folder() -> pathlib.Path | None:
