@@ -174,7 +174,7 @@ def test_simulation_is_the_same_with_two_processes(tmp_path):
 
 @needs_espeak
 def test_recipe_end_to_end_at_debug_size_resumes_and_records_provenance(tmp_path):
-    from normlab.diarization.pipeline.tuning import WHITENED_GRID
+    from normlab.diarization.pipeline.tuning import VBX_GRID, WHITENED_GRID
     from normlab.diarization.training import provenance
     from normlab.diarization.training.recipe import RecipeConfig, run_recipe
 
@@ -191,7 +191,8 @@ def test_recipe_end_to_end_at_debug_size_resumes_and_records_provenance(tmp_path
     pipeline = result["pipeline"]  # then the whole pipeline's settings, on the same dev set, stored per mode
     assert model.postprocess == {"threshold": best["threshold"], "median": best["median"],
                                  "modes": pipeline["modes"], "speakers": pipeline["speakers"],
-                                 "whitened": pipeline["whitened"]}
+                                 "whitened": pipeline["whitened"], "vbx": pipeline["vbx"],
+                                 **({"ahc": pipeline["ahc"]} if pipeline["ahc"] else {})}
     assert set(pipeline["modes"]) == {"eend", "speech"} and "test:test" in pipeline
     # the embeddings' whitening, fitted on the training conversations, travels in the model file
     assert result["whitening"]["fitted"] and model.whitening["folders"] == {"train": 3}
@@ -201,6 +202,9 @@ def test_recipe_end_to_end_at_debug_size_resumes_and_records_provenance(tmp_path
                == {k: v for k, v in pipeline["modes"][m].items() if k not in WHITENED_GRID and k != "whiten"}
                for m, kw in pipeline["whitened"].items())
     assert model.whitening["recordings"] == 3 and model.whitening["matrix"].shape == (256, 256)
+    # with it the PLDA model, and VBx tried on each mode's chosen segmentation
+    assert model.whitening["plda"]["transform"].shape == (256, 256) and set(pipeline["vbx"]) == {"eend", "speech"}
+    assert all(kw["clustering"] == "vbx" and kw["vbx_fa"] in VBX_GRID["vbx_fa"] for kw in pipeline["vbx"].values())
     assert model.cfg.n_speakers == 4 and result["window_frames"] == 100
     assert result["test_recordings"] == 2 and math.isfinite(result["test"]["collar_0.25"]["der"])
     assert result["test_dry_recordings"] == 1 and "collar_0" in result["test_dry"]

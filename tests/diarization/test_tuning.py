@@ -19,6 +19,7 @@ from normlab.diarization.pipeline.tuning import (
     PREFERRED_MODE,
     SEGMENT_GRID,
     STITCH_GRID,
+    VBX_GRID,
     files_of,
     keep_incumbent,
     meaningful,
@@ -92,6 +93,48 @@ def test_dev_choice_is_the_minimum_and_tests_are_scored_with_it(setup):
                 for w, _ in files_of([test])}
     direct = measure(segs, {w.stem: t for w, t in files_of([test])}, cfg)
     assert direct.pop("_files") and r["test:held"]["chosen"] == pytest.approx(direct, nan_ok=True)
+
+
+def test_vbx_settings_are_chosen_beside_the_trees_and_by_the_grid_only_where_it_tries_them(setup, monkeypatch):
+    """With a PLDA model in the file, each mode's chosen segmentation is clustered at every ``VBX_GRID``
+    setting and the best is kept for ``clustering="vbx"``, the mode's choice unchanged; a grid with the
+    ``clustering`` axis chooses between the two on dev, the tree's best kept for ``clustering="ahc"``."""
+    from normlab.diarization.pipeline import tuning, vbx
+
+    root, dev, _ = setup
+    model, encoder = EENDModel.load(root / "m.pt"), SpeakerEncoder.load(root / "enc.pt")
+    rng = np.random.default_rng(0)
+    plda = vbx.fit_groups([rng.normal(size=(4, 256)) + rng.normal(size=256) for _ in range(6)])
+    model.whitening = {"matrix": torch.eye(256), "plda": plda}
+    real = tuning.measure
+
+    def measure_(segs, refs, cfg):  # random weights tie every setting: VBx's rows get a minimum inside the grid
+        r = real(segs, refs, cfg)
+        if cfg.clustering == "vbx":
+            r["der_0.25"] += abs(cfg.vbx_fa - 0.2) + abs(cfg.cluster_threshold - 0.3) + (cfg.min_cluster != 8.0)
+        return r
+
+    monkeypatch.setattr(tuning, "measure", measure_)
+    seg = {**SEG, "speakers": ("eend",), "vad": ("off",), "threshold": (0.3,)}
+    r = tune_pipeline(model, encoder, [dev], segment_grid=seg, stitch_grid=STITCH)
+    n_vbx = int(np.prod([len(v) for v in VBX_GRID.values()]))
+    assert len(r["grid"]) == 4 + n_vbx and sum(g["clustering"] == "vbx" for g in r["grid"]) == n_vbx
+    best = min((g for g in r["grid"] if g["clustering"] == "vbx"), key=lambda g: g["der_0.25"])
+    assert r["vbx"]["eend"] == {k: best[k] for k in r["vbx"]["eend"]}
+    assert (best["vbx_fa"], best["cluster_threshold"], best["min_cluster"]) == (0.2, 0.3, 8.0)
+    assert r["modes"]["eend"]["clustering"] == "ahc" and r["ahc"] == {}
+    assert 0 <= r["vbx_better_share"]["eend"] <= 1
+    # the grid tries both: the dev set as a whole chooses
+    tried = {**STITCH, "clustering": ("ahc", "vbx"), "vbx_fa": (0.2, 0.3), "vbx_fb": (1.0,), "vbx_dims": (64,)}
+    r = tune_pipeline(model, encoder, [dev], segment_grid=seg, stitch_grid=tried)
+    assert len(r["grid"]) == 4 + 4 * 2  # the tree's rows once, VBx's for each of its settings
+    top = min(r["grid"], key=lambda g: g["der_0.25"])
+    assert r["modes"]["eend"] == {k: top[k] for k in r["modes"]["eend"]}
+    vbx_top = min((g for g in r["grid"] if g["clustering"] == "vbx"), key=lambda g: g["der_0.25"])
+    assert r["vbx"]["eend"] == {k: vbx_top[k] for k in r["vbx"]["eend"]}
+    if top["clustering"] == "vbx":
+        ahc_top = min((g for g in r["grid"] if g["clustering"] == "ahc"), key=lambda g: g["der_0.25"])
+        assert r["ahc"]["eend"] == {k: ahc_top[k] for k in r["ahc"]["eend"]}
 
 
 def test_mode_choice_needs_a_win_beyond_doubt():

@@ -130,6 +130,9 @@ def test_the_model_file_carries_it_and_the_pipeline_asks_for_it(tmp_path, capsys
            str(tmp_path / "out")]
     assert main([*run, "--no-whiten"]) == 0
     assert main([*run, "--whiten"]) != 0 and "settings chosen with its whitening" in capsys.readouterr().err
+    # and the PLDA model beside it, for VBx, which also starts from its own cut
+    assert model.whitening["plda"]["transform"].shape == (256, 256)
+    assert main([*run, "--clustering", "vbx"]) != 0 and "settings chosen for VBx" in capsys.readouterr().err
     grid = [f"--grid={g}" for g in ("speakers=eend", "vad=off", "threshold=0.5", "step=2.0", "piece=1.0",
                                     "cluster_threshold=0.1,0.9", "min_cluster=0.0", "weighting=mean",
                                     "overlap_threshold=0.5")]  # raw embeddings only: whitened at WHITENED_GRID
@@ -141,6 +144,7 @@ def test_the_model_file_carries_it_and_the_pipeline_asks_for_it(tmp_path, capsys
     cfg = PipelineConfig.for_model(model, whiten=True)
     assert cfg.whiten and cfg.cluster_threshold == alt["cluster_threshold"]
     assert main([*run, "--whiten"]) == 0
+    assert model.postprocess["vbx"]["eend"]["clustering"] == "vbx" and main([*run, "--clustering", "vbx"]) == 0
     assert main(["diarize", "whiten", str(tmp_path / "nope.pt"), "--train", str(tmp_path / "none")]) != 0
     assert "no such folder" in capsys.readouterr().err
 

@@ -88,7 +88,7 @@ def _pipeline_options(args: argparse.Namespace) -> dict:
     """Options the user set; the rest come from the model file (the same defaults as the Python API)."""
     return {k: v for k, v in (("threshold", args.threshold), ("overlap_threshold", args.overlap_threshold),
                               ("median", args.median), ("speakers", args.local_speakers), ("vad", args.vad),
-                              ("whiten", args.whiten))
+                              ("whiten", args.whiten), ("clustering", args.clustering))
             if v is not None}
 
 
@@ -208,8 +208,9 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
                            jobs=args.jobs, progress=show, incumbent=model.postprocess.get("modes"))
     pathlib.Path(args.out).write_text(json.dumps({"model": str(args.model or SHIPPED), **result}, indent=1) + "\n")
     if args.save:
-        write_pipeline(args.model, result["modes"], result["speakers"], {k: v for k, v in result.items()
-                                                                          if k != "grid"}, result["whitened"])
+        write_pipeline(args.model, result["modes"], result["speakers"],
+                       {k: v for k, v in result.items() if k != "grid"}, result["whitened"], result.get("ahc"),
+                       result.get("vbx"))
     print(format_tuning(result))
     print(f"wrote {args.out}" + (f"; stored the choice in {args.model}" if args.save else ""))
     return 0
@@ -231,9 +232,10 @@ def _cmd_diarize_whiten(args: argparse.Namespace) -> int:
     fitted = fit_files(model, encoder, args.train, lam=args.lam, per_folder=args.per_folder, jobs=args.jobs,
                        progress=progress("segment"))
     write_whitening(args.model, fitted)
-    print(f"fitted on {fitted['pieces']} pieces of {fitted['speakers']} speakers in {fitted['recordings']} "
-          f"recordings (lam {fitted['lam']:g}); stored in {args.model}. `normlab diarize tune --model {args.model} "
-          "--save` chooses the settings --whiten uses")
+    plda = " and a PLDA model" if "plda" in fitted else ""
+    print(f"whitening{plda} fitted on {fitted['pieces']} pieces of {fitted['speakers']} speakers in "
+          f"{fitted['recordings']} recordings (lam {fitted['lam']:g}); stored in {args.model}. "
+          f"`normlab diarize tune --model {args.model} --save` chooses the settings --whiten and VBx use")
     return 0
 
 
@@ -253,6 +255,9 @@ def format_tuning(result: dict) -> str:
                    f"resamples of the dev files; it needs {100 * choice['beyond_doubt']:.0f}% to be the default)")
     for m, kw in result["modes"].items():
         out.append(f"  {m}: {kw}")
+    for m, share in result.get("vbx_better_share", {}).items():
+        out.append(f"  {m} with --clustering vbx: {result['vbx'][m]} (lower than the choice in {100 * share:.0f}% "
+                   "of bootstrap resamples of the dev files)")
     for name, r in result["dev_scores"].items():
         out.append(f"  dev, {name}: {line(r)}")
     for key in (k for k in result if k.startswith("test:")):
@@ -390,6 +395,10 @@ def add_parsers(sub, name: str) -> None:
         q.add_argument("--whiten", action=argparse.BooleanOptionalAction, default=None,
                        help="cluster the speaker embeddings mapped by the model file's whitening (normlab "
                        "diarize whiten) or not (default: the model file's choice)")
+        q.add_argument("--clustering", choices=["ahc", "vbx"], default=None,
+                       help="ahc: the speakers are the tree's clusters at the cut; vbx: the cut starts variational "
+                       "Bayes under the model file's PLDA model, which decides the count (default: the model "
+                       "file's choice)")
         q.add_argument("--median", type=_odd, default=None,
                        help="median filter width in frames, odd (default: the model's)")
         q.add_argument("--local-speakers", choices=["speech", "eend"], default=None,
@@ -446,8 +455,8 @@ def add_parsers(sub, name: str) -> None:
     flag(tu, "--save", "store the choice in the --model file (the pipeline's defaults for it)")
     tu.set_defaults(func=_cmd_diarize_tune)
 
-    wh = dsub.add_parser("whiten", help="fit the speaker embeddings' whitening on training conversations and "
-                         "store it in a model file")
+    wh = dsub.add_parser("whiten", help="fit the speaker embeddings' whitening and PLDA model (--clustering "
+                         "vbx) on training conversations and store them in a model file")
     wh.add_argument("model", help="EEND model file to store it in (a copy: the shipped model is read-only)")
     wh.add_argument("--train", nargs="+", required=True, metavar="DIR",
                     help="training folders: wav/*.wav and ref.rttm, never dev or test recordings (required)")

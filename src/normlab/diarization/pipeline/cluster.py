@@ -46,6 +46,25 @@ def _relabel(labels: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.array([mapping[k] for k in labels], dtype=np.int64)
 
 
+def fold_small(x: np.ndarray, labels: np.ndarray, w: np.ndarray, min_weight: float, lo: int = 1) -> np.ndarray:
+    """``labels`` with each cluster of less than ``min_weight`` total weight folded into the nearest (centroid
+    cosine) cluster that has more, smallest first, never below ``lo`` clusters; ``x`` L2-normalized rows."""
+    labels = labels.copy()
+    while min_weight > 0:
+        ks = np.unique(labels)
+        mass = np.array([w[labels == c].sum() for c in ks])
+        small = [i for i in np.argsort(mass) if mass[i] < min_weight]
+        if not small or len(ks) <= lo or len(small) == len(ks):
+            break
+        i = small[0]
+        cents = _centroids(x, labels, w)
+        sims = cents @ cents[i]
+        sims[i] = -np.inf
+        sims[[j for j in range(len(ks)) if mass[j] < min_weight]] = -np.inf  # into a large cluster
+        labels[labels == ks[i]] = ks[int(np.argmax(sims))]
+    return labels
+
+
 def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | None = None,
             num_speakers: int | None = None, min_speakers: int | None = None, max_speakers: int | None = None,
             min_weight: float = 0.0, merge: float = 0.0) -> np.ndarray:
@@ -80,19 +99,7 @@ def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | N
     target = min(max(k, lo), n) if hi is None else min(max(min(k, hi), lo), n)
     if target != k:
         labels = fcluster(tree, t=target, criterion="maxclust")
-    # fold clusters with little speech into the nearest large one, never below the requested minimum
-    while min_weight > 0:
-        ks = np.unique(labels)
-        mass = np.array([w[labels == c].sum() for c in ks])
-        small = [i for i in np.argsort(mass) if mass[i] < min_weight]
-        if not small or len(ks) <= lo or len(small) == len(ks):
-            break
-        i = small[0]
-        cents = _centroids(x, labels, w)
-        sims = cents @ cents[i]
-        sims[i] = -np.inf
-        sims[[j for j in range(len(ks)) if mass[j] < min_weight]] = -np.inf  # into a large cluster
-        labels[labels == ks[i]] = ks[int(np.argmax(sims))]
+    labels = fold_small(x, labels, w, min_weight, lo)
     while merge > 0:
         ks = np.unique(labels)
         if len(ks) <= lo:

@@ -9,7 +9,7 @@ from ..._checks import BadValue, check_choice
 #: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
 TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
            "piece", "speakers", "vad", "vad_threshold", "veto_seconds", "weighting", "overlap_threshold",
-           "merge_threshold", "whiten")
+           "merge_threshold", "whiten", "clustering", "vbx_fa", "vbx_fb", "vbx_dims")
 
 
 #: each speakers mode's own defaults, tuned on its development data (docs/diarization.md): speech at 0.5 in
@@ -45,6 +45,11 @@ class PipelineConfig:
     vad_threshold: float = 0.5  # speech probability above which a frame is speech for the VAD
     veto_seconds: float = 3.0  # vad "veto": the shortest run of the VAD's non-speech that silences the model
     whiten: bool = False  # cluster the embeddings mapped by the model file's whitening (pipeline/whiten.py)
+    clustering: str = "ahc"  # "ahc": the tree cut at cluster_threshold decides the speakers; "vbx": the tree cut
+    #                          there starts VBx's variational Bayes under the model file's PLDA model (pipeline/vbx.py)
+    vbx_fa: float = 0.2  # vbx: the scale of the pieces' log-likelihoods
+    vbx_fb: float = 1.0  # vbx: the scale of the speakers' prior (larger: fewer speakers)
+    vbx_dims: int = 64  # vbx: PLDA dimensions used, the most between-speaker variance first
     weighting: str = "mean"  # how the windows covering a frame are averaged: "hamming" trusts a window's
     #                             middle more than its edges (pyannote's aggregation); "mean" weighs them alike
     batch: int = 16  # windows per model call
@@ -79,6 +84,15 @@ class PipelineConfig:
                 raise BadValue(f"whiten: this model file has no {mode}-mode settings chosen with its whitening (the "
                                "cluster cut differs): choose them with normlab diarize tune --save")
             tuned = {k: v for k, v in (alt or tuned).items() if k in TUNABLE}
+        how = given.get("clustering")
+        if how and how != tuned.get("clustering", cls.clustering):
+            # VBx starts from a lower cut than the tree alone is cut at: the settings chosen on dev for the other
+            alt = post.get(how, {}).get(mode)
+            has_plda = (getattr(model, "whitening", None) or {}).get("plda") is not None  # (else: the error below)
+            if alt is None and how == "vbx" and has_plda and "cluster_threshold" not in given:  # (the caller's cut)
+                raise BadValue(f"clustering 'vbx': this model file has no {mode}-mode settings chosen for VBx (its "
+                               "starting cut differs): choose them with normlab diarize tune --save")
+            tuned = {k: v for k, v in (alt or tuned).items() if k in TUNABLE}
         kw = {**stored, **mode_kw} if mode == "speech" else {**mode_kw, **stored}
         kw = {**kw, **tuned, **given, "speakers": mode}
         unknown = set(kw) - {f.name for f in dataclasses.fields(cls)}
@@ -90,6 +104,16 @@ class PipelineConfig:
         check_choice(cfg.speakers, ("eend", "speech"), "speakers mode")
         check_choice(cfg.vad, ("off", "gate", "speech", "union", "veto"), "vad mode")
         check_choice(cfg.weighting, ("hamming", "mean"), "window weighting")
+        check_choice(cfg.clustering, ("ahc", "vbx"), "clustering")
+        if cfg.clustering == "vbx":
+            if (getattr(model, "whitening", None) or {}).get("plda") is None:
+                raise BadValue("clustering 'vbx' needs the model file's PLDA model (fit one: normlab diarize whiten "
+                               "MODEL --train DIR)")
+            if cfg.whiten:
+                raise BadValue("clustering 'vbx' has its own model of the embeddings: whiten applies to 'ahc' only")
+            if not (cfg.vbx_fa > 0 and cfg.vbx_fb > 0 and cfg.vbx_dims >= 1):
+                raise BadValue(f"vbx needs vbx_fa > 0, vbx_fb > 0 and vbx_dims >= 1, got {cfg.vbx_fa}, "
+                               f"{cfg.vbx_fb}, {cfg.vbx_dims}")
         if cfg.whiten and getattr(model, "whitening", None) is None:
             raise BadValue("whiten is on but the model file holds no embedding whitening (fit one: normlab diarize "
                            "whiten MODEL --train DIR)")

@@ -148,6 +148,7 @@ class Segmentation:
     embeddings: torch.Tensor  # (n, dim), L2-normalized
     weights: np.ndarray  # (n,) seconds of speech behind each embedding
     whitening: torch.Tensor | None = None  # the model file's map of the embeddings (pipeline/whiten.py), if any
+    plda: dict | None = None  # the model file's PLDA model of the embeddings (pipeline/vbx.py), if any
 
 
 def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig,
@@ -159,7 +160,7 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
     T = feats.shape[0]
     if T == 0:
         return Segmentation(uri, 0, fs, [], torch.zeros(0, 0, 0), [], torch.zeros(0, EMBED_DIM), np.zeros(0),
-                            _whitening(model))
+                            *_embedding_models(model))
     size = max(1, round(cfg.window / fs))
     starts = window_starts(T, size, max(1, round(cfg.step / fs)))
     probs = local_activity(model, feats, starts, size, cfg.batch)  # W, size', S
@@ -216,9 +217,10 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
             row = min(same)[1]
         out.append((w, s, a, b, row))
     return Segmentation(uri, T, fs, starts, probs, out, emb[ok], np.array(weights)[ok.numpy()] if groups else
-                        np.zeros(0), _whitening(model))
+                        np.zeros(0), *_embedding_models(model))
 
 
-def _whitening(model) -> torch.Tensor | None:
-    fitted = getattr(model, "whitening", None)
-    return None if fitted is None else fitted["matrix"]
+def _embedding_models(model) -> tuple[torch.Tensor | None, dict | None]:
+    """The model file's whitening map and PLDA model (each None where not fitted)."""
+    fitted = getattr(model, "whitening", None) or {}
+    return fitted.get("matrix"), fitted.get("plda")

@@ -5,7 +5,7 @@ import torch
 
 from ..io.features import FeatureConfig
 from ..io.rttm import Turn
-from . import whiten
+from . import vbx, whiten
 from .cluster import check_speaker_counts, cluster
 from .config import PipelineConfig
 from .postprocess import median_filter, to_turns
@@ -26,10 +26,15 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
     lo, _ = check_speaker_counts(num_speakers, min_speakers, max_speakers)
     if not seg.pieces:
         return []
-    emb = whiten.apply(seg.embeddings, seg.whitening) if cfg.whiten else seg.embeddings
-    labels = cluster(emb.numpy(), threshold=cfg.cluster_threshold, weights=seg.weights,
-                     num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers,
-                     min_weight=cfg.min_cluster, merge=cfg.merge_threshold)
+    counts = {"num_speakers": num_speakers, "min_speakers": min_speakers, "max_speakers": max_speakers}
+    if cfg.clustering == "vbx":
+        labels = vbx.cluster_vbx(seg.embeddings.numpy(), seg.plda, threshold=cfg.cluster_threshold, fa=cfg.vbx_fa,
+                                 fb=cfg.vbx_fb, dims=cfg.vbx_dims, weights=seg.weights, min_weight=cfg.min_cluster,
+                                 **counts)
+    else:
+        emb = whiten.apply(seg.embeddings, seg.whitening) if cfg.whiten else seg.embeddings
+        labels = cluster(emb.numpy(), threshold=cfg.cluster_threshold, weights=seg.weights,
+                         min_weight=cfg.min_cluster, merge=cfg.merge_threshold, **counts)
     k_total = max(int(labels.max()) + 1, lo)
     size = seg.probs.shape[1]
     total = torch.zeros(seg.frames, k_total)

@@ -45,12 +45,21 @@ SEGMENT_GRID = {"speakers": ("eend", "speech"), "vad": ("off", "union", "speech"
 #: the settings tried on each segmentation (clustering and stitching only: cheap)
 STITCH_GRID = {"cluster_threshold": (0.3, 0.35, 0.4, 0.5), "min_cluster": (1.0, 2.0, 4.0, 8.0),
                "weighting": ("mean", "hamming"), "overlap_threshold": (0.5, 0.6, 0.7), "merge_threshold": (0.0,),
-               "whiten": (False,)}  # whitening: not in the default grid (docs/diarization.md); --grid whiten=false,true
+               "whiten": (False,),  # whitening: not in the default grid (docs/diarization.md); --grid whiten=false,true
+               "clustering": ("ahc",), "vbx_fa": (0.2,), "vbx_fb": (1.0,), "vbx_dims": (64,)}
+#: the axes only VBx reads (clustering="ahc" rows take each one's first value)
+VBX_KEYS = ("vbx_fa", "vbx_fb", "vbx_dims")
 KEYS = (*SEGMENT_GRID, *STITCH_GRID)
 #: where the grid did not try whitened embeddings but the model file holds a whitening: each mode's chosen
 #: segmentation is clustered whitened at these cuts and floors (whitening moves the cut: 0.25 against 0.35 for
 #: the shipped model), the best stored for ``whiten=True`` (``postprocess["whitened"]``)
 WHITENED_GRID = {"cluster_threshold": (0.15, 0.2, 0.25, 0.3, 0.35), "min_cluster": (2.0, 4.0, 8.0)}
+#: where the grid did not try VBx but the model file holds a PLDA model: each mode's chosen segmentation is
+#: clustered with VBx at these settings, the best stored for ``clustering="vbx"`` (``postprocess["vbx"]``; not
+#: the default: docs/diarization.md; ``--grid clustering=ahc,vbx`` lets the dev set choose it). VBx starts from
+#: the tree cut lower than the tree alone is cut
+VBX_GRID = {"cluster_threshold": (0.25, 0.3, 0.35), "vbx_fa": (0.15, 0.2, 0.3), "vbx_fb": (0.7, 1.0, 2.0),
+            "min_cluster": (4.0, 8.0)}
 #: the default mode unless the other is better beyond doubt (``share_better`` >= ``BEYOND_DOUBT``)
 PREFERRED_MODE = "eend"
 BEYOND_DOUBT = 0.95
@@ -60,6 +69,10 @@ def meaningful(kw: dict, stitch_grid: dict = STITCH_GRID) -> bool:
     """False for settings the pipeline ignores in that mode (they would repeat another row)."""
     if kw.get("speakers") == "eend" and kw.get("vad") == "speech":
         return False  # "speech" is a speech-mode reading; eend mode gates with the VAD instead
+    if kw.get("clustering", "ahc") != "vbx" and any(kw[k] != stitch_grid[k][0] for k in VBX_KEYS if k in kw):
+        return False  # the tree cut alone: VBx's settings do not matter
+    if kw.get("clustering") == "vbx" and kw.get("whiten"):
+        return False  # VBx has its own model of the embeddings
     first = stitch_grid["overlap_threshold"][0]
     if kw.get("speakers") == "speech" and kw.get("overlap_threshold", first) != first:
         return False  # one speaker at a time: no second speaker to threshold
@@ -222,7 +235,7 @@ def _settings(grid: dict) -> list[dict]:
     return [dict(zip(grid, v)) for v in itertools.product(*grid.values())]
 
 
-def _whitened(model, run, dev_files: list, modes: dict, segment_grid: dict) -> dict:
+def _whitened(model, run, dev_files: list, modes: dict, segment_grid: dict, progress=None) -> dict:
     """Each mode's best ``WHITENED_GRID`` setting with whitened embeddings, on its chosen segmentation."""
     refs = {w.stem: ref for w, ref in dev_files}
     out = {}
@@ -230,11 +243,45 @@ def _whitened(model, run, dev_files: list, modes: dict, segment_grid: dict) -> d
         segs = run([w for w, _ in dev_files], PipelineConfig.for_model(model, **{k: kw[k] for k in segment_grid}))
         best = None
         for st_kw in _settings(WHITENED_GRID):
-            setting = {**kw, **st_kw, "whiten": True}
+            setting = {**kw, **st_kw, "whiten": True, "clustering": "ahc"}
             der = measure(segs, refs, PipelineConfig.for_model(model, **setting))["der_0.25"]
+            if progress:
+                progress({**setting, "der_0.25": der})
             if best is None or der < best[0]:
                 best = (der, setting)
         out[mode] = best[1]
+    return out
+
+
+def _clustering(cfg: PipelineConfig) -> dict:
+    """How a row's embeddings were clustered, whether or not the grid has these axes."""
+    return {"whiten": cfg.whiten, "clustering": cfg.clustering, **{k: getattr(cfg, k) for k in VBX_KEYS}}
+
+
+def _keys(segment_grid: dict, stitch_grid: dict) -> tuple:
+    """The settings that name a row: the grids' axes and how the embeddings were clustered."""
+    return tuple(dict.fromkeys((*segment_grid, *stitch_grid, "whiten", "clustering", *VBX_KEYS)))
+
+
+def _vbx(model, run, dev_files: list, modes: dict, rows: list, segment_grid: dict, stitch_grid: dict,
+         progress=None) -> dict:
+    """Each mode's best ``VBX_GRID`` setting on its chosen segmentation (rows appended to ``rows``):
+    ``{mode: settings}``."""
+    refs = {w.stem: ref for w, ref in dev_files}
+    keys = _keys(segment_grid, stitch_grid)
+    out = {}
+    for mode, kw in modes.items():
+        segs = run([w for w, _ in dev_files], PipelineConfig.for_model(model, **{k: kw[k] for k in segment_grid}))
+        best = None
+        for st_kw in _settings(VBX_GRID):
+            setting = {**kw, **st_kw, "clustering": "vbx", "whiten": False}
+            row = {**setting, **measure(segs, refs, PipelineConfig.for_model(model, **setting))}
+            rows.append(row)
+            if progress:
+                progress(_public(row))
+            if best is None or row["der_0.25"] < best["der_0.25"]:
+                best = row
+        out[mode] = {k: best[k] for k in keys}
     return out
 
 
@@ -253,12 +300,18 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
         stitch_grid = {**stitch_grid, "whiten": tuple(v for v in stitch_grid.get("whiten", (False,)) if not v)}
         if not stitch_grid["whiten"]:
             raise BadValue("the grid asks for whiten=true only, but the model file holds no embedding whitening")
+    if (getattr(model, "whitening", None) or {}).get("plda") is None:  # no PLDA model to cluster with
+        stitch_grid = {**stitch_grid, "clustering": tuple(v for v in stitch_grid.get("clustering", ("ahc",))
+                                                          if v != "vbx")}
+        if not stitch_grid["clustering"]:
+            raise BadValue("the grid asks for clustering=vbx only, but the model file holds no PLDA model")
     dev_files = files_of(dev)
     if not dev_files:
         raise NotFound(f"no dev recordings with references in {[str(d) for d in dev]}")
     refs = {w.stem: ref for w, ref in dev_files}
     run = Segmenter(model, encoder, jobs)
     rows, t0 = [], time.time()
+    shown = (lambda row: progress(row, time.time() - t0)) if progress else None  # noqa: E731
     try:
         for seg_kw in _settings(segment_grid):
             if not meaningful(seg_kw, stitch_grid):
@@ -268,10 +321,10 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
                 if not meaningful({**seg_kw, **st_kw}, stitch_grid):
                     continue
                 cfg = PipelineConfig.for_model(model, **seg_kw, **st_kw)
-                rows.append({**seg_kw, **st_kw, **measure(segs, refs, cfg)})
-                if progress:
-                    progress(_public(rows[-1]), time.time() - t0)
-        keys = (*segment_grid, *stitch_grid)
+                rows.append({**_clustering(cfg), **seg_kw, **st_kw, **measure(segs, refs, cfg)})
+                if shown:
+                    shown(_public(rows[-1]))
+        keys = _keys(segment_grid, stitch_grid)
         pick = lambda rs: {k: min(rs, key=lambda r: r["der_0.25"])[k] for k in keys}  # noqa: E731
         modes = {m: pick(rs) for m in ("eend", "speech") if (rs := [r for r in rows if r["speakers"] == m
                                                                        and r["vad"] != "speech"])}
@@ -283,8 +336,18 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
         kept = keep_incumbent(rows, modes, incumbent or {}, keys)
         modes = {m: kept[m]["settings"] if m in kept and kept[m]["kept"] else kw for m, kw in modes.items()}
         if not whitened and getattr(model, "whitening", None) is not None:
-            whitened = _whitened(model, run, dev_files, modes, segment_grid)
+            whitened = _whitened(model, run, dev_files, modes, segment_grid, shown)
+        # VBx: each mode's best where the grid tried it (what --clustering vbx uses), else its best on each mode's
+        # chosen segmentation; and where the grid chose VBx, the tree's own best (what --clustering ahc uses)
+        by = lambda m, how: [r for r in rows if r["speakers"] == m and r["vad"] != "speech"  # noqa: E731
+                             and r["clustering"] == how and not r["whiten"]]
+        vbx = {m: pick(rs) for m in modes if (rs := by(m, "vbx"))}
+        if not vbx and (getattr(model, "whitening", None) or {}).get("plda") is not None:
+            vbx = _vbx(model, run, dev_files, modes, rows, segment_grid, stitch_grid, shown)
+        ahc = {m: pick(by(m, "ahc")) for m, kw in modes.items() if kw["clustering"] == "vbx" and by(m, "ahc")}
         chosen = {m: _row(rows, kw, keys) for m, kw in modes.items()}
+        vbx_share = {m: share_better(_row(rows, kw, keys)["_files"], chosen[m]["_files"]) for m, kw in vbx.items()
+                     if kw != modes[m]}  # how sure the dev set is that VBx is lower than the choice
         other = next(m for m in ("speech", "eend") if m != PREFERRED_MODE)
         share = (share_better(chosen[other]["_files"], chosen[PREFERRED_MODE]["_files"]) if len(modes) == 2
                  else None)
@@ -294,7 +357,8 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
         if vad_rows:
             readings["vad_speech"] = pick(vad_rows)
         result = {"dev": [str(d) for d in dev], "dev_files": len(dev_files), "grid": [_public(r) for r in rows],
-                  "modes": modes, "speakers": speakers, "readings": readings, "whitened": whitened,
+                  "modes": modes, "speakers": speakers, "readings": readings, "whitened": whitened, "vbx": vbx,
+                  "ahc": ahc, "vbx_better_share": vbx_share,
                   "mode_choice": {"preferred": PREFERRED_MODE, "other": other, "other_better_share": share,
                                   "beyond_doubt": BEYOND_DOUBT},
                   "incumbent": {m: {k: v for k, v in kept[m].items() if k != "settings"} for m in kept},

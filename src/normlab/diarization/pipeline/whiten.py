@@ -89,9 +89,11 @@ def apply(embeddings: torch.Tensor, matrix: torch.Tensor | None) -> torch.Tensor
 def fit_files(model, encoder, dirs: list, *, lam: float = 1.0, per_folder: int | None = None, jobs: int = 1,
               progress=None) -> dict:
     """:func:`fit` on the recordings of ``dirs`` (``wav/*.wav`` and ``ref.rttm``; at most ``per_folder`` of
-    each, by name), segmented with the model's own ``eend`` settings; records the folders."""
+    each, by name), segmented with the model's own ``eend`` settings, and under ``"plda"`` the PLDA model
+    :func:`normlab.diarization.pipeline.vbx.fit` of the same pieces; records the folders."""
     import pathlib
 
+    from . import vbx
     from .config import PipelineConfig
     from .tuning import Segmenter, files_of
 
@@ -111,5 +113,9 @@ def fit_files(model, encoder, dirs: list, *, lam: float = 1.0, per_folder: int |
     finally:
         run.close()
     fitted = fit(segs, cfg.threshold, lam)
+    try:  # the PLDA model VBx clusters with (pipeline/vbx.py), from the same pieces
+        fitted["plda"] = vbx.fit(segs, cfg.threshold)
+    except BadValue:  # one speaker with two pieces whitens, but gives no between-speaker covariance
+        pass
     fitted["folders"] = {pathlib.Path(d).name: len(files_of([d])[:per_folder]) for d in dirs}
     return fitted

@@ -268,13 +268,15 @@ def tune_recipe_pipeline(model_path: pathlib.Path, data: pathlib.Path, cfg: Reci
     result = tune_pipeline(model, SpeakerEncoder.load(), dev, tests, segment_grid=grids[0], stitch_grid=grids[1],
                            jobs=jobs, incumbent=model.postprocess.get("modes"))
     provenance.write_pipeline(model_path, result["modes"], result["speakers"],
-                              {k: v for k, v in result.items() if k != "grid"}, result["whitened"])
+                              {k: v for k, v in result.items() if k != "grid"}, result["whitened"],
+                              result.get("ahc"),
+                              result.get("vbx"))
     return {k: v for k, v in result.items() if k != "grid"}
 
 
 def whiten_recipe_model(model_path: pathlib.Path, data: pathlib.Path, cfg: RecipeConfig, jobs: int = 1) -> dict:
-    """Fit the speaker embeddings' whitening on the first ``cfg.whiten_per_folder`` conversations of
-    ``data/train`` and ``data/train_real`` and store it in the model file; returns what it was fitted on (or
+    """Fit the speaker embeddings' whitening and PLDA model on the first ``cfg.whiten_per_folder`` conversations
+    of ``data/train`` and ``data/train_real`` and store them in the model file; returns what it was fitted on (or
     why not: a model with no piece of one voice in them, e.g. barely trained, has nothing to fit)."""
     from ..._checks import BadValue
     from ..models.embed import SpeakerEncoder
@@ -287,7 +289,9 @@ def whiten_recipe_model(model_path: pathlib.Path, data: pathlib.Path, cfg: Recip
     except BadValue as e:
         return {"fitted": False, "reason": str(e)}
     provenance.write_whitening(model_path, fitted)
-    return {"fitted": True, **{k: v for k, v in fitted.items() if k != "matrix"}}
+    plda = fitted.get("plda")
+    return {"fitted": True, **{k: v for k, v in fitted.items() if k not in ("matrix", "plda")},
+            "plda": {"pieces": plda["pieces"], "speakers": plda["speakers"]} if plda else None}
 
 
 def run_recipe(out: str | pathlib.Path, cfg: RecipeConfig = RecipeConfig(), *, data: str | pathlib.Path | None = None,
