@@ -285,3 +285,24 @@ def test_quiet_noise_alone_stays_silence():
         pytest.skip(str(e))
     noise = (np.random.default_rng(0).standard_normal(20 * SR) * 1e-4).astype(np.float32)  # -80 dBFS white
     assert list(diarize(noise, sample_rate=SR)) == []
+
+
+def test_a_file_name_with_spaces_is_diarized_and_scored(files, tmp_path, capsys):
+    d, audio = files
+    folder = tmp_path / "in"
+    folder.mkdir()
+    sf.write(folder / "my talk.wav", audio, SR)  # RTTM fields are separated by spaces: the recording is my_talk
+    rc = main(["diarize", str(folder / "my talk.wav"), "--model", str(d / "m.pt"), "--embedding",
+               str(d / "enc.pt"), "--out", str(tmp_path / "out")])
+    written = tmp_path / "out" / "my_talk.rttm"
+    assert rc == 0 and f"wrote {written}" in capsys.readouterr().out
+    assert {line.split()[1] for line in written.read_text().splitlines()} == {"my_talk"}
+    ref = tmp_path / "ref.rttm"
+    write_rttm([Turn("my_talk", s, 2.0, f"v{int(s) // 2 % 2}") for s in range(0, 12, 2)], ref)
+    rc = main(["diarize", "evaluate", str(folder), str(ref), "--model", str(d / "m.pt"), "--embedding",
+               str(d / "enc.pt"), "--out", str(tmp_path / "ev"), "--json"])
+    import json
+
+    result = json.loads(capsys.readouterr().out)
+    assert rc == 0 and [f["uri"] for f in result["files"]] == ["my_talk"] and not result["errors"]
+    assert result["total"]["0"]["total"] == pytest.approx(12.0)  # the reference was found and scored

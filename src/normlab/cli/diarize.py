@@ -101,6 +101,7 @@ def _model_on_device(args: argparse.Namespace):
 
 
 def _cmd_diarize_run(args: argparse.Namespace) -> int:
+    from ..diarization.io.audio import recording_uri
     from ..diarization.pipeline.api import diarize_files
     from ..diarization.pipeline.output import FORMATS
 
@@ -108,7 +109,7 @@ def _cmd_diarize_run(args: argparse.Namespace) -> int:
                            format=args.format, exclusive=args.exclusive, plot=args.plot,
                            progress=progress("diarize"), **_speaker_counts(args), **_pipeline_options(args))
     for path, st in status.items():
-        stem = f"{args.out}/{pathlib.Path(path).stem}"
+        stem = f"{args.out}/{recording_uri(path)}"
         wrote = f"{stem}{FORMATS[args.format]}" + (f" and {stem}.png" if args.plot else "")
         if st == "ok":
             print(f"{path}: wrote {wrote}")

@@ -101,6 +101,7 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     with DER components in seconds and ``der`` as a fraction. The RTTMs are read back before scoring,
     so the numbers are those of ``normlab diarize score REF OUT_DIR --collar C`` on the same files.
     """
+    from ..io.audio import recording_uri
     from ..io.uem import read_uem
     from ..pipeline.api import diarize_files
 
@@ -111,7 +112,7 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     if not paths:
         raise NotFound(f"{wav_dir} has no .wav or .flac files")
     reference = read_rttm(ref_rttm)
-    if not set(reference) & {p.stem for p in paths}:  # before any work: the audio and the reference do not meet
+    if not set(reference) & {recording_uri(p) for p in paths}:  # before any work: audio and reference do not meet
         some = ", ".join(sorted(reference)[:5]) or "none"
         raise BadValue(f"none of the {len(paths)} audio files of {wav_dir} is a recording of {ref_rttm} (its "
                        f"recordings: {some}{' ...' if len(reference) > 5 else ''})")
@@ -120,11 +121,11 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     hyp: dict[str, list[Turn]] = {}
     for p in paths:
         if status[str(p)] == "ok":
-            hyp.update(read_rttm(out_dir / f"{p.stem}.rttm"))
-    ref = {p.stem: reference.get(p.stem, []) for p in paths}
+            hyp.update(read_rttm(out_dir / f"{recording_uri(p)}.rttm"))
+    ref = {recording_uri(p): reference.get(recording_uri(p), []) for p in paths}
     files, total = [], {}
     for p in paths:
-        u = p.stem
+        u = recording_uri(p)
         row = {"uri": u, "collars": {}}
         for c in COLLARS:
             r = score({u: ref[u]}, {u: hyp.get(u, [])}, collar=c, uem=regions)

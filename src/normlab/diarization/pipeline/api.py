@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from ..._checks import BadType, BadValue, MissingDependency
-from ..io.audio import SAMPLE_RATE, as_mono
+from ..io.audio import SAMPLE_RATE, as_mono, recording_uri
 from ..io.features import FeatureConfig
 from ..io.rttm import Turn
 from .cluster import check_speaker_counts
@@ -146,8 +146,8 @@ def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str |
 
 def _outputs(path, out_dir: pathlib.Path, format: str, plot: bool) -> list[pathlib.Path]:
     """What ``diarize_files`` writes for one input."""
-    stem = pathlib.Path(path).stem
-    return [out_dir / f"{stem}{FORMATS[format]}"] + ([out_dir / f"{stem}.png"] if plot else [])
+    uri = recording_uri(path)
+    return [out_dir / f"{uri}{FORMATS[format]}"] + ([out_dir / f"{uri}.png"] if plot else [])
 
 
 def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int | None = None,
@@ -166,7 +166,7 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
         from ..plot import pyplot, timeline_png
 
         pyplot()  # without matplotlib: one error before any work
-    stems = collections.Counter(pathlib.Path(p).stem for p in paths)
+    stems = collections.Counter(recording_uri(p) for p in paths)
     clash = sorted(s for s, n in stems.items() if n > 1)
     if clash:  # the second would replace the first's output
         raise BadValue(f"{stems[clash[0]]} inputs named {clash[0]}.* would write the same "

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..._checks import BadValue, NotFound
-from ..io.audio import SAMPLE_RATE, read_mono
+from ..io.audio import SAMPLE_RATE, read_mono, recording_uri
 from ..io.rttm import Turn, read_rttm
 from ..metrics.der import DERResult, diarization_error_rate, score
 from .config import PipelineConfig
@@ -111,7 +111,7 @@ def files_of(dirs: list) -> list[tuple[pathlib.Path, list[Turn]]]:
             raise NotFound(f"{d}: no ref.rttm (a folder of wav/*.wav and ref.rttm, or *.wav with one .rttm)")
         ref = read_rttm(rttm)
         wavs = sorted((d / "wav").glob("*.wav")) if (d / "wav").is_dir() else sorted(d.glob("*.wav"))
-        out += [(w, ref.get(w.stem, [])) for w in wavs if w.stem in ref]
+        out += [(w, ref.get(recording_uri(w), [])) for w in wavs if recording_uri(w) in ref]
     return out
 
 
@@ -207,8 +207,8 @@ def _init(model, encoder) -> None:
 def _segment_one(job):
     path, cfg = job
     with torch.no_grad():
-        return path.stem, segment(_WORKER["model"], _WORKER["encoder"], read_mono(path, SAMPLE_RATE), path.stem,
-                                  cfg)
+        uri = recording_uri(path)
+        return uri, segment(_WORKER["model"], _WORKER["encoder"], read_mono(path, SAMPLE_RATE), uri, cfg)
 
 
 class Segmenter:
@@ -224,7 +224,8 @@ class Segmenter:
             return dict(self.pool.map(_segment_one, [(p, cfg) for p in paths]))
         model, encoder = self.models
         with torch.no_grad():
-            return {p.stem: segment(model, encoder, read_mono(p, SAMPLE_RATE), p.stem, cfg) for p in paths}
+            return {recording_uri(p): segment(model, encoder, read_mono(p, SAMPLE_RATE), recording_uri(p), cfg)
+                    for p in paths}
 
     def close(self) -> None:
         if self.pool is not None:
@@ -237,7 +238,7 @@ def _settings(grid: dict) -> list[dict]:
 
 def _whitened(model, run, dev_files: list, modes: dict, segment_grid: dict, progress=None) -> dict:
     """Each mode's best ``WHITENED_GRID`` setting with whitened embeddings, on its chosen segmentation."""
-    refs = {w.stem: ref for w, ref in dev_files}
+    refs = {recording_uri(w): ref for w, ref in dev_files}
     out = {}
     for mode, kw in modes.items():
         segs = run([w for w, _ in dev_files], PipelineConfig.for_model(model, **{k: kw[k] for k in segment_grid}))
@@ -267,7 +268,7 @@ def _vbx(model, run, dev_files: list, modes: dict, rows: list, segment_grid: dic
          progress=None) -> dict:
     """Each mode's best ``VBX_GRID`` setting on its chosen segmentation (rows appended to ``rows``):
     ``{mode: settings}``."""
-    refs = {w.stem: ref for w, ref in dev_files}
+    refs = {recording_uri(w): ref for w, ref in dev_files}
     keys = _keys(segment_grid, stitch_grid)
     out = {}
     for mode, kw in modes.items():
@@ -308,7 +309,7 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
     dev_files = files_of(dev)
     if not dev_files:
         raise NotFound(f"no dev recordings with references in {[str(d) for d in dev]}")
-    refs = {w.stem: ref for w, ref in dev_files}
+    refs = {recording_uri(w): ref for w, ref in dev_files}
     run = Segmenter(model, encoder, jobs)
     rows, t0 = [], time.time()
     shown = (lambda row: progress(row, time.time() - t0)) if progress else None  # noqa: E731
@@ -366,7 +367,7 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
                                  for name, kw in readings.items()}}
         for name, dirs in (tests or {}).items():  # scored once per reading, with the dev choice
             files = files_of(dirs)
-            test_refs = {w.stem: ref for w, ref in files}
+            test_refs = {recording_uri(w): ref for w, ref in files}
             result[f"test:{name}"] = {}
             for reading, kw in readings.items():
                 cfg = PipelineConfig.for_model(model, **kw)

@@ -93,6 +93,7 @@ def fit_files(model, encoder, dirs: list, *, lam: float = 1.0, per_folder: int |
     :func:`normlab.diarization.pipeline.vbx.fit` of the same pieces; records the folders."""
     import pathlib
 
+    from ..io.audio import recording_uri
     from . import vbx
     from .config import PipelineConfig
     from .tuning import Segmenter, files_of
@@ -107,7 +108,7 @@ def fit_files(model, encoder, dirs: list, *, lam: float = 1.0, per_folder: int |
         for i in range(0, len(files), 50):  # in blocks: a long fit shows its progress
             part = files[i : i + 50]
             found = run([w for w, _ in part], cfg)
-            segs += [(found[w.stem], ref) for w, ref in part]
+            segs += [(found[recording_uri(w)], ref) for w, ref in part]
             if progress:
                 progress(len(segs), len(files), "segment")
     finally:
