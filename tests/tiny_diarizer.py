@@ -13,14 +13,15 @@ SR = 16000
 def tiny_models(folder, bias: float, head: str = "multilabel", **postprocess):
     """``folder/m.pt`` (a 1-layer EEND model, 3 local speakers, head bias ``bias``: how often it says "speech";
     for a powerset head, the bias of the classes with speakers, silence at 0) and ``folder/enc.pt`` (a random
-    speaker encoder); ``postprocess`` goes into the model file."""
+    speaker encoder); ``postprocess`` goes into the model file. The tones below hold a steady level, which the
+    pipeline's steady-noise gate (``flat_db``) would silence: it is off in these files unless asked for."""
     torch.manual_seed(0)
     model = EENDModel(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, n_speakers=3, dropout=0.0, head=head))
     with torch.no_grad():
         model.head.bias.fill_(bias)
         if head == "powerset":
             model.head.bias[0] = 0.0  # class 0: nobody talks
-    model.postprocess.update(postprocess)
+    model.postprocess.update({"flat_db": 0.0, **postprocess})
     model.save(folder / "m.pt")
     SpeakerEncoder().save(folder / "enc.pt")
     return folder / "m.pt", folder / "enc.pt"

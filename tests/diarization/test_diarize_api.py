@@ -97,7 +97,7 @@ def test_cli_and_api_build_the_same_pipeline_config(files, tmp_path, monkeypatch
     which this model file sets to something else than every pipeline default) they get the same settings."""
     d, _ = files
     stored = EENDModel.load(d / "m.pt").postprocess
-    assert all(stored[k] != getattr(PipelineConfig, k) for k in ("threshold", "median", "speakers", "vad"))
+    assert all(stored[k] != getattr(PipelineConfig, k) for k in ("threshold", "median", "speakers", "vad", "flat_db"))
     real = PipelineConfig.for_model.__func__
     built = []
 
@@ -109,8 +109,9 @@ def test_cli_and_api_build_the_same_pipeline_config(files, tmp_path, monkeypatch
     monkeypatch.setenv("NORMLAB_DEBUG", "1")
     wav, m, enc, ref = d / "talk.wav", d / "m.pt", d / "enc.pt", tmp_path / "ref.rttm"
     ref.write_text("SPEAKER talk 1 0.000 1.000 <NA> <NA> A <NA> <NA>\n")
-    cli_options = {(): {}, ("--threshold", "0.7", "--median", "3", "--local-speakers", "speech", "--vad", "gate"):
-                   {"threshold": 0.7, "median": 3, "speakers": "speech", "vad": "gate"}}
+    cli_options = {(): {}, ("--threshold", "0.7", "--median", "3", "--local-speakers", "speech", "--vad", "gate",
+                            "--flat-db", "1.5"):
+                   {"threshold": 0.7, "median": 3, "speakers": "speech", "vad": "gate", "flat_db": 1.5}}
     for argv, options in cli_options.items():
         built.clear()
         for run in (lambda argv=argv: main(["diarize", str(wav), "--model", str(m), "--embedding", str(enc),
@@ -122,7 +123,7 @@ def test_cli_and_api_build_the_same_pipeline_config(files, tmp_path, monkeypatch
             with pytest.raises(_Built):
                 run()
         assert len(built) == 4 and built[1:] == built[:-1], (argv, built)
-    assert built[0].speakers == "speech" and built[0].threshold == 0.7
+    assert built[0].speakers == "speech" and built[0].threshold == 0.7 and built[0].flat_db == 1.5
 
 
 def test_evaluate_prints_what_score_prints(files, tmp_path, capsys):

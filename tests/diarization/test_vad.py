@@ -101,7 +101,7 @@ def test_the_gate_silences_noise_the_model_calls_speech(vad):
     except MissingWeightsError as e:
         pytest.skip(str(e))
     noise = (0.03 * np.random.default_rng(0).standard_normal(SAMPLE_RATE * 20)).astype(np.float32)
-    assert diarize(noise, sample_rate=SAMPLE_RATE, vad="off")  # the segmentation model alone: a false alarm
+    assert diarize(noise, sample_rate=SAMPLE_RATE, vad="off", flat_db=0.0)  # the model alone: a false alarm
     assert diarize(noise, sample_rate=SAMPLE_RATE, vad="gate") == []  # the gate: nothing
 
 
@@ -115,7 +115,8 @@ def test_missing_weights_name_the_file_and_the_fix(monkeypatch, tmp_path):
 
 
 def test_cli_options_reach_the_pipeline(vad, tmp_path, capsys):
-    """`--vad off` and `--local-speakers` are passed through: noise gives turns only without the gate."""
+    """`--vad off`, `--flat-db` and `--local-speakers` are passed through: noise gives turns only without the
+    gates (the VAD's, and the steady-noise gate's)."""
     import soundfile as sf
 
     from normlab.cli import main
@@ -128,12 +129,14 @@ def test_cli_options_reach_the_pipeline(vad, tmp_path, capsys):
         pytest.skip(str(e))
     noise = (0.03 * np.random.default_rng(1).standard_normal(SAMPLE_RATE * 12)).astype(np.float32)
     sf.write(tmp_path / "noise.wav", noise, SAMPLE_RATE)
-    runs = ((["--vad", "gate"], "gated"), (["--vad", "off"], "open"),
-            (["--vad", "off", "--local-speakers", "eend"], "eend"))
+    runs = ((["--vad", "gate", "--flat-db", "0"], "gated"), (["--vad", "off"], "steady"),
+            (["--vad", "off", "--flat-db", "0"], "open"),
+            (["--vad", "off", "--flat-db", "0", "--local-speakers", "eend"], "eend"))
     for extra, out in runs:
         assert main(["diarize", str(tmp_path / "noise.wav"), "--out", str(tmp_path / out), *extra]) == 0
     capsys.readouterr()
     assert read_rttm(tmp_path / "gated" / "noise.rttm") == {}
+    assert read_rttm(tmp_path / "steady" / "noise.rttm") == {}  # white noise: steady, never speech by default
     assert read_rttm(tmp_path / "open" / "noise.rttm")["noise"]
     assert read_rttm(tmp_path / "eend" / "noise.rttm")["noise"]
     assert main(["diarize", str(tmp_path / "noise.wav"), "--vad", "loud"]) == 2  # argparse: one line, exit 2
@@ -201,7 +204,7 @@ def test_union_hears_speech_the_model_misses_and_keeps_what_the_vad_misses():
             return (torch.arange(n) * CHUNK >= 5 * SAMPLE_RATE).float()
 
     wave = 0.1 * torch.sin(torch.arange(10 * SAMPLE_RATE) * 0.05)
-    kw = dict(window=10.0, step=10.0, threshold=0.5)
+    kw = dict(window=10.0, step=10.0, threshold=0.5, flat_db=0.0)  # a steady sine: the VAD's gates alone
     speech = {}
     for mode in ("off", "union", "gate"):
         cfg = PipelineConfig(vad=mode, speakers="eend", **kw)
@@ -235,7 +238,7 @@ def test_veto_silences_only_long_runs_of_the_vads_non_speech():
             return (((t >= 0) & (t < 1)) | ((t >= 6) & (t < 7))).float()
 
     wave = 0.1 * torch.sin(torch.arange(10 * SAMPLE_RATE) * 0.05)
-    kw = dict(window=10.0, step=10.0, threshold=0.5, speakers="eend", vad="veto")
+    kw = dict(window=10.0, step=10.0, threshold=0.5, speakers="eend", vad="veto", flat_db=0.0)  # a steady sine
     speech = {s: (segment(Model(), SpeakerEncoder(), wave, "u", PipelineConfig(veto_seconds=s, **kw), vad=Vad())
                   .probs[0] > 0.5).any(1) for s in (4.0, 2.0)}
     assert speech[4.0][:10].all() and not speech[4.0][11:59].any() and speech[4.0][61:].all()

@@ -88,7 +88,7 @@ def _pipeline_options(args: argparse.Namespace) -> dict:
     """Options the user set; the rest come from the model file (the same defaults as the Python API)."""
     return {k: v for k, v in (("threshold", args.threshold), ("overlap_threshold", args.overlap_threshold),
                               ("median", args.median), ("speakers", args.local_speakers), ("vad", args.vad),
-                              ("whiten", args.whiten), ("clustering", args.clustering))
+                              ("whiten", args.whiten), ("clustering", args.clustering), ("flat_db", args.flat_db))
             if v is not None}
 
 
@@ -400,6 +400,9 @@ def add_parsers(sub, name: str) -> None:
                        help="ahc: the speakers are the tree's clusters at the cut; vbx: the cut starts variational "
                        "Bayes under the model file's PLDA model, which decides the count (default: the model "
                        "file's choice)")
+        q.add_argument("--flat-db", type=float, default=None,
+                       help="frames whose level varies less than this many dB over the 2 s around them (steady "
+                       "noise, hum) are never speech; 0 turns this off (default: the model file's, else 2)")
         q.add_argument("--median", type=_odd, default=None,
                        help="median filter width in frames, odd (default: the model's)")
         q.add_argument("--local-speakers", choices=["speech", "eend"], default=None,

@@ -9,7 +9,7 @@ from ..._checks import BadValue, check_choice
 #: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
 TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
            "piece", "speakers", "vad", "vad_threshold", "veto_seconds", "weighting", "overlap_threshold",
-           "merge_threshold", "whiten", "clustering", "vbx_fa", "vbx_fb", "vbx_dims")
+           "merge_threshold", "whiten", "clustering", "vbx_fa", "vbx_fb", "vbx_dims", "flat_db", "flat_seconds")
 
 
 #: each speakers mode's own defaults, tuned on its development data (docs/diarization.md): speech at 0.5 in
@@ -38,6 +38,9 @@ class PipelineConfig:
     silence_db: float = -70.0  # frames quieter than this (dBFS) are never speech, whatever the model says...
     silence_range_db: float | None = 45.0  # ...or, in a quieter recording, more than this below its loud frames
     #                                        (segment.silence_gate_db; None: silence_db alone)
+    flat_db: float = 2.0  # frames whose level varies less than this (dB, 90th - 10th percentile) over the
+    #                       flat_seconds around them are never speech: steady noise or hum (segment.flat_frames; 0: off)
+    flat_seconds: float = 2.0
     vad: str = "gate"  # "gate": frames Silero VAD calls non-speech are silence whatever the model says;
     #                    "speech": the VAD's probability is the speech activity (speakers="speech");
     #                    "union": speech where the model or the VAD hears it (segment.vad_union);
@@ -120,6 +123,8 @@ class PipelineConfig:
         if cfg.speakers == "eend" and cfg.vad == "speech":
             raise BadValue("vad 'speech' (Silero alone decides speech) reads the model in speakers mode 'speech'; "
                            "with speakers 'eend' use vad 'gate'")
+        if not (cfg.flat_db >= 0 and cfg.flat_seconds > 0):
+            raise BadValue(f"need flat_db >= 0 and flat_seconds > 0, got {cfg.flat_db}, {cfg.flat_seconds}")
         if not cfg.veto_seconds > 0:
             raise BadValue(f"veto_seconds must be > 0, got {cfg.veto_seconds}")
         for name in ("threshold", "overlap_threshold", "vad_threshold"):
