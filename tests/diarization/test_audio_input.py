@@ -70,3 +70,46 @@ def test_a_name_with_spaces_is_one_recording_name():
     assert recording_uri("plain.wav") == "plain"
     assert as_mono({"waveform": np.zeros((1, SR), np.float32), "sample_rate": SR, "uri": "team call"}, None,
                    SR)[1] == "team_call"
+
+
+def _speech_like(seconds, sr, seed=0):
+    """Noise in syllables (4 a second) over a faint floor: a long-term spectrum without narrow peaks."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * sr)
+    env = np.repeat(rng.uniform(0, 1, int(seconds * 4) + 1) > 0.3, sr // 4)[:n]
+    return (0.1 * env * rng.standard_normal(n) + 1e-3 * rng.standard_normal(n)).astype(np.float32)
+
+
+def _hum(seconds, sr, f0, harmonics=(1, 3), db=-35.0):
+    t = np.arange(int(seconds * sr)) / sr
+    return (10 ** (db / 20) * sum(np.sin(2 * math.pi * k * f0 * t) / k for k in harmonics)).astype(np.float32)
+
+
+def test_mains_hum_is_found_by_its_fundamental():
+    from normlab.diarization.io.hum import find_hum
+
+    speech = _speech_like(30, SR)
+    assert find_hum(speech, SR) == []
+    assert find_hum(speech + _hum(30, SR, 50), SR) == [50, 150]
+    assert find_hum(speech + _hum(30, SR, 60, (1, 2, 3)), SR) == [60, 120, 180]
+    assert find_hum(_speech_like(30, 8000) + _hum(30, 8000, 60, db=-25.0), 8000) == [60, 180]  # telephone rate
+    # a steady tone at a multiple of the mains frequency without the fundamental is not hum
+    assert find_hum(speech + _tone(180, 30, 0.02), SR) == []
+    assert find_hum(speech[: SR], SR) == []  # too short to tell
+    assert find_hum(speech + _hum(30, SR, 50, (1,), db=-48.0), SR) == []  # faint: about 8 dB out, left alone
+
+
+def test_hum_is_notched_out_and_the_voice_kept(tmp_path):
+    seconds = 130  # three of the reader's blocks: the notches' state crosses their edges
+    voice = _speech_like(seconds, SR) + _tone(1000, seconds, 0.05)
+    sf.write(tmp_path / "hum.wav", voice + _hum(seconds, SR, 50), SR, subtype="FLOAT")
+    x = read_mono(tmp_path / "hum.wav", SR).numpy()
+    hum = 10 ** (-35 / 20)
+    for part in (x[2 * SR : 50 * SR], x[-50 * SR :]):  # after the notches settle; the last block too
+        assert _amplitude(part, 50) < hum / 100  # 40 dB down or more
+        assert _amplitude(part, 150) < hum / 3 / 100
+        assert _amplitude(part, 1000) == pytest.approx(0.05, rel=0.02)
+    for edge in (60, 120):  # the 2 s after each of the reader's block edges (a short window: the voice's noise
+        assert _amplitude(x[edge * SR : (edge + 2) * SR], 50) < hum / 10  # is most of what it measures there)
+    clean = as_mono(voice, SR, SR)[0].numpy()  # no hum: the notches never run
+    assert clean.shape == voice.shape and np.allclose(clean, remove_dc(voice.copy(), SR))

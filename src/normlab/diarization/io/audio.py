@@ -8,7 +8,8 @@ rate in memory. Every input loses its DC offset (``remove_dc``): a constant
 or slowly drifting offset, as cheap microphones and sound cards add, is
 energy at 0 Hz that the speaker encoder's lowest band reads as voice (an
 offset of 0.02 full scale merged the two speakers of pyannote.audio's
-sample; one of 0.3 took the dev set's DER from 20.9% to 33.9%).
+sample; one of 0.3 took the dev set's DER from 20.9% to 33.9%), then its
+mains hum where it has any (``hum.remove_hum``).
 
 A recording's name (its ``uri``) is its file name without the suffix, each
 run of white space made one ``_`` (``recording_uri``): RTTM fields are
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from ..._checks import BadType, BadValue
+from .hum import remove_hum
 
 #: the pipeline's input rate: the speaker encoder's (GE2E) and the VAD's; EEND features are made at
 #: ``features.FEATURE_RATE`` from it
@@ -71,6 +73,7 @@ def remove_dc(mono: np.ndarray, sample_rate: int) -> np.ndarray:
     state = np.zeros(1, np.float32)
     for i in range(0, mono.size, block):
         mono[i : i + block], state = lfilter(b, a, mono[i : i + block], zi=state)
+    remove_hum(mono, sample_rate, block)  # then mains hum, where the recording has it (io/hum.py)
     return mono
 
 
