@@ -31,8 +31,10 @@ def test_bad_files_name_themselves(tmp_path):
     sf.write(tmp_path / "empty.wav", np.zeros((0, 1), np.float32), 8000)
     with pytest.raises(AudioError, match="empty.wav"):
         read_mono(tmp_path / "empty.wav", 8000)
-    with pytest.raises(AudioError, match="missing.wav"):
+    with pytest.raises(AudioError, match="missing.wav: no such file"):
         read_mono(tmp_path / "missing.wav", 8000)
+    with pytest.raises(AudioError, match="a folder, not an audio file"):
+        read_mono(tmp_path, 8000)
 
 
 def test_mel_filterbank_shape_and_coverage():

@@ -97,6 +97,10 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
     import soundfile as sf
 
     path = pathlib.Path(path)
+    if not path.exists():
+        raise AudioError(f"{path}: no such file")
+    if path.is_dir():
+        raise AudioError(f"{path}: a folder, not an audio file (give its files; diarize evaluate reads a folder)")
     if path.suffix.lower() == ".gsm":
         mono = _read_gsm(path)
         if mono.size == 0:
