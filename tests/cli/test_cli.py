@@ -55,7 +55,7 @@ def test_a_missing_audio_file_is_still_read_as_audio_not_a_command(capsys):
     from normlab.cli import main
 
     assert main(["diarize", "runn.wav"]) == 1  # close to "run", but a file name: diarize run's per-file error
-    assert "runn.wav: error: runn.wav: cannot read audio" in capsys.readouterr().err
+    assert "runn.wav: error: runn.wav: no such file" in capsys.readouterr().err
 
 
 def test_user_error_family_keeps_the_builtin_bases():
