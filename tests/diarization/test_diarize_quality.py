@@ -82,18 +82,23 @@ def test_real_speech_pyannote_sample():
     assert len({t.speaker for t in hyp["sample"]}) >= 2
 
 
-def test_real_speech_at_a_quiet_level_reads_as_at_its_own():
-    """The model's features and the speaker encoder do not hear the level; the silence gate follows a quiet
-    recording. The sample 26 dB quieter (a distant microphone) reads what it reads at its own level; with the
-    fixed -70 dBFS gate its quiet speech was silenced (5.69% became 9.00% at -20 dB, 62.73% at -34 dB)."""
+def _sample_wave_or_skip():
+    """pyannote's sample as (reference, float32 samples, rate), or skip where it or the encoder is missing."""
     folder = _sample_folder()
     if folder is None:
         pytest.skip("pyannote.audio 4.0.7's sample.wav is not here: `make sample` fetches it into the venv")
     _encoder_or_skip()
     import soundfile as sf
 
-    ref = read_rttm(folder / "sample.rttm")
     wave, sr = sf.read(folder / "sample.wav", dtype="float32")
+    return read_rttm(folder / "sample.rttm"), wave, sr
+
+
+def test_real_speech_at_a_quiet_level_reads_as_at_its_own():
+    """The model's features and the speaker encoder do not hear the level; the silence gate follows a quiet
+    recording. The sample 26 dB quieter (a distant microphone) reads what it reads at its own level; with the
+    fixed -70 dBFS gate its quiet speech was silenced (5.69% became 9.00% at -20 dB, 62.73% at -34 dB)."""
+    ref, wave, sr = _sample_wave_or_skip()
     own = score(ref, {"sample": diarize(wave, sample_rate=sr)}, collar=0.25).der
     quiet = score(ref, {"sample": diarize(wave * 0.05, sample_rate=sr)}, collar=0.25).der
     assert abs(quiet - own) < 0.01, (own, quiet)
@@ -105,14 +110,7 @@ def test_real_speech_as_real_recordings_store_it():
     a fan (white noise at -40 dBFS), reads within a few points of the sample as it is. Before the reader
     removed offsets and hum, the first two merged its two speakers (46.39%); before the steady-noise gate,
     the fan's 20 s were 20 s of speech."""
-    folder = _sample_folder()
-    if folder is None:
-        pytest.skip("pyannote.audio 4.0.7's sample.wav is not here: `make sample` fetches it into the venv")
-    _encoder_or_skip()
-    import soundfile as sf
-
-    ref = read_rttm(folder / "sample.rttm")
-    wave, sr = sf.read(folder / "sample.wav", dtype="float32")
+    ref, wave, sr = _sample_wave_or_skip()
     t = np.arange(wave.size) / sr
     hum = (10 ** (-35 / 20) * (np.sin(2 * np.pi * 50 * t) + np.sin(2 * np.pi * 150 * t) / 3)).astype(np.float32)
     fan = (0.01 * np.random.default_rng(0).standard_normal(20 * sr)).astype(np.float32)

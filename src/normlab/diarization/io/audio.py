@@ -9,7 +9,7 @@ or slowly drifting offset, as cheap microphones and sound cards add, is
 energy at 0 Hz that the speaker encoder's lowest band reads as voice (an
 offset of 0.02 full scale merged the two speakers of pyannote.audio's
 sample; one of 0.3 took the dev set's DER from 20.9% to 33.9%), then its
-mains hum where it has any (``hum.remove_hum``).
+mains hum where it has any (``hum.remove_hum``); ``_finish`` is that one path.
 
 A recording's name (its ``uri``) is its file name without the suffix, each
 run of white space made one ``_`` (``recording_uri``): RTTM fields are
@@ -53,9 +53,14 @@ def resample(mono: np.ndarray, orig: int, target: int) -> np.ndarray:
     return resample_poly(mono, target // g, orig // g).astype(np.float32)
 
 
+def _as_uri(name: str) -> str:
+    """``name`` as an RTTM recording name: each run of white space one ``_``."""
+    return re.sub(r"\s+", "_", name)
+
+
 def recording_uri(path: str | pathlib.Path) -> str:
     """The recording's name in RTTM and output files: the file name without its suffix, white space as ``_``."""
-    return re.sub(r"\s+", "_", pathlib.Path(path).stem)
+    return _as_uri(pathlib.Path(path).stem)
 
 
 def remove_dc(mono: np.ndarray, sample_rate: int) -> np.ndarray:
@@ -73,8 +78,14 @@ def remove_dc(mono: np.ndarray, sample_rate: int) -> np.ndarray:
     state = np.zeros(1, np.float32)
     for i in range(0, mono.size, block):
         mono[i : i + block], state = lfilter(b, a, mono[i : i + block], zi=state)
-    remove_hum(mono, sample_rate, block)  # then mains hum, where the recording has it (io/hum.py)
     return mono
+
+
+def _finish(mono: np.ndarray, sample_rate: int, target: int) -> torch.Tensor:
+    """What every input goes through once it is mono: its DC offset, then its mains hum (where it has any,
+    ``hum.remove_hum``) removed in place, then resampled to ``target``."""
+    remove_hum(remove_dc(mono, sample_rate), sample_rate, BLOCK_SECONDS * sample_rate)
+    return torch.from_numpy(resample(mono, sample_rate, target))
 
 
 def _read_gsm(path: pathlib.Path) -> np.ndarray:
@@ -105,7 +116,7 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
         mono = _read_gsm(path)
         if mono.size == 0:
             raise EmptyAudio(f"{path}: no audio samples")
-        return torch.from_numpy(resample(remove_dc(mono, 8000), 8000, sample_rate))
+        return _finish(mono, 8000, sample_rate)
     try:
         with sf.SoundFile(str(path)) as f:
             sr, n = f.samplerate, f.frames
@@ -119,7 +130,7 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
         raise AudioError(f"{path}: cannot read audio ({e})") from None
     if mono.size == 0:
         raise EmptyAudio(f"{path}: no audio samples")
-    return torch.from_numpy(resample(remove_dc(mono, sr), sr, sample_rate))
+    return _finish(mono, sr, sample_rate)
 
 
 def as_mono(audio, sample_rate: int | None, target: int) -> tuple[torch.Tensor, str]:
@@ -140,7 +151,7 @@ def as_mono(audio, sample_rate: int | None, target: int) -> tuple[torch.Tensor, 
             raise BadValue(f"an audio dict needs 'waveform' and 'sample_rate' keys, got {sorted(audio)}")
         if sample_rate is not None and sample_rate != audio["sample_rate"]:
             raise BadValue(f"sample_rate={sample_rate} contradicts the dict's {audio['sample_rate']}")
-        uri = re.sub(r"\s+", "_", str(audio.get("uri", uri)))
+        uri = _as_uri(str(audio.get("uri", uri)))
         audio, sample_rate = audio["waveform"], audio["sample_rate"]
     if isinstance(audio, torch.Tensor):
         audio = audio.detach().cpu().numpy()
@@ -168,4 +179,4 @@ def as_mono(audio, sample_rate: int | None, target: int) -> tuple[torch.Tensor, 
     if not np.isfinite(audio).all():
         raise BadValue("waveform contains NaN or Inf")
     mono = audio.astype(np.float32, copy=False).mean(axis=0)  # a new array: the caller's is left as it was
-    return torch.from_numpy(resample(remove_dc(mono, int(sample_rate)), int(sample_rate), target)), uri
+    return _finish(mono, int(sample_rate), target), uri
