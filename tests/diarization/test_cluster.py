@@ -130,6 +130,20 @@ def test_speaker_count_per_frame_is_the_rounded_mean_over_windows():
     assert got == [("spk0", 0.0, 2.0), ("spk1", 0.0, 1.0)], got  # both on 0-9 (one window: 2); the likelier on 10-19
 
 
+def test_stitch_fills_a_speakers_pauses_shorter_than_fill_gap():
+    """One window hears one speaker with a 0.3 s and a 0.6 s pause: fill_gap 0.5 bridges the first only."""
+    probs = torch.full((1, 30, 1), 0.9)
+    probs[0, 5:8, 0] = probs[0, 15:21, 0] = 0.1
+    seg = Segmentation("rec", 30, 0.1, [0], probs, [(0, 0, 0, 30, 0)], torch.eye(1, 8), np.array([3.0]))
+
+    def runs(gap):
+        cfg = PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=0.0, fill_gap=gap)
+        return [(round(t.start, 3), round(t.end, 3)) for t in stitch(seg, cfg)]
+
+    assert runs(0.0) == [(0.0, 0.5), (0.8, 1.5), (2.1, 3.0)]
+    assert runs(0.5) == [(0.0, 1.5), (2.1, 3.0)]
+
+
 def test_hamming_weighting_trusts_a_window_middle_over_another_window_edge():
     """Frames 10-19 are seen by window 0 (which hears a speaker) and window 1 (which hears nobody). Weighted alike,
     the mean count there is 0.5, rounded up: the speaker talks to frame 19. With Hamming weights each frame goes

@@ -4,7 +4,7 @@ import torch
 
 from normlab.diarization.io.rttm import Turn
 from normlab.diarization.models.eend import EENDModel, ModelConfig
-from normlab.diarization.pipeline.postprocess import median_filter, to_turns
+from normlab.diarization.pipeline.postprocess import fill_gaps, median_filter, to_turns
 from normlab.diarization.training.train import TrainConfig, train
 
 DEBUG = ModelConfig(input_dim=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.1)
@@ -28,6 +28,18 @@ def test_median_filter_and_turns():
                      Turn("rec", pytest.approx(0.3), pytest.approx(0.4), "spk1")]
     with pytest.raises(ValueError, match="odd"):
         median_filter(active, 4)
+
+
+def test_fill_gaps_bridges_a_speakers_short_pauses_only():
+    col = [1, 1, 0, 0, 1, 0, 0, 0, 1, 0, 0]  # pauses of 2 and 3 frames, then 2 to the end
+    active = torch.tensor([col, [0] * 11], dtype=torch.uint8).T  # T, 2: the second speaker silent
+    out = fill_gaps(active, 3)
+    assert out[:, 0].tolist() == [1, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0]  # 2 < 3 filled; 3 kept; the end never
+    assert out[:, 1].tolist() == [0] * 11  # a speaker's pause needs that speaker on both sides
+    lead = torch.tensor([[0, 0, 1, 0, 1]], dtype=torch.uint8).T
+    assert fill_gaps(lead, 3)[:, 0].tolist() == [0, 0, 1, 1, 1]  # the start is not a pause
+    assert torch.equal(fill_gaps(active, 0), active) and torch.equal(fill_gaps(active, 1), active)
+    assert active[:, 0].tolist() == col  # the input is not changed
 
 
 def test_model_shapes_padding_and_save_load(tmp_path):

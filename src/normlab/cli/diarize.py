@@ -88,7 +88,8 @@ def _pipeline_options(args: argparse.Namespace) -> dict:
     """Options the user set; the rest come from the model file (the same defaults as the Python API)."""
     return {k: v for k, v in (("threshold", args.threshold), ("overlap_threshold", args.overlap_threshold),
                               ("median", args.median), ("speakers", args.local_speakers), ("vad", args.vad),
-                              ("whiten", args.whiten), ("clustering", args.clustering), ("flat_db", args.flat_db))
+                              ("whiten", args.whiten), ("clustering", args.clustering), ("flat_db", args.flat_db),
+                              ("fill_gap", args.fill_gap))
             if v is not None}
 
 
@@ -403,6 +404,9 @@ def add_parsers(sub, name: str) -> None:
         q.add_argument("--flat-db", type=float, default=None,
                        help="frames whose level varies less than this many dB over the 2 s around them (steady "
                        "noise, hum) are never speech; 0 turns this off (default: the model file's, else 2)")
+        q.add_argument("--fill-gap", type=_seconds, default=None,
+                       help="a speaker's pauses shorter than this many seconds are filled (default: the model "
+                       "file's, else 0: none)")
         q.add_argument("--median", type=_odd, default=None,
                        help="median filter width in frames, odd (default: the model's)")
         q.add_argument("--local-speakers", choices=["speech", "eend"], default=None,

@@ -9,7 +9,8 @@ from ..._checks import BadValue, check_choice
 #: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
 TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
            "piece", "speakers", "vad", "vad_threshold", "veto_seconds", "weighting", "overlap_threshold",
-           "merge_threshold", "whiten", "clustering", "vbx_fa", "vbx_fb", "vbx_dims", "flat_db", "flat_seconds")
+           "merge_threshold", "whiten", "clustering", "vbx_fa", "vbx_fb", "vbx_dims", "flat_db", "flat_seconds",
+           "fill_gap")
 
 
 #: each speakers mode's own defaults, tuned on its development data (docs/diarization.md): speech at 0.5 in
@@ -27,6 +28,7 @@ class PipelineConfig:
     overlap_threshold: float | None = None  # eend mode: a window's second (third...) speaker counts above this
     #                                         (None: threshold); higher than threshold, overlap is called less
     median: int = 11  # median filter width, frames (the model file's)
+    fill_gap: float = 0.0  # seconds: a speaker's pauses shorter than this are filled (0: none; per mode)
     cluster_threshold: float = 0.3  # cosine distance where the tree is cut (per mode: MODE_DEFAULTS)
     min_embed: float = 0.5  # seconds of a local speaker's speech needed for its embedding
     max_embed: float = 3.0  # seconds of it used at most (two 1.6 s partials)
@@ -125,6 +127,8 @@ class PipelineConfig:
                            "with speakers 'eend' use vad 'gate'")
         if not (cfg.flat_db >= 0 and cfg.flat_seconds > 0):
             raise BadValue(f"need flat_db >= 0 and flat_seconds > 0, got {cfg.flat_db}, {cfg.flat_seconds}")
+        if not cfg.fill_gap >= 0:
+            raise BadValue(f"fill_gap must be >= 0 seconds, got {cfg.fill_gap}")
         if not cfg.veto_seconds > 0:
             raise BadValue(f"veto_seconds must be > 0, got {cfg.veto_seconds}")
         for name in ("threshold", "overlap_threshold", "vad_threshold"):

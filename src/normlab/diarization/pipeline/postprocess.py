@@ -18,6 +18,25 @@ def median_filter(active: torch.Tensor, width: int) -> torch.Tensor:
     return padded.unfold(0, width, 1).median(dim=-1).values  # T, S
 
 
+def fill_gaps(active: torch.Tensor, frames: int) -> torch.Tensor:
+    """``active (frames, speakers)`` (0/1) with each speaker's pauses shorter than ``frames`` filled: a run of
+    inactive frames with that speaker active on both sides becomes active (pyannote.audio's ``min_duration_off``).
+    A pause at the start or end of the recording is never filled, nor one of ``frames`` or more."""
+    if frames <= 1 or active.shape[0] == 0:
+        return active
+    out = active.clone()
+    for k in range(active.shape[1]):
+        on = active[:, k].bool()
+        edges = torch.diff(on.to(torch.int8), prepend=on.new_zeros(1, dtype=torch.int8),
+                           append=on.new_zeros(1, dtype=torch.int8))
+        starts = torch.nonzero(edges == 1).flatten()  # first frame of each active run
+        ends = torch.nonzero(edges == -1).flatten()  # one past its last frame
+        for a, b in zip(ends[:-1].tolist(), starts[1:].tolist()):  # the pause between two runs
+            if b - a < frames:
+                out[a:b, k] = 1
+    return out
+
+
 def to_turns(probs: torch.Tensor, frame_seconds: float, uri: str, *, threshold: float = 0.5, median: int = 11,
              labels: list[str] | None = None) -> list[Turn]:
     """Turns from ``probs (frames, speakers)``: active where ``p > threshold``, smoothed, then runs."""

@@ -46,6 +46,7 @@ SEGMENT_GRID = {"speakers": ("eend", "speech"), "vad": ("off", "union", "speech"
 STITCH_GRID = {"cluster_threshold": (0.3, 0.35, 0.4, 0.5), "min_cluster": (1.0, 2.0, 4.0, 8.0),
                "weighting": ("mean", "hamming"), "overlap_threshold": (0.5, 0.6, 0.7), "merge_threshold": (0.0,),
                "whiten": (False,),  # whitening: not in the default grid (docs/diarization.md); --grid whiten=false,true
+               "fill_gap": (0.0,),  # filling pauses: not in the default grid (docs/diarization.md)
                "clustering": ("ahc",), "vbx_fa": (0.2,), "vbx_fb": (1.0,), "vbx_dims": (64,)}
 #: the axes only VBx reads (clustering="ahc" rows take each one's first value)
 VBX_KEYS = ("vbx_fa", "vbx_fb", "vbx_dims")
