@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -297,10 +298,42 @@ static inline void row_store(T* out, i64 d, bool stream, FV fv, F1 f1) {
 template <class A> struct Lanes {
   static const int W = Vec<A>::W, NV = 64 / sizeof(A) / W;
 };
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define NORMLAB_HAS_SHUFFLE 1
+#endif
+#endif
+#ifndef NORMLAB_HAS_SHUFFLE
+#define NORMLAB_HAS_SHUFFLE 0
+#endif
+
+#if NORMLAB_HAS_SHUFFLE
+// The lanes of one vector summed by the same tree in registers: lanes [h, 2h) added to [0, h) for h = N/2, ..., 1
+// (the halves of a vector taken by shuffles, which compile to extracts; the array loop below went through the
+// stack, where each narrower reload of a wider store waits for it: most of a short row's time)
+template <class A, int N> struct VecN { typedef A type __attribute__((vector_size(N * sizeof(A)))); };
+template <class A, int N, class V, std::size_t... I> static inline typename VecN<A, N / 2>::type
+halves_sum(V v, std::index_sequence<I...>) {
+  return __builtin_shufflevector(v, v, I...) + __builtin_shufflevector(v, v, (I + N / 2)...);
+}
+template <class A, int N, class V> static inline A lane_tree(V v) {
+  if constexpr (N == 2) {
+    return v[0] + v[1];
+  } else {
+    return lane_tree<A, N / 2>(halves_sum<A, N>(v, std::make_index_sequence<N / 2>{}));
+  }
+}
+#endif
+
 template <class A, class V> static inline A fold(V* acc) {
   const int W = Lanes<A>::W;
   for (int h = Lanes<A>::NV / 2; h >= 1; h /= 2)
     for (int k = 0; k < h; ++k) acc[k] += acc[k + h];
+#if NORMLAB_HAS_SHUFFLE
+  if constexpr (W >= 2) {
+    return lane_tree<A, W>(acc[0]);
+  }
+#endif
   A l[W];
   std::memcpy(l, &acc[0], sizeof(V));
   for (int h = W / 2; h >= 1; h /= 2)
