@@ -1,6 +1,8 @@
 """Kernel dispatch, the kernels' own properties, and composability with torch.compile."""
 from __future__ import annotations
 
+import ctypes
+import mmap
 import pathlib
 import threading
 import warnings
@@ -297,18 +299,35 @@ THP = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
 @pytest.mark.skipif(not THP.exists() or "[never]" in THP.read_text(), reason="no transparent huge pages here")
 def test_large_outputs_ask_for_huge_pages_small_ones_do_not(monkeypatch):
     """Fresh outputs above glibc's mmap threshold fault in 4 KB at a time inside the kernel's loop (25k faults
-    for a 100 MB output); marked for huge pages first they fault in 2 MB at a time. A small output is not
-    advised (its memory may still sit in a mapping an earlier large one advised: the flags tell history, so the
-    small case is checked on the call itself)."""
+    for a 100 MB output); marked for huge pages first they fault in 2 MB at a time. Outputs from 4 MB are marked
+    where their memory is fresh (glibc trimmed and mapped it anew); memory already faulted in is left alone, and
+    a small output is never advised (its memory may still sit in a mapping an earlier large one advised: the
+    flags tell history, so the smaller cases are checked on the call itself)."""
     big = cpu._output(torch.empty(4096, 4096))  # 64 MB
     assert "hg" in _vm_flags(-(-big.data_ptr() // cpu._HUGE) * cpu._HUGE)  # its first 2 MB-aligned page
     calls = []
     monkeypatch.setattr(cpu, "_madvise", lambda: lambda *a: calls.append(a) or 0)
+    monkeypatch.setattr(cpu, "_resident", lambda addr: False)  # every page fresh
     cpu._output(torch.empty(64, 64))
-    cpu._output(torch.empty(cpu.HUGE_PAGES_MIN // 4 - 1))
+    cpu._output(torch.empty(cpu.FRESH_HUGE_MIN // 4 - 1))
     assert calls == []
-    cpu._output(torch.empty(cpu.HUGE_PAGES_MIN // 4))
+    cpu._output(torch.empty(cpu.FRESH_HUGE_MIN // 4))
     assert len(calls) == 1
+    monkeypatch.setattr(cpu, "_resident", lambda addr: True)  # already in memory: below 32 MB, no advice
+    cpu._output(torch.empty(cpu.HUGE_PAGES_MIN // 4 - 1))
+    assert len(calls) == 1
+    cpu._output(torch.empty(cpu.HUGE_PAGES_MIN // 4))
+    assert len(calls) == 2
+
+
+@pytest.mark.skipif(cpu._libc() is None, reason="no libc mincore here")
+def test_resident_tells_fresh_pages_from_touched_ones():
+    """mincore on an anonymous mapping: a page never written is not in memory; written, it is."""
+    m = mmap.mmap(-1, 2 * mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    assert not cpu._resident(addr)
+    m[0] = 1
+    assert cpu._resident(addr) and not cpu._resident(addr + mmap.PAGESIZE)
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no C++ compiler")

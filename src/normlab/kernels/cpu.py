@@ -179,38 +179,57 @@ def _param(p: torch.Tensor | None, dtype: torch.dtype):
 
 
 #: outputs at least this large ask the OS for transparent huge pages (``madvise``), where it has them: glibc's
-#: largest mmap threshold, above which every allocation is fresh memory (smaller ones mostly reuse memory glibc
-#: kept, already faulted in, where the advice does nothing or costs: docs/performance.md, "Fresh pages")
+#: largest mmap threshold, above which every allocation is fresh memory from the OS
 HUGE_PAGES_MIN = 32 << 20
+#: smaller outputs down to this size ask for them where their memory is fresh (not yet faulted in: glibc gave
+#: back what it held and mapped it anew), which glibc's trim rule decides by the sizes freed before; memory it
+#: kept, already faulted in, is left as it is (docs/performance.md, "Fresh pages")
+FRESH_HUGE_MIN = 4 << 20
 _HUGE = 2 << 20  # the x86-64 / aarch64 transparent huge page
+_PAGE = 4096
 _MADV_HUGEPAGE = 14
 
 
 @functools.cache
-def _madvise():
-    """libc's ``madvise`` on Linux, else None."""
+def _libc():
+    """libc's ``madvise`` and ``mincore`` on Linux, else None."""
     if platform.system() != "Linux":
         return None
     try:
-        f = ctypes.CDLL(None, use_errno=True).madvise
+        libc = ctypes.CDLL(None, use_errno=True)
+        madvise, mincore = libc.madvise, libc.mincore
     except (OSError, AttributeError):
         return None
-    f.argtypes, f.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
-    return f
+    madvise.argtypes, madvise.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
+    mincore.argtypes, mincore.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p), ctypes.c_int
+    return madvise, mincore
+
+
+def _madvise():
+    """libc's ``madvise`` on Linux, else None."""
+    return None if (f := _libc()) is None else f[0]
+
+
+def _resident(addr: int) -> bool:
+    """Whether the 4 KB page at ``addr`` (page-aligned) is in memory (``mincore``); True where it cannot be told."""
+    if (f := _libc()) is None:
+        return True
+    vec = (ctypes.c_ubyte * 1)()
+    return f[1](addr, _PAGE, vec) != 0 or bool(vec[0] & 1)
 
 
 def _output(like: torch.Tensor) -> torch.Tensor:
-    """A fresh output of ``like``'s shape and dtype. A large one is memory the kernel is about to touch for the
-    first time, page by page (above glibc's mmap threshold a call gets fresh pages, unless glibc carves it from
-    free memory it kept, where the advice then stays on that range for later, smaller allocations): its 2 MB-
-    aligned part is marked for huge pages first, so it faults in 2 MB at a time instead of 4 KB (an advice: the
-    values are the same; where the OS declines, nothing changes)."""
+    """A fresh output of ``like``'s shape and dtype. A large one is often memory the kernel is about to touch for
+    the first time, page by page: its 2 MB-aligned part is marked for huge pages first, so it faults in 2 MB at
+    a time instead of 4 KB (an advice: the values are the same; where the OS declines, nothing changes). From
+    ``HUGE_PAGES_MIN`` on always (fresh by glibc's rule); from ``FRESH_HUGE_MIN`` where the first pages of the
+    aligned part's two ends are not yet in memory."""
     out = torch.empty_like(like)
     nbytes = out.numel() * out.element_size()
-    if nbytes >= HUGE_PAGES_MIN and (madvise := _madvise()) is not None:
+    if nbytes >= FRESH_HUGE_MIN and (madvise := _madvise()) is not None:
         start = -(-out.data_ptr() // _HUGE) * _HUGE
         end = (out.data_ptr() + nbytes) // _HUGE * _HUGE
-        if end > start:
+        if end > start and (nbytes >= HUGE_PAGES_MIN or not (_resident(start) and _resident(end - _HUGE))):
             madvise(start, end - start, _MADV_HUGEPAGE)
     return out
 
