@@ -142,7 +142,11 @@ static inline vd vld(const double* p) { vd v; std::memcpy(&v, p, VB); return v; 
 // half-precision conversions: x86 intrinsics where the target has them (one widening move and a shift for
 // bfloat16, F16C for float16), the portable vector code elsewhere; the same values either way
 static inline vf vld(const bf16* p) {
-#if defined(__AVX2__) && NORMLAB_VECTOR_BYTES == 32
+#if defined(__AVX512F__) && NORMLAB_VECTOR_BYTES == 64
+  // one widening load to 32-bit lanes and a shift (the generic code below compiles to two half-width widenings
+  // and an insert on some targets)
+  return (vf)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16);
+#elif defined(__AVX2__) && NORMLAB_VECTOR_BYTES == 32
   // each 16-bit value becomes the top half of a 32-bit lane: two in-lane unpacks with zero and one insert
   const __m128i h = _mm_loadu_si128((const __m128i*)p), z = _mm_setzero_si128();
   return (vf)_mm256_insertf128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(z, h)), _mm_unpackhi_epi16(z, h), 1);
