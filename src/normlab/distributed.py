@@ -50,9 +50,15 @@ def process_group(device, timeout_s: float = 600.0):
     if backend == "nccl":
         torch.cuda.set_device(device)
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    done = False
     try:
         yield dist.get_rank(), dist.get_world_size()
+        done = True
     finally:
+        if done:
+            # every rank finished (rank 0 writes the last checkpoint after the others stop) before any tears down
+            # its connections: a rank that left while rank 0 still worked aborted once in a full test run
+            dist.barrier()
         dist.destroy_process_group()
 
 
