@@ -234,6 +234,12 @@ def _output(like: torch.Tensor) -> torch.Tensor:
     return out
 
 
+@functools.cache
+def _entry(kind: str, dtype: torch.dtype):
+    """The kernels' C entry point ``normlab_{kind}_{dtype}`` (looked up once per process)."""
+    return getattr(library(), f"normlab_{kind}_{_SUFFIX[dtype]}")
+
+
 def _fwd(x, r, w, b, eps, rms):
     n, d = x.shape
     dt, ad = x.dtype, acc_dtype(x.dtype)
@@ -242,9 +248,8 @@ def _fwd(x, r, w, b, eps, rms):
     mean = None if rms else x.new_empty(n, 1, dtype=ad)
     rstd = x.new_empty(n, 1, dtype=ad)
     w, b = _param(w, ad), _param(b, ad)
-    fn = getattr(library(), f"normlab_fwd_{_SUFFIX[dt]}")
-    fn(_ptr(x), _ptr(r), _ptr(s), _ptr(w), _ptr(b), _ptr(y), _ptr(mean), _ptr(rstd), n, d, eps, int(rms),
-       int(streamed(y)), torch.get_num_threads())
+    _entry("fwd", dt)(_ptr(x), _ptr(r), _ptr(s), _ptr(w), _ptr(b), _ptr(y), _ptr(mean), _ptr(rstd), n, d, eps,
+                      int(rms), int(streamed(y)), torch.get_num_threads())
     return y, s, mean, rstd
 
 
@@ -261,10 +266,9 @@ def _bwd(dy, x, mean, rstd, w, ds, rms, pair=False):
     db = None if rms else x.new_empty(d, dtype=ad)
     if n == 0:
         return dx, dx2, None if dw is None else dw.zero_(), None if db is None else db.zero_()
-    fn = getattr(library(), f"normlab_bwd_{_SUFFIX[dt]}")
     w = _param(w, ad)  # held in a name: a temporary would be freed before the call reads it
-    fn(_ptr(dy), _ptr(x), _ptr(mean), _ptr(rstd), _ptr(w), _ptr(ds), _ptr(dx), _ptr(dx2), _ptr(dw), _ptr(db),
-       _ptr(partial), n, d, int(rms), int(streamed(dx)), torch.get_num_threads())
+    _entry("bwd", dt)(_ptr(dy), _ptr(x), _ptr(mean), _ptr(rstd), _ptr(w), _ptr(ds), _ptr(dx), _ptr(dx2), _ptr(dw),
+                      _ptr(db), _ptr(partial), n, d, int(rms), int(streamed(dx)), torch.get_num_threads())
     return dx, dx2, dw, db
 
 
