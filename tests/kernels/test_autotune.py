@@ -37,6 +37,16 @@ def _rigged(monkeypatch, winner: str):
 
 
 @needs_two
+def test_rows_with_a_tail_are_decided_apart():
+    """Rows of 75 and 80 share a length bucket but not a kernel's speed (75 has a tail the C++ kernels sum and store
+    one by one): each gets its own decision. A row alone and in a batch still share one."""
+    half = lambda n, d: torch.zeros(n, d, dtype=torch.bfloat16)  # noqa: E731
+    assert autotune.key("layer_norm", half(4, 75), 75) != autotune.key("layer_norm", half(4, 80), 80)
+    assert autotune.key("layer_norm", half(1, 75), 75) == autotune.key("layer_norm", half(900, 75), 75)
+    assert autotune.row_class(80, torch.bfloat16) == "d128" and autotune.row_class(75, torch.bfloat16) == "d128t"
+    assert autotune.row_class(8, torch.float64) == "d8" and autotune.row_class(8, torch.float32) == "d8t"
+
+
 def test_decision_is_measured_once_kept_and_saved(tuner):
     x = torch.randn(8, 256)
     d = kernels.decide("auto", "layer_norm", x, 1e-5)
