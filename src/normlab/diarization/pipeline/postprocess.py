@@ -18,6 +18,13 @@ def median_filter(active: torch.Tensor, width: int) -> torch.Tensor:
     return padded.unfold(0, width, 1).median(dim=-1).values  # T, S
 
 
+def runs(mask: torch.Tensor) -> list[tuple[int, int]]:
+    """``(start, end)`` of each run of True (or nonzero) frames in a 1-D ``mask``, ``end`` one past its last."""
+    m = mask.to(torch.int8)
+    edges = torch.diff(m, prepend=m.new_zeros(1), append=m.new_zeros(1))
+    return list(zip(torch.nonzero(edges == 1).flatten().tolist(), torch.nonzero(edges == -1).flatten().tolist()))
+
+
 def fill_gaps(active: torch.Tensor, frames: int) -> torch.Tensor:
     """``active (frames, speakers)`` (0/1) with each speaker's pauses shorter than ``frames`` filled: a run of
     inactive frames with that speaker active on both sides becomes active (pyannote.audio's ``min_duration_off``).
@@ -26,12 +33,8 @@ def fill_gaps(active: torch.Tensor, frames: int) -> torch.Tensor:
         return active
     out = active.clone()
     for k in range(active.shape[1]):
-        on = active[:, k].bool()
-        edges = torch.diff(on.to(torch.int8), prepend=on.new_zeros(1, dtype=torch.int8),
-                           append=on.new_zeros(1, dtype=torch.int8))
-        starts = torch.nonzero(edges == 1).flatten()  # first frame of each active run
-        ends = torch.nonzero(edges == -1).flatten()  # one past its last frame
-        for a, b in zip(ends[:-1].tolist(), starts[1:].tolist()):  # the pause between two runs
+        spans = runs(active[:, k])
+        for (_, a), (b, _) in zip(spans, spans[1:]):  # the pause between two runs
             if b - a < frames:
                 out[a:b, k] = 1
     return out
@@ -42,14 +45,6 @@ def to_turns(probs: torch.Tensor, frame_seconds: float, uri: str, *, threshold: 
     """Turns from ``probs (frames, speakers)``: active where ``p > threshold``, smoothed, then runs."""
     active = median_filter((probs > threshold).to(torch.uint8), median).bool()  # T, S
     labels = labels or [f"spk{k}" for k in range(probs.shape[1])]
-    turns = []
-    for k in range(active.shape[1]):
-        col = active[:, k].tolist()
-        start = None
-        for t, on in enumerate(col + [False]):
-            if on and start is None:
-                start = t
-            elif not on and start is not None:
-                turns.append(Turn(uri, start * frame_seconds, (t - start) * frame_seconds, labels[k]))
-                start = None
+    turns = [Turn(uri, a * frame_seconds, (b - a) * frame_seconds, labels[k])
+             for k in range(active.shape[1]) for a, b in runs(active[:, k])]
     return sorted(turns)

@@ -10,6 +10,7 @@ from ..io.audio import SAMPLE_RATE, resample
 from ..io.features import FeatureConfig, extract
 from ..models.embed import EMBED_DIM, HOP, N_FFT
 from .config import PipelineConfig
+from .postprocess import runs
 
 
 def frame_level_db(wave: torch.Tensor, hop: int, frames: int) -> torch.Tensor:
@@ -99,9 +100,7 @@ def vad_union(probs: torch.Tensor, speech: torch.Tensor, vad_threshold: float) -
 def long_runs(mask: torch.Tensor, min_len: int) -> torch.Tensor:
     """``mask`` kept only in its runs of at least ``min_len`` consecutive True frames."""
     out = torch.zeros_like(mask)
-    m = mask.to(torch.int8)
-    edges = torch.diff(torch.cat([m.new_zeros(1), m, m.new_zeros(1)]))
-    for a, b in zip(torch.nonzero(edges == 1).flatten().tolist(), torch.nonzero(edges == -1).flatten().tolist()):
+    for a, b in runs(mask):
         if b - a >= min_len:
             out[a:b] = True
     return out
