@@ -59,6 +59,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from .._checks import acc_dtype
 from . import build
 from .base import OP_SPECS, Kernel
 
@@ -106,7 +107,7 @@ def row_class(d: int, dtype: torch.dtype) -> str:
     values), which they sum and store one by one. Rows of 75 and of 80 can want different kernels (bfloat16
     ``add_layer_norm`` forward: C++ 4.60 against torch 4.23 ms at 75, 1.85 against 2.93 ms at 80), and one must
     not decide for the other."""
-    block = 8 if dtype == torch.float64 else 16
+    block = 64 * 8 // torch.finfo(acc_dtype(dtype)).bits  # accumulators in one cache line
     return f"d{row_bucket(d)}{'' if d % block == 0 else 't'}"
 
 

@@ -334,15 +334,14 @@ template <class A, class V> static inline A fold(V* acc) {
   for (int h = Lanes<A>::NV / 2; h >= 1; h /= 2)
     for (int k = 0; k < h; ++k) acc[k] += acc[k + h];
 #if NORMLAB_HAS_SHUFFLE
-  if constexpr (W >= 2) {
-    return lane_tree<A, W>(acc[0]);
-  }
-#endif
+  return lane_tree<A, W>(acc[0]);
+#else
   A l[W];
   std::memcpy(l, &acc[0], sizeof(V));
   for (int h = W / 2; h >= 1; h /= 2)
     for (int k = 0; k < h; ++k) l[k] += l[k + h];
   return l[0];
+#endif
 }
 
 // sum_j f(j) over a row: LANES accumulators over blocks of LANES elements, folded, then the scalar tail.
@@ -551,9 +550,7 @@ static inline void bwd_row_of(const S* gi, const S* xi, A m, A rs, const A* w, c
 // With AVX-512, where a bfloat16 vector loads with one widening move and a shift (vld), bfloat16 is read
 // directly too: on an AMD EPYC with AVX-512, 2 threads, from memory, its backward took 0.71-0.97x the time.
 template <class T> struct BwdWiden { static const bool on = false; };
-#if NORMLAB_VECTOR_BYTES == 64 && defined(__AVX512F__)
-template <> struct BwdWiden<bf16> { static const bool on = false; };
-#else
+#if NORMLAB_VECTOR_BYTES != 64
 template <> struct BwdWiden<bf16> { static const bool on = true; };
 #endif
 
@@ -627,14 +624,16 @@ static void bwd(const T* dy, const T* x, const A* mean, const A* rstd, const A* 
   }
 }
 
+// Streaming stores only where every row is whole cache lines: a row that ends inside a line leaves the line to
+// ordinary stores of the next row's first elements, and a line written partly streamed, partly cached is flushed
+// twice (bfloat16 rows of 75 and 250 elements took 2.2-3.7x as long streamed as not)
+template <class T> static inline bool whole_lines(i64 d) { return (d * (i64)sizeof(T)) % 64 == 0; }
+
 // runtime flags -> template instantiation
 template <class T, class A = typename Acc<T>::type>
 static void norm_fwd(const T* x, const T* r, T* s, const A* w, const A* b, T* y, A* mean, A* rstd, i64 n, i64 d,
                      A eps, int rms, int stream, int nthreads) {
-  // Streaming stores only where every row is whole cache lines: a row that ends inside a line leaves the line
-  // to ordinary stores of the next row's first elements, and a line written partly streamed, partly cached is
-  // flushed twice (bfloat16 rows of 75 and 250 elements took 2.2-3.7x as long streamed as not)
-  stream = stream && (d * (i64)sizeof(T)) % 64 == 0;
+  stream = stream && whole_lines<T>(d);
 #define NL_FWD(R, W, B, RR) fwd<T, R, W, B, RR>(x, r, s, w, b, y, mean, rstd, n, d, eps, stream != 0, nthreads)
 #define NL_FWD_R(R, W, B) (r ? NL_FWD(R, W, B, true) : NL_FWD(R, W, B, false))
 #define NL_FWD_B(R, W) (b ? NL_FWD_R(R, W, true) : NL_FWD_R(R, W, false))
@@ -648,7 +647,7 @@ static void norm_fwd(const T* x, const T* r, T* s, const A* w, const A* b, T* y,
 template <class T, class A = typename Acc<T>::type>
 static void norm_bwd(const T* dy, const T* x, const A* mean, const A* rstd, const A* w, const T* ds, T* dx,
                      T* dx2, A* dw, A* db, A* partial, i64 n, i64 d, int rms, int stream, int nthreads) {
-  stream = stream && (d * (i64)sizeof(T)) % 64 == 0;  // whole cache lines only (norm_fwd)
+  stream = stream && whole_lines<T>(d);
 #define NL_BWD(R, W, S) \
   bwd<T, R, W, S>(dy, x, mean, rstd, w, ds, dx, dx2, dw, db, partial, n, d, stream != 0, nthreads)
 #define NL_BWD_S(R, W) (ds ? NL_BWD(R, W, true) : NL_BWD(R, W, false))
