@@ -104,9 +104,9 @@ def mode() -> str:
 def row_class(d: int, dtype: torch.dtype) -> str:
     """The row-length bucket, ``d<2^k>``, with ``t`` appended where rows have a tail: more elements than whole
     blocks of the C++ kernels' row accumulators (one cache line of the accumulation type: 16 float32 or 8 float64
-    values), which they sum and store one by one. Rows of 75 and of 80 can want different kernels (bfloat16
-    ``add_layer_norm`` forward: C++ 4.60 against torch 4.23 ms at 75, 1.85 against 2.93 ms at 80), and one must
-    not decide for the other."""
+    values), whose last part they read, sum and store by part vectors. Rows of 75 and of 80 can want different
+    kernels (bfloat16 ``add_layer_norm`` forward, before part vectors: C++ 4.60 against torch 4.23 ms at 75, 1.85
+    against 2.93 ms at 80), and one must not decide for the other."""
     block = 64 * 8 // torch.finfo(acc_dtype(dtype)).bits  # accumulators in one cache line
     return f"d{row_bucket(d)}{'' if d % block == 0 else 't'}"
 

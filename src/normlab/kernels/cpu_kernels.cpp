@@ -10,10 +10,12 @@
 //
 // Vectorized explicitly with the compiler's vector extensions (a vector is 16 or 32 bytes of A, chosen
 // per target below). A row reduction keeps LANES independent accumulators (one cache line of A: 16
-// floats or 8 doubles), folds them by a fixed pairwise tree, then adds the scalar tail: the order is
-// written in the source, so no compiler choice, vector width, thread count or pointer alignment changes
-// it, and a row's result is bitwise the same alone or inside any batch. Built with -ffp-contract=off: no
-// fused multiply-add, so the vector body and the scalar tail compute the same expressions.
+// floats or 8 doubles), element j always added to accumulator j % LANES (a row's last elements as if it
+// went on with zeros), and folds them by a fixed pairwise tree: the order is written in the source, so no
+// compiler choice, vector width, thread count or pointer alignment changes it, and a row's result is bitwise
+// the same alone or inside any batch. A row's last elements are loaded and stored by part vectors (masked on
+// AVX-512), never one by one. Built with -ffp-contract=off: no fused multiply-add, so every lane computes
+// the same expressions whatever part of a row its vector covers.
 //
 // Backward: one program per fixed block of ROWS rows computes dx row by row (the row's two dot
 // products, then dx, with x and dy still in L1) and accumulates that block's dweight/dbias partial
@@ -264,36 +266,112 @@ static inline void stream_fence() { _mm_sfence(); }
 template <class T, class V> static inline void vst_nt(T* p, V v) { vst(p, v); }
 static inline void stream_fence() {}
 #endif
+
+// ------------------------------------------------------------------ part vectors: a row's last elements
+
+// vld_n / vst_n: the first n of a vector's W elements (0 < n <= W), at the end of a row. The lanes from n on load
+// as zero and are never stored: no read or write beyond the row. AVX-512 has masked loads and stores (with
+// AVX512BW for 16-bit elements); elsewhere the n elements go through a buffer on the stack.
+#if NORMLAB_VECTOR_BYTES == 64 && defined(__AVX512F__)
+static inline vf vld_n(const float* p, int n) { return (vf)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
+static inline vd vld_n(const double* p, int n) { return (vd)_mm512_maskz_loadu_pd((__mmask8)((1u << n) - 1), p); }
+static inline void vst_n(float* p, vf v, int n) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v); }
+static inline void vst_n(double* p, vd v, int n) { _mm512_mask_storeu_pd(p, (__mmask8)((1u << n) - 1), (__m512d)v); }
+#define NORMLAB_MASKED_32 1
+#endif
+#if NORMLAB_VECTOR_BYTES == 64 && defined(__AVX512BW__) && defined(__AVX512VL__)
+// 16-bit storage: the n values masked in, then widened as vld does (zero bits widen to 0.0)
+template <class T> static inline vf vld_n(const T* p, int n) {
+  alignas(32) T h[16];
+  _mm256_store_si256((__m256i*)h, _mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1), p));
+  return vld(static_cast<const T*>(h));
+}
+template <class T> static inline void vst_n(T* p, vf v, int n) {
+  alignas(32) T h[16];
+  vst(h, v);
+  _mm256_mask_storeu_epi16(p, (__mmask16)((1u << n) - 1), _mm256_load_si256((const __m256i*)h));
+}
+#define NORMLAB_MASKED_16 1
+#endif
+#ifndef NORMLAB_MASKED_32
+template <class T> static inline auto vld_n(const T* p, int n) -> decltype(vld(p)) {
+  alignas(64) T t[VB / sizeof(T)] = {};
+  std::memcpy(t, p, n * sizeof(T));
+  return vld(static_cast<const T*>(t));
+}
+template <class T, class V> static inline void vst_n(T* p, V v, int n) {
+  alignas(64) T t[VB / sizeof(T)];
+  vst(t, v);
+  std::memcpy(p, t, n * sizeof(T));
+}
+#elif !defined(NORMLAB_MASKED_16)
+template <class T> static inline vf vld_n(const T* p, int n) {
+  alignas(64) T t[VB / 4] = {};
+  std::memcpy(t, p, n * sizeof(T));
+  return vld(static_cast<const T*>(t));
+}
+template <class T> static inline void vst_n(T* p, vf v, int n) {
+  alignas(64) T t[VB / 4];
+  vst(t, v);
+  std::memcpy(p, t, n * sizeof(T));
+}
+#endif
+
+// How a vector step reads and writes: Full (W elements) or Part (a row's last n < W, read as if the row went on
+// with zeros). Each element's arithmetic is the same in both (the same expressions, lane by lane), so where a
+// row's last part begins never changes a bit. Part::keep zeroes the lanes from n on before they are summed.
+struct Full {
+  template <class T> static inline auto ld(const T* p) { return vld(p); }
+  template <class T, class V> static inline void st(T* p, V v) { vst(p, v); }
+  template <class V> static inline V keep(V v) { return v; }
+};
+struct Part {
+  int n;
+  template <class T> inline auto ld(const T* p) const { return vld_n(p, n); }
+  template <class T, class V> inline void st(T* p, V v) const { vst_n(p, v, n); }
+  template <class V> inline V keep(V v) const {
+    typedef decltype(v < v) M;  // the vector's lane mask: integers of the lanes' width, all ones where true
+    M lane = {};
+    for (int l = 0; l < int(sizeof(V) / sizeof(v[0])); ++l) lane[l] = l;
+    return (lane < n) ? v : V{};
+  }
+};
+
 template <class T> struct SAlign { static const int B = VB; };  // bytes of one vector of T in memory
 template <> struct SAlign<bf16> { static const int B = VB / 2; };
 #if NORMLAB_HAS_F16
 template <> struct SAlign<f16> { static const int B = VB / 2; };
 #endif
 
-// The element loop of every output row: vec(j, store) computes the W elements at j and writes its result
-// vector through store(p, v), streamed when `stream` (where the target has streaming stores: from the first
-// element aligned for them, the ones before by one(j)); one(j) computes element j, and does the tail. vec and
-// one compute the same expressions (no fused multiply-add), so where the split falls never changes a bit.
-template <class T, class FV, class F1>
-static inline void row_loop(T* out, i64 d, bool stream, FV vec, F1 one) {
+// The element loop of every output row: vec(j, P, store) computes the W elements at j, read through P (Full, or
+// Part for fewer), and writes its result vector through store(p, v). With `stream` (where the target has
+// streaming stores), whole vectors from the first element aligned for them are streamed, the elements before it
+// written by an ordinary part store; the row's last part is always. No fused multiply-add, and each lane's
+// arithmetic is the same in every step: where the steps fall never changes a bit.
+template <class T, class FV> static inline void row_loop(T* out, i64 d, bool stream, FV vec) {
   typedef typename Acc<T>::type A;
   typedef typename Vec<A>::type V;
   const int W = Vec<A>::W;
+  const auto part = [&](i64 at, i64 n) {
+    const Part p{int(n)};
+    vec(at, p, [p](T* q, V v) { p.st(q, v); });
+  };
   i64 j = 0;
-  if (stream && NORMLAB_HAS_STREAM) {
-    for (; j < d && reinterpret_cast<uintptr_t>(out + j) % SAlign<T>::B != 0; ++j) one(j);
-    for (; j + W <= d; j += W) vec(j, [](T* q, V v) { vst_nt(q, v); });
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(out) % SAlign<T>::B;
+  if (stream && NORMLAB_HAS_STREAM && mis % sizeof(T) == 0) {
+    const i64 lead = i64((SAlign<T>::B - mis) % SAlign<T>::B / sizeof(T));  // fewer than W
+    j = lead < d ? lead : d;
+    if (j > 0) part(0, j);
+    for (; j + W <= d; j += W) vec(j, Full{}, [](T* q, V v) { vst_nt(q, v); });
   } else {
-    for (; j + W <= d; j += W) vec(j, [](T* q, V v) { vst(q, v); });
+    for (; j + W <= d; j += W) vec(j, Full{}, [](T* q, V v) { vst(q, v); });
   }
-  for (; j < d; ++j) one(j);
+  if (j < d) part(j, d - j);
 }
 
-// out[j] = fv(j) (the W values at j, a vector of A) or f1(j) (the one value, an A), rounded to T.
-template <class T, class FV, class F1>
-static inline void row_store(T* out, i64 d, bool stream, FV fv, F1 f1) {
-  row_loop(out, d, stream, [&](i64 j, auto store) { store(out + j, fv(j)); },
-           [&](i64 j) { out[j] = st<T>(f1(j)); });
+// out[j] = fv(j, P) (the values at j, a vector of A), rounded to T.
+template <class T, class FV> static inline void row_store(T* out, i64 d, bool stream, FV fv) {
+  row_loop(out, d, stream, [&](i64 j, auto P, auto store) { store(out + j, fv(j, P)); });
 }
 
 // LANES = 64 / sizeof(A) accumulators (one cache line) as NV vectors; lane l of vector k is accumulator
@@ -344,18 +422,22 @@ template <class A, class V> static inline A fold(V* acc) {
 #endif
 }
 
-// sum_j f(j) over a row: LANES accumulators over blocks of LANES elements, folded, then the scalar tail.
-// fv(j): the W values at j; f1(j): the one at j.
-template <class A, class FV, class F1> static inline A row_reduce(i64 d, FV fv, F1 f1) {
+// sum_j f(j) over a row: LANES accumulators over blocks of LANES elements, the last block as if the row went on
+// with zeros (element j is always added to accumulator j % LANES), folded. fv(j, P): the W values at j, read
+// through P (Full, or Part for the row's last elements).
+template <class A, class FV> static inline A row_reduce(i64 d, FV fv) {
   typedef typename Vec<A>::type V;
   const int W = Lanes<A>::W, NV = Lanes<A>::NV;
   V acc[NV] = {};
   i64 j = 0;
   for (; j + NV * W <= d; j += NV * W)
-    for (int k = 0; k < NV; ++k) acc[k] += fv(j + k * W);
-  A tail = 0;
-  for (; j < d; ++j) tail += f1(j);
-  return fold<A>(acc) + tail;
+    for (int k = 0; k < NV; ++k) acc[k] += fv(j + k * W, Full{});
+  for (int k = 0; j + k * W < d; ++k) {
+    const i64 o = j + k * W;
+    const Part p{int(d - o < W ? d - o : W)};
+    acc[k] += p.keep(fv(o, p));
+  }
+  return fold<A>(acc);
 }
 
 template <class A> static inline A rstd_of(A m, A eps) {
@@ -366,24 +448,20 @@ template <class A> static inline A rstd_of(A m, A eps) {
 
 // ------------------------------------------------------------------ forward
 
-// The row's first reduction: sum of s (LayerNorm) or of s^2 (RMSNorm), s's values given by sv(j) (the W at j,
-// a vector of A) and s1(j) (the one at j). With `buf`, s is also written there as A, in the same pass: the
-// later passes read the buffer. The sum's order is row_reduce's.
-template <bool RMS, class A, class SV, class S1> static inline A first_sum(SV sv, S1 s1, A* buf, i64 d) {
-  return row_reduce<A>(d, [=](i64 j) {
-    const auto v = sv(j);
-    if (buf) vst(buf + j, v);
-    return RMS ? v * v : v;
-  }, [=](i64 j) {
-    const A v = s1(j);
-    if (buf) buf[j] = v;
+// The row's first reduction: sum of s (LayerNorm) or of s^2 (RMSNorm), s's values given by sv(j, P) (the values
+// at j, a vector of A). With `buf`, s is also written there as A, in the same pass: the later passes read the
+// buffer. The sum's order is row_reduce's.
+template <bool RMS, class A, class SV> static inline A first_sum(SV sv, A* buf, i64 d) {
+  return row_reduce<A>(d, [=](i64 j, auto P) {
+    const auto v = sv(j, P);
+    if (buf) P.st(buf + j, v);
     return RMS ? v * v : v;
   });
 }
 
 // first_sum of a stored row si (the storage type T, widened as it is read)
 template <bool RMS, class S, class A> static inline A first_sum(const S* si, A* buf, i64 d) {
-  return first_sum<RMS, A>([=](i64 j) { return vld(si + j); }, [=](i64 j) { return A(ld(si[j])); }, buf, d);
+  return first_sum<RMS, A>([=](i64 j, auto P) { return P.ld(si + j); }, buf, d);
 }
 
 // A row's statistics and output from s (si: the storage type T, or the row already widened to A) and its
@@ -398,31 +476,28 @@ static inline void norm_row(const S* si, A first, const A* w, const A* b, T* yi,
   } else {
     m = first * inv_d;
     const V mv = splat<V>(m);
-    rs = rstd_of<A>(row_reduce<A>(d, [=](i64 j) { V c = vld(si + j) - mv; return c * c; },
-                                  [=](i64 j) { A c = ld(si[j]) - m; return c * c; }) * inv_d, eps);
+    rs = rstd_of<A>(row_reduce<A>(d, [=](i64 j, auto P) { V c = P.ld(si + j) - mv; return c * c; }) * inv_d, eps);
     *mean = m;
   }
   *rstd = rs;
   const V mv = splat<V>(m), rv = splat<V>(rs);
-  row_store(yi, d, stream, [=](i64 j) {
-    V v = (vld(si + j) - mv) * rv;
-    if (HW) v = v * vld(w + j);
-    if (HB) v = v + vld(b + j);
-    return v;
-  }, [=](i64 j) {
-    A v = (ld(si[j]) - m) * rs;
-    if (HW) v = v * w[j];
-    if (HB) v = v + b[j];
+  row_store(yi, d, stream, [=](i64 j, auto P) {
+    V v = (P.ld(si + j) - mv) * rv;
+    if (HW) v = v * P.ld(w + j);
+    if (HB) v = v + P.ld(b + j);
     return v;
   });
 }
 
-// Widens a row of half-precision T to A (exact), W elements at a time, then the tail.
+// Widens a row of half-precision T to A (exact), W elements at a time, then the last part.
 template <class T, class A> static inline void widen(const T* p, A* out, i64 d) {
   const int W = Vec<A>::W;
   i64 j = 0;
   for (; j + W <= d; j += W) vst(out + j, vld(p + j));
-  for (; j < d; ++j) out[j] = ld(p[j]);
+  if (j < d) {
+    const Part q{int(d - j)};
+    q.st(out + j, q.ld(p + j));
+  }
 }
 
 // Half-precision rows up to this many elements are widened to A once, into a buffer on the stack (in L1), in the
@@ -440,17 +515,15 @@ static inline void fwd_row(const T* xi, const T* ri, T* so, const A* w, const A*
     // ownership of its lines: one tensor less of traffic) and normalized from the buffer. The same values as
     // the path below, which reads back the s it stored.
     alignas(64) A buf[WIDEN_MAX];
-    const A first = first_sum<RMS, A>([=](i64 j) { return vld(xi + j) + vld(ri + j); },
-                                      [=](i64 j) { return ld(xi[j]) + ld(ri[j]); }, buf, d);
-    row_store(so, d, true, [&](i64 j) { return vld(buf + j); }, [&](i64 j) { return buf[j]; });
+    const A first = first_sum<RMS, A>([=](i64 j, auto P) { return P.ld(xi + j) + P.ld(ri + j); }, buf, d);
+    row_store(so, d, true, [&](i64 j, auto P) { return P.ld(buf + j); });
     norm_row<T, RMS, HW, HB>(static_cast<const A*>(buf), first, w, b, yi, mean, rstd, d, inv_d, eps, stream);
     return;
   }
   const T* si = xi;
   if (HR) {
     // s is read back below: ordinary stores keep it in cache
-    row_store(so, d, false, [=](i64 j) { return vld(xi + j) + vld(ri + j); },
-              [=](i64 j) { return ld(xi[j]) + ld(ri[j]); });
+    row_store(so, d, false, [=](i64 j, auto P) { return P.ld(xi + j) + P.ld(ri + j); });
     si = so;  // the statistics see s as stored, as eager's x + r does
   }
   if (sizeof(T) < sizeof(A) && d <= WIDEN_MAX) {
@@ -496,52 +569,37 @@ static inline void bwd_row_of(const S* gi, const S* xi, A m, A rs, const A* w, c
   // the two row sums in one pass, each with the accumulators and order of row_reduce
   const int NV = Lanes<A>::NV;
   V ga[NV] = {}, ha[NV] = {};
+  const auto sums = [&](i64 o, auto P, int k) {
+    const V xh = (P.ld(xi + o) - mv) * rv;
+    const V g = HW ? P.ld(gi + o) * P.ld(w + o) : P.ld(gi + o);
+    ga[k] += P.keep(g);
+    ha[k] += P.keep(g * xh);
+  };
   i64 j = 0;
   for (; j + NV * W <= d; j += NV * W)
-    for (int k = 0; k < NV; ++k) {
-      const i64 o = j + k * W;
-      const V xh = (vld(xi + o) - mv) * rv;
-      const V g = HW ? vld(gi + o) * vld(w + o) : vld(gi + o);
-      ga[k] += g;
-      ha[k] += g * xh;
-    }
-  A t1 = 0, t2 = 0;
-  for (; j < d; ++j) {
-    const A xh = (ld(xi[j]) - m) * rs;
-    const A g = HW ? ld(gi[j]) * w[j] : ld(gi[j]);
-    t1 += g;
-    t2 += g * xh;
+    for (int k = 0; k < NV; ++k) sums(j + k * W, Full{}, k);
+  for (int k = 0; j + k * W < d; ++k) {
+    const i64 o = j + k * W;
+    sums(o, Part{int(d - o < W ? d - o : W)}, k);
   }
-  const A c1 = RMS ? A(0) : (fold<A>(ga) + t1) * inv_d;
-  const A c2 = (fold<A>(ha) + t2) * inv_d;
+  const A c1 = RMS ? A(0) : fold<A>(ga) * inv_d;
+  const A c2 = fold<A>(ha) * inv_d;
   const V c1v = splat<V>(c1), c2v = splat<V>(c2);
-  // dx, and the block's partial rows (an element's own sum: where the vector body starts changes no bit)
-  auto one = [&](i64 k) {
-    const A dy = ld(gi[k]);
-    const A xh = (ld(xi[k]) - m) * rs;
-    const A g = HW ? dy * w[k] : dy;
-    A v = rs * (g - c1 - xh * c2);
-    if (HDS) v += ld(dsi[k]);
-    dxi[k] = st<T>(v);
-    if (dx2i) dx2i[k] = st<T>(v);
-    if (HW) pw[k] += dy * xh;
-    if (!RMS) pb[k] += dy;
-  };
-  auto vec = [&](i64 k, auto store) {
-    const V dy = vld(gi + k);
-    const V xh = (vld(xi + k) - mv) * rv;
-    const V g = HW ? dy * vld(w + k) : dy;
+  // dx, and the block's partial rows (each element its own sum: where a step begins changes no bit)
+  row_loop(dxi, d, stream, [&](i64 k, auto P, auto store) {
+    const V dy = P.ld(gi + k);
+    const V xh = (P.ld(xi + k) - mv) * rv;
+    const V g = HW ? dy * P.ld(w + k) : dy;
     V v = rv * (g - c1v - xh * c2v);
-    if (HDS) v += vld(dsi + k);
+    if (HDS) v += P.ld(dsi + k);
     store(dxi + k, v);
     if (dx2i) {
       if (al2) store(dx2i + k, v);
-      else vst(dx2i + k, v);
+      else P.st(dx2i + k, v);
     }
-    if (HW) vst(pw + k, vld(pw + k) + dy * xh);
-    if (!RMS) vst(pb + k, vld(pb + k) + dy);
-  };
-  row_loop(dxi, d, stream, vec, one);
+    if (HW) P.st(pw + k, P.ld(pw + k) + dy * xh);
+    if (!RMS) P.st(pb + k, P.ld(pb + k) + dy);
+  });
 }
 
 // Which storage types the backward widens once (BwdWiden<T>::on): bfloat16, whose conversions are integer
@@ -601,25 +659,17 @@ static void bwd(const T* dy, const T* x, const A* mean, const A* rstd, const A* 
 #pragma omp for schedule(dynamic, 8)
     for (i64 c = 0; c < nchunks; ++c) {
       const i64 j = c * W;
-      if (j + W <= d) {
+      const auto columns = [&](auto P) {
         V sw = {}, sb = {};
         for (i64 blk = 0; blk < nb; ++blk) {
-          if (HW) sw += vld(partial + blk * 2 * d + j);
-          if (!RMS) sb += vld(partial + blk * 2 * d + d + j);
+          if (HW) sw += P.ld(partial + blk * 2 * d + j);
+          if (!RMS) sb += P.ld(partial + blk * 2 * d + d + j);
         }
-        if (HW) vst(dw + j, sw);
-        if (!RMS) vst(db + j, sb);
-      } else {
-        for (i64 k = j; k < d; ++k) {
-          A sw = 0, sb = 0;
-          for (i64 blk = 0; blk < nb; ++blk) {
-            sw += partial[blk * 2 * d + k];
-            sb += partial[blk * 2 * d + d + k];
-          }
-          if (HW) dw[k] = sw;
-          if (!RMS) db[k] = sb;
-        }
-      }
+        if (HW) P.st(dw + j, sw);
+        if (!RMS) P.st(db + j, sb);
+      };
+      if (j + W <= d) columns(Full{});
+      else columns(Part{int(d - j)});
     }
   }
 }
