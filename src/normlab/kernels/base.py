@@ -10,7 +10,8 @@ A kernel has the two entry points of the C++ kernels (``cpu_kernels.cpp``):
   ``dx = norm'(x)^T dy (+ ds)``, where ``x`` is what the forward normalized
   (``s`` for the add ops) and ``ds`` the gradient reaching ``s`` directly;
   ``dw`` is None without a weight, ``db`` None for RMSNorm;
-* ``bwd_pair``, the same with ``dx`` twice, for the add ops' two inputs.
+* ``bwd_pair``, the same with ``dx`` twice, for the add ops' two inputs;
+* ``infer``, ``fwd`` without the statistics, where no backward follows.
 
 Rows are contiguous ``N, D`` tensors; statistics are ``N, 1`` tensors in the
 accumulation dtype (float32, or float64 for float64 input). The one autograd
@@ -65,6 +66,13 @@ class Kernel:
         else:
             y, cache = reference.layer_norm_forward(s, w, b, eps)
         return y.to(x.dtype), (None if residual is None else s), cache.mean, cache.rstd
+
+    def infer(self, x: Tensor, residual: Opt, w: Opt, b: Opt, eps: float, *, rms: bool,
+              s_dtype: torch.dtype | None = None) -> tuple[Tensor, Opt]:
+        """``(y, s)``: :meth:`fwd` where no backward follows (nothing records the call), so no statistics are
+        kept; kernels that can skip writing them do (each is a tensor allocated, ~1 µs of a small call)."""
+        y, s, _, _ = self.fwd(x, residual, w, b, eps, rms=rms, s_dtype=s_dtype)
+        return y, s
 
     def bwd(self, dy: Tensor, x: Tensor, mean: Opt, rstd: Tensor, w: Opt, ds: Opt, *,
             rms: bool) -> tuple[Tensor, Opt, Opt]:

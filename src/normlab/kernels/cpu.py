@@ -240,13 +240,13 @@ def _entry(kind: str, dtype: torch.dtype):
     return getattr(library(), f"normlab_{kind}_{_SUFFIX[dtype]}")
 
 
-def _fwd(x, r, w, b, eps, rms):
+def _fwd(x, r, w, b, eps, rms, stats=True):
     n, d = x.shape
     dt, ad = x.dtype, acc_dtype(x.dtype)
     y = _output(x)
     s = _output(x) if r is not None else None
-    mean = None if rms else x.new_empty(n, 1, dtype=ad)
-    rstd = x.new_empty(n, 1, dtype=ad)
+    mean = None if rms or not stats else x.new_empty(n, 1, dtype=ad)
+    rstd = x.new_empty(n, 1, dtype=ad) if stats else None
     w, b = _param(w, ad), _param(b, ad)
     _entry("fwd", dt)(_ptr(x), _ptr(r), _ptr(s), _ptr(w), _ptr(b), _ptr(y), _ptr(mean), _ptr(rstd), n, d, eps,
                       int(rms), int(streamed(y)), torch.get_num_threads())
@@ -280,12 +280,16 @@ class CpuKernel(Kernel):
     def supports(self, op: str, x: torch.Tensor, eps: float) -> bool:
         return x.device.type == "cpu" and x.dtype in dtypes()
 
-    def fwd(self, x, residual, w, b, eps, *, rms, s_dtype=None):
+    def fwd(self, x, residual, w, b, eps, *, rms, s_dtype=None, stats=True):
         if residual is not None and (residual.dtype != x.dtype or (s_dtype or x.dtype) != x.dtype):
             s = add_residual(x, residual, s_dtype or x.dtype)  # N, D   e.g. a float32 s of half x (residual_in_fp32)
-            y, _, mean, rstd = _fwd(s, None, w, b, eps, rms)
+            y, _, mean, rstd = _fwd(s, None, w, b, eps, rms, stats)
             return y.to(x.dtype), s, mean, rstd
-        return _fwd(x, residual, w, b, eps, rms)
+        return _fwd(x, residual, w, b, eps, rms, stats)
+
+    def infer(self, x, residual, w, b, eps, *, rms, s_dtype=None):
+        y, s, _, _ = self.fwd(x, residual, w, b, eps, rms=rms, s_dtype=s_dtype, stats=False)
+        return y, s
 
     def bwd(self, dy, x, mean, rstd, w, ds, *, rms):
         dx, _, dw, db = _bwd(dy, x, mean, rstd, w, ds, rms)

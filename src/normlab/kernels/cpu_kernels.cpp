@@ -477,9 +477,9 @@ static inline void norm_row(const S* si, A first, const A* w, const A* b, T* yi,
     m = first * inv_d;
     const V mv = splat<V>(m);
     rs = rstd_of<A>(row_reduce<A>(d, [=](i64 j, auto P) { V c = P.ld(si + j) - mv; return c * c; }) * inv_d, eps);
-    *mean = m;
+    if (mean) *mean = m;
   }
-  *rstd = rs;
+  if (rstd) *rstd = rs;
   const V mv = splat<V>(m), rv = splat<V>(rs);
   row_store(yi, d, stream, [=](i64 j, auto P) {
     V v = (P.ld(si + j) - mv) * rv;
@@ -536,6 +536,7 @@ static inline void fwd_row(const T* xi, const T* ri, T* so, const A* w, const A*
   }
 }
 
+// mean and rstd may be null (an inference call keeps no statistics): then they are not written.
 template <class T, bool RMS, bool HW, bool HB, bool HR, class A = typename Acc<T>::type>
 static void fwd(const T* x, const T* r, T* s, const A* w, const A* b, T* y, A* mean, A* rstd, i64 n, i64 d,
                 A eps, bool stream, int nthreads) {
@@ -546,7 +547,8 @@ static void fwd(const T* x, const T* r, T* s, const A* w, const A* b, T* y, A* m
 #pragma omp for schedule(dynamic, chunk) nowait
     for (i64 i = 0; i < n; ++i)
       fwd_row<T, RMS, HW, HB, HR>(x + i * d, HR ? r + i * d : nullptr, HR ? s + i * d : nullptr, w, b,
-                                  y + i * d, RMS ? nullptr : mean + i, rstd + i, d, inv_d, eps, stream);
+                                  y + i * d, RMS || !mean ? nullptr : mean + i, rstd ? rstd + i : nullptr, d, inv_d,
+                                  eps, stream);
     if (stream) stream_fence();  // this thread's streamed stores are visible before the region ends
   }
 }

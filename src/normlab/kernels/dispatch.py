@@ -216,7 +216,7 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
                                                                for t in (residual, w, b))):
             out = NormFunction.apply(rows(x), rows(residual), w, b, eps, spec.rms, s_dt, kernel)
         else:  # nothing for autograd to record: the kernel alone (an autograd Function costs ~50 µs a call)
-            y, s, _, _ = kernel.fwd(rows(x), rows(residual), w, b, eps, rms=spec.rms, s_dtype=s_dt)
+            y, s = kernel.infer(rows(x), rows(residual), w, b, eps, rms=spec.rms, s_dtype=s_dt)
             out = y if s is None else (y, s)
     shaped = lambda t: t if t.shape == x.shape else t.reshape(x.shape)  # noqa: E731
     if residual is None:
