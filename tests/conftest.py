@@ -1,10 +1,15 @@
 """Shared test settings: dtype tolerances (defined once) and the impl list."""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import pytest
 import torch
 
 from normlab import kernels
+from normlab.kernels import autotune
 
 torch.set_num_threads(2)
 
@@ -20,6 +25,24 @@ ATOL_F32 = 1e-6
 
 #: every concrete implementation; each core numerics test runs on all of them
 IMPL_NAMES = [n for n in kernels.IMPLS if n != "auto"]
+
+
+_OWN_DISPATCH: str | None = None
+
+
+def pytest_configure(config):
+    """The run keeps ``auto``'s decisions in a file of its own (child processes too): decisions timed under the
+    suite's load must not become the user's (``~/.cache/normlab/kernels/dispatch.json``)."""
+    global _OWN_DISPATCH
+    if autotune.FILE_ENV not in os.environ:
+        _OWN_DISPATCH = tempfile.mkdtemp(prefix="normlab-test-dispatch-")
+        os.environ[autotune.FILE_ENV] = os.path.join(_OWN_DISPATCH, "dispatch.json")
+
+
+def pytest_unconfigure(config):
+    if _OWN_DISPATCH is not None:
+        os.environ.pop(autotune.FILE_ENV, None)
+        shutil.rmtree(_OWN_DISPATCH, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -252,3 +252,17 @@ def test_dispatch_remembers_each_route_and_keeps_them_apart(tuner, monkeypatch):
     finally:
         torch.set_num_threads(threads)
     assert len(decided) == 4
+
+
+def test_the_decision_file_is_the_one_the_environment_names(tmp_path, monkeypatch):
+    """``NORMLAB_DISPATCH_FILE`` moves the decisions (the test suite's own file, so that its timings never become
+    the user's); unset, they are kept beside the built kernels."""
+    monkeypatch.setenv(autotune.FILE_ENV, str(tmp_path / "elsewhere.json"))
+    assert autotune.Tuner().path == tmp_path / "elsewhere.json"
+    assert autotune.Tuner(tmp_path / "given.json").path == tmp_path / "given.json"  # an explicit path wins
+    monkeypatch.delenv(autotune.FILE_ENV)
+    assert autotune.Tuner().path == autotune.build.cache_dir() / "dispatch.json"
+
+
+def test_this_test_run_keeps_its_decisions_away_from_the_users_file():
+    assert autotune.TUNER.path != autotune.build.cache_dir() / "dispatch.json"

@@ -6,7 +6,7 @@ bucket and whether rows have a tail, thread count, device, and whether autograd 
 times those kernels on a sample of that row length and keeps the fastest (as
 cuDNN's benchmark mode and Triton's autotuner do). The decision is kept for
 the process (it never changes mid-run) and saved, with the time of each
-candidate, in ``dispatch.json`` beside the built kernels, for this machine:
+candidate, in ``dispatch.json`` beside the built kernels (or ``$NORMLAB_DISPATCH_FILE``), for this machine:
 the file records the CPU's ISA flags, the core count, the torch and normlab
 versions and a digest of the kernel source, and a file from another machine
 (or made with other kernels), or one that does not parse, is ignored with one
@@ -71,6 +71,9 @@ REPEATS = 3
 #: another candidate must be this much faster (relative) to displace torch's kernel (else the fixed table's choice)
 MARGIN = 0.05
 FORMAT = 1
+#: where the decisions are kept, if not beside the built kernels (the test suite keeps its own, so that timings
+#: taken under its load never become a user's decisions)
+FILE_ENV = "NORMLAB_DISPATCH_FILE"
 
 _enabled: bool | None = None  # None: NORMLAB_AUTOTUNE, read at first use
 
@@ -236,7 +239,9 @@ class Tuner:
 
     @property
     def path(self) -> pathlib.Path:
-        return self._path or build.cache_dir() / "dispatch.json"
+        """The decision file: the one given, else ``$NORMLAB_DISPATCH_FILE``, else ``dispatch.json`` beside the built
+        kernels."""
+        return self._path or pathlib.Path(os.environ.get(FILE_ENV) or build.cache_dir() / "dispatch.json")
 
     def _read(self) -> tuple[dict[str, Decision], str | None]:
         """The saved decisions for this machine, and why the file was unusable (None if it was fine or absent)."""
