@@ -231,7 +231,7 @@ def keep_freed_memory() -> bool:
     top of its heap back to the OS once more than twice its mmap threshold lies free there, so which large outputs
     come back as fresh memory, faulted in and zeroed page by page inside the kernel, depends on the sizes freed
     before: float32 ``layer_norm`` forward at 8192x768 read 1.8 or 5.6-6.3 ms by run, the same kernel. With it:
-    1.7-2.0 ms in every run (docs/performance.md, "Fresh pages"). Process-wide (torch's own allocations keep
+    1.2-2.0 ms in every run (docs/performance.md, "Fresh pages"). Process-wide (torch's own allocations keep
     their memory too); at most ``KEEP_FREED_BYTES`` more stays mapped."""
     if os.environ.get(KEEP_FREED_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return False
