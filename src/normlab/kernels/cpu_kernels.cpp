@@ -269,15 +269,37 @@ static inline void stream_fence() {}
 
 // ------------------------------------------------------------------ part vectors: a row's last elements
 
-// vld_n / vst_n: the first n of a vector's W elements (0 < n <= W), at the end of a row. The lanes from n on load
-// as zero and are never stored: no read or write beyond the row. AVX-512 has masked loads and stores (with
-// AVX512BW for 16-bit elements); elsewhere the n elements go through a buffer on the stack.
+// vld_n / vst_n: the first n of a vector's W elements (0 < n < W), at the end of a row. The lanes from n on load
+// as zero and are never stored: nothing beyond the row is written, or used. AVX-512 has masked loads and stores
+// (with AVX512BW for 16-bit elements), AVX masked loads of 32- and 64-bit elements; elsewhere see vld_n_page and
+// vst_n_buf below.
+
+#if defined(__GNUC__)
+#define NORMLAB_INLINE __attribute__((always_inline))
+#else
+#define NORMLAB_INLINE
+#endif
+
+// The lanes below n of a vector V: its lane mask (integers of the lanes' width), all ones there
+template <class V> static inline auto lanes_under(int n) {
+  typedef decltype(V{} < V{}) M;
+  M lane = {};
+  for (int l = 0; l < int(sizeof(V) / sizeof(V{}[0])); ++l) lane[l] = l;
+  return lane < n;
+}
 #if NORMLAB_VECTOR_BYTES == 64 && defined(__AVX512F__)
 static inline vf vld_n(const float* p, int n) { return (vf)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
 static inline vd vld_n(const double* p, int n) { return (vd)_mm512_maskz_loadu_pd((__mmask8)((1u << n) - 1), p); }
 static inline void vst_n(float* p, vf v, int n) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v); }
 static inline void vst_n(double* p, vd v, int n) { _mm512_mask_storeu_pd(p, (__mmask8)((1u << n) - 1), (__m512d)v); }
 #define NORMLAB_MASKED_32 1
+#endif
+#if NORMLAB_VECTOR_BYTES == 32 && defined(__AVX2__)
+// AVX's masked loads of 32- and 64-bit lanes (the masked-off lanes are not read). Its masked stores are microcoded
+// on some AMD cores: stores go through a buffer (vst_n_buf, below)
+static inline vf vld_n(const float* p, int n) { return (vf)_mm256_maskload_ps(p, (__m256i)lanes_under<vf>(n)); }
+static inline vd vld_n(const double* p, int n) { return (vd)_mm256_maskload_pd(p, (__m256i)lanes_under<vd>(n)); }
+#define NORMLAB_MASKED_LOAD_32 1
 #endif
 #if NORMLAB_VECTOR_BYTES == 64 && defined(__AVX512BW__) && defined(__AVX512VL__)
 // 16-bit storage: the n values masked in, then widened as vld does (zero bits widen to 0.0)
@@ -293,48 +315,56 @@ template <class T> static inline void vst_n(T* p, vf v, int n) {
 }
 #define NORMLAB_MASKED_16 1
 #endif
-#ifndef NORMLAB_MASKED_32
-template <class T> static inline auto vld_n(const T* p, int n) -> decltype(vld(p)) {
-  alignas(64) T t[VB / sizeof(T)] = {};
-  std::memcpy(t, p, n * sizeof(T));
+// Without masked loads: one whole-vector load where its bytes stay inside the 4 KB page that holds the row's last
+// element (the bytes beyond the row are read but never used: the lanes from n on are zeroed; a load cannot fault
+// there), through a buffer on the stack where the vector would cross into the next page (a buffer filled by
+// narrow stores and read by a wide load waits for them: 1.3-3x the old scalar tail's time, measured on AVX2).
+// Stores: the vector to a buffer, then its first n elements (a wide store read back narrow does not wait).
+template <class V> static inline V lanes_below(V v, int n) { return lanes_under<V>(n) ? v : V{}; }
+template <class T> static inline auto vld_n_page(const T* p, int n) -> decltype(vld(p)) {
+  typedef decltype(vld(p)) V;
+  const std::size_t bytes = sizeof(V) / sizeof(V{}[0]) * sizeof(T);  // what vld reads
+  if ((reinterpret_cast<uintptr_t>(p) & 4095) + bytes <= 4096) return lanes_below(vld(p), n);
+  const int W = sizeof(V) / sizeof(V{}[0]);
+  alignas(64) T t[W] = {};
+  for (int l = 0; l < W; ++l)
+    if (l < n) t[l] = p[l];
   return vld(static_cast<const T*>(t));
 }
-template <class T, class V> static inline void vst_n(T* p, V v, int n) {
-  alignas(64) T t[VB / sizeof(T)];
+template <class T, class V> static inline void vst_n_buf(T* p, V v, int n) {
+  const int W = sizeof(V) / sizeof(v[0]);
+  alignas(64) T t[W];
   vst(t, v);
-  std::memcpy(p, t, n * sizeof(T));
+  for (int l = 0; l < W; ++l)  // unrolled; a loop to n would become a call to memmove
+    if (l < n) p[l] = t[l];
 }
-#elif !defined(NORMLAB_MASKED_16)
-template <class T> static inline vf vld_n(const T* p, int n) {
-  alignas(64) T t[VB / 4] = {};
-  std::memcpy(t, p, n * sizeof(T));
-  return vld(static_cast<const T*>(t));
-}
-template <class T> static inline void vst_n(T* p, vf v, int n) {
-  alignas(64) T t[VB / 4];
-  vst(t, v);
-  std::memcpy(p, t, n * sizeof(T));
-}
+#if defined(NORMLAB_MASKED_32)
+#if !defined(NORMLAB_MASKED_16)  // AVX-512 without AVX512BW: its 16-bit rows
+template <class T> static inline vf vld_n(const T* p, int n) { return vld_n_page(p, n); }
+template <class T> static inline void vst_n(T* p, vf v, int n) { vst_n_buf(p, v, n); }
+#endif
+#elif defined(NORMLAB_MASKED_LOAD_32)  // AVX2: 16-bit loads by page, every store through a buffer
+template <class T> static inline vf vld_n(const T* p, int n) { return vld_n_page(p, n); }
+template <class T, class V> static inline void vst_n(T* p, V v, int n) { vst_n_buf(p, v, n); }
+#else
+template <class T> static inline auto vld_n(const T* p, int n) -> decltype(vld(p)) { return vld_n_page(p, n); }
+template <class T, class V> static inline void vst_n(T* p, V v, int n) { vst_n_buf(p, v, n); }
 #endif
 
 // How a vector step reads and writes: Full (W elements) or Part (a row's last n < W, read as if the row went on
 // with zeros). Each element's arithmetic is the same in both (the same expressions, lane by lane), so where a
-// row's last part begins never changes a bit. Part::keep zeroes the lanes from n on before they are summed.
+// row's last part begins never changes a bit. add(acc, v): acc + v in the lanes of the row's elements, the other
+// lanes of acc left as they are (not even 0 added: -0 stays -0), so the sums do not depend on the vector width.
 struct Full {
   template <class T> static inline auto ld(const T* p) { return vld(p); }
   template <class T, class V> static inline void st(T* p, V v) { vst(p, v); }
-  template <class V> static inline V keep(V v) { return v; }
+  template <class V> static inline V add(V acc, V v) { return acc + v; }
 };
 struct Part {
   int n;
   template <class T> inline auto ld(const T* p) const { return vld_n(p, n); }
   template <class T, class V> inline void st(T* p, V v) const { vst_n(p, v, n); }
-  template <class V> inline V keep(V v) const {
-    typedef decltype(v < v) M;  // the vector's lane mask: integers of the lanes' width, all ones where true
-    M lane = {};
-    for (int l = 0; l < int(sizeof(V) / sizeof(v[0])); ++l) lane[l] = l;
-    return (lane < n) ? v : V{};
-  }
+  template <class V> inline V add(V acc, V v) const { return lanes_under<V>(n) ? acc + v : acc; }
 };
 
 template <class T> struct SAlign { static const int B = VB; };  // bytes of one vector of T in memory
@@ -352,7 +382,7 @@ template <class T, class FV> static inline void row_loop(T* out, i64 d, bool str
   typedef typename Acc<T>::type A;
   typedef typename Vec<A>::type V;
   const int W = Vec<A>::W;
-  const auto part = [&](i64 at, i64 n) {
+  const auto part = [&](i64 at, i64 n) NORMLAB_INLINE {
     const Part p{int(n)};
     vec(at, p, [p](T* q, V v) { p.st(q, v); });
   };
@@ -432,10 +462,14 @@ template <class A, class FV> static inline A row_reduce(i64 d, FV fv) {
   i64 j = 0;
   for (; j + NV * W <= d; j += NV * W)
     for (int k = 0; k < NV; ++k) acc[k] += fv(j + k * W, Full{});
-  for (int k = 0; j + k * W < d; ++k) {
+  for (int k = 0; j + k * W < d; ++k) {  // the last block: whole vectors, then a part
     const i64 o = j + k * W;
-    const Part p{int(d - o < W ? d - o : W)};
-    acc[k] += p.keep(fv(o, p));
+    if (d - o >= W) {
+      acc[k] += fv(o, Full{});
+    } else {
+      const Part p{int(d - o)};
+      acc[k] = p.add(acc[k], fv(o, p));
+    }
   }
   return fold<A>(acc);
 }
@@ -574,21 +608,23 @@ static inline void bwd_row_of(const S* gi, const S* xi, A m, A rs, const A* w, c
   const auto sums = [&](i64 o, auto P, int k) {
     const V xh = (P.ld(xi + o) - mv) * rv;
     const V g = HW ? P.ld(gi + o) * P.ld(w + o) : P.ld(gi + o);
-    ga[k] += P.keep(g);
-    ha[k] += P.keep(g * xh);
+    ga[k] = P.add(ga[k], g);
+    ha[k] = P.add(ha[k], g * xh);
   };
   i64 j = 0;
   for (; j + NV * W <= d; j += NV * W)
     for (int k = 0; k < NV; ++k) sums(j + k * W, Full{}, k);
-  for (int k = 0; j + k * W < d; ++k) {
+  for (int k = 0; j + k * W < d; ++k) {  // the last block: whole vectors, then a part
     const i64 o = j + k * W;
-    sums(o, Part{int(d - o < W ? d - o : W)}, k);
+    if (d - o >= W) sums(o, Full{}, k);
+    else sums(o, Part{int(d - o)}, k);
   }
   const A c1 = RMS ? A(0) : fold<A>(ga) * inv_d;
   const A c2 = fold<A>(ha) * inv_d;
   const V c1v = splat<V>(c1), c2v = splat<V>(c2);
-  // dx, and the block's partial rows (each element its own sum: where a step begins changes no bit)
-  row_loop(dxi, d, stream, [&](i64 k, auto P, auto store) {
+  // dx, and the block's partial rows (each element its own sum: where a step begins changes no bit); inlined
+  // into every step (GCC for AVX2 called the part step's copy: vectors through memory, +10% on rows of 75)
+  row_loop(dxi, d, stream, [&](i64 k, auto P, auto store) NORMLAB_INLINE {
     const V dy = P.ld(gi + k);
     const V xh = (P.ld(xi + k) - mv) * rv;
     const V g = HW ? dy * P.ld(w + k) : dy;
