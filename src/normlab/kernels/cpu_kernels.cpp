@@ -523,21 +523,20 @@ static inline void norm_row(const S* si, A first, const A* w, const A* b, T* yi,
   });
 }
 
-// Widens a row of half-precision T to A (exact), W elements at a time, then the last part.
+// Widens a row of half-precision T to A (exact), W elements at a time, then the last part: written whole (its
+// lanes past the row are zero), so `out` has room for d rounded up to a vector (WIDEN_PAD).
 template <class T, class A> static inline void widen(const T* p, A* out, i64 d) {
   const int W = Vec<A>::W;
   i64 j = 0;
   for (; j + W <= d; j += W) vst(out + j, vld(p + j));
-  if (j < d) {
-    const Part q{int(d - j)};
-    q.st(out + j, q.ld(p + j));
-  }
+  if (j < d) vst(out + j, Part{int(d - j)}.ld(p + j));
 }
 
 // Half-precision rows up to this many elements are widened to A once, into a buffer on the stack (in L1), in the
 // pass that sums them, and the later passes read the buffer: one conversion per element instead of three.
 // Widening is exact, so the bits are those of the passes over T.
 static const i64 WIDEN_MAX = 4096;
+static const i64 WIDEN_PAD = 16;  // room past a widened row for widen's last whole vector
 
 // One row: y = (s - mean) * rstd * w + b with s = x (+ r, rounded to T and written to so). RMS: mean = 0.
 template <class T, bool RMS, bool HW, bool HB, bool HR, class A = typename Acc<T>::type>
@@ -656,8 +655,8 @@ template <class T, bool RMS, bool HW, bool HDS, class A = typename Acc<T>::type>
 static inline void bwd_row(const T* gi, const T* xi, A m, A rs, const A* w, const T* dsi, T* dxi, T* dx2i,
                            bool al2, A* pw, A* pb, i64 d, A inv_d, bool stream) {
   if (BwdWiden<T>::on && d <= WIDEN_MAX) {
-    alignas(64) A gb[WIDEN_MAX];
-    alignas(64) A xb[WIDEN_MAX];
+    alignas(64) A gb[WIDEN_MAX + WIDEN_PAD];
+    alignas(64) A xb[WIDEN_MAX + WIDEN_PAD];
     widen(gi, gb, d);
     widen(xi, xb, d);
     bwd_row_of<T, RMS, HW, HDS>(static_cast<const A*>(gb), static_cast<const A*>(xb), m, rs, w, dsi, dxi, dx2i,
