@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import os
 import pathlib
 from collections.abc import Sequence
 
@@ -150,6 +151,11 @@ def check_device(t: torch.Tensor | None, x: torch.Tensor, name: str) -> None:
     space."""
     if t is not None and t.device != x.device:
         raise BadValue(f"{name} is on {t.device} but the input is on {x.device}")
+
+
+def env_on(name: str) -> bool:
+    """A switch in the environment: on unless ``name`` is set to 0, false, no or off (any case, spaces ignored)."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def acc_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -59,7 +59,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .._checks import acc_dtype
+from .._checks import acc_dtype, env_on
 from . import build
 from .base import OP_SPECS, Kernel
 
@@ -82,7 +82,7 @@ def enabled() -> bool:
     """Whether ``auto`` measures (``NORMLAB_AUTOTUNE``, default on, unless :func:`set_autotune` said otherwise)."""
     global _enabled
     if _enabled is None:
-        _enabled = os.environ.get("NORMLAB_AUTOTUNE", "1").strip().lower() not in ("0", "false", "no", "off")
+        _enabled = env_on("NORMLAB_AUTOTUNE")
     return _enabled
 
 

@@ -34,7 +34,7 @@ import warnings
 
 import torch
 
-from .._checks import acc_dtype
+from .._checks import acc_dtype, env_on
 from . import build
 from .base import Kernel, add_residual
 
@@ -199,7 +199,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
 @functools.cache
 def _libc():
-    """libc's ``madvise`` and ``mincore`` on Linux, else None."""
+    """libc's ``madvise``, ``mincore`` and ``mallopt`` (None where libc has none: not glibc) on Linux, else None."""
     if platform.system() != "Linux":
         return None
     try:
@@ -209,7 +209,10 @@ def _libc():
         return None
     madvise.argtypes, madvise.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
     mincore.argtypes, mincore.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p), ctypes.c_int
-    return madvise, mincore
+    mallopt = getattr(libc, "mallopt", None)  # glibc's (a preloaded jemalloc or tcmalloc ignores it: harmless)
+    if mallopt is not None:
+        mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return madvise, mincore, mallopt
 
 
 def _madvise():
@@ -233,18 +236,13 @@ def keep_freed_memory() -> bool:
     before: float32 ``layer_norm`` forward at 8192x768 read 1.8 or 5.6-6.3 ms by run, the same kernel. With it:
     1.2-2.0 ms in every run (docs/performance.md, "Fresh pages"). Process-wide (torch's own allocations keep
     their memory too); at most ``KEEP_FREED_BYTES`` more stays mapped."""
-    if os.environ.get(KEEP_FREED_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if not env_on(KEEP_FREED_ENV):
         return False
     if "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "") or any(
             k in os.environ for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")):
         return False  # the user's own policy
-    if _libc() is None:
+    if (f := _libc()) is None or (mallopt := f[2]) is None:
         return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt  # glibc's (a preloaded jemalloc or tcmalloc ignores it: harmless)
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     # the mmap threshold first: setting either fixes both (glibc stops adjusting them)
     return bool(mallopt(_M_MMAP_THRESHOLD, HUGE_PAGES_MIN) and mallopt(_M_TRIM_THRESHOLD, KEEP_FREED_BYTES))
 

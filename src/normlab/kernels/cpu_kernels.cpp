@@ -85,27 +85,6 @@ template <> struct Acc<bf16> { typedef float type; };
 template <> struct Acc<f16> { typedef float type; };
 #endif
 
-static inline float ld(float v) { return v; }
-static inline double ld(double v) { return v; }
-#if NORMLAB_HAS_F16
-static inline float ld(f16 v) { return (float)v; }
-#endif
-static inline float ld(bf16 v) {
-  uint32_t u = uint32_t(v.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-template <class T> static inline T st(typename Acc<T>::type v) { return T(v); }  // float, double, f16: RNE
-template <> inline bf16 st<bf16>(float f) {  // round to nearest even, NaN stays NaN (as torch)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{0x7fc0};
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return bf16{uint16_t(u >> 16)};
-}
-
 // ------------------------------------------------------------------ vectors of A
 
 // VB bytes per vector: 64 where the target has AVX-512F, 32 where it has AVX, else 16 (SSE, NEON). Measured on
@@ -180,7 +159,7 @@ static inline vf vld(const f16* p) {
 #endif
 static inline void vst(float* p, vf v) { std::memcpy(p, &v, VB); }
 static inline void vst(double* p, vd v) { std::memcpy(p, &v, VB); }
-static inline void vst(bf16* p, vf v) {  // st<bf16> lane by lane
+static inline void vst(bf16* p, vf v) {  // round to nearest even, NaN to 0x7fc0 (as torch), lane by lane
 #if defined(__AVX512BF16__) && defined(__AVX512DQ__) && NORMLAB_VECTOR_BYTES == 64
   // one instruction (VCVTNEPS2BF16: round to nearest even) where no lane is NaN or subnormal: it reads
   // subnormal inputs as zero and keeps NaN payloads, so a vector holding either (rare) takes the rounding below
@@ -223,8 +202,8 @@ static inline void vst(f16* p, vf v) {
 template <class V, class S> static inline V splat(S a) { return V{} + a; }
 
 // Non-temporal vst: the same bits as vst, to memory without a read for ownership. Needs p aligned to the
-// store's width (SALIGN<T> bytes); row_store peels scalar elements up to it. Where the target has no
-// streaming store for T, it is vst.
+// store's width (SALIGN<T> bytes); row_loop writes the elements before it by a part vector. Where the target
+// has no streaming store for T, it is vst.
 #if defined(__SSE2__)
 #define NORMLAB_HAS_STREAM 1
 static inline void vst_nt(float* p, vf v) {
@@ -323,9 +302,8 @@ template <class T> static inline void vst_n(T* p, vf v, int n) {
 template <class V> static inline V lanes_below(V v, int n) { return lanes_under<V>(n) ? v : V{}; }
 template <class T> static inline auto vld_n_page(const T* p, int n) -> decltype(vld(p)) {
   typedef decltype(vld(p)) V;
-  const std::size_t bytes = sizeof(V) / sizeof(V{}[0]) * sizeof(T);  // what vld reads
-  if ((reinterpret_cast<uintptr_t>(p) & 4095) + bytes <= 4096) return lanes_below(vld(p), n);
   const int W = sizeof(V) / sizeof(V{}[0]);
+  if ((reinterpret_cast<uintptr_t>(p) & 4095) + W * sizeof(T) <= 4096) return lanes_below(vld(p), n);  // vld's bytes
   alignas(64) T t[W] = {};
   for (int l = 0; l < W; ++l)
     if (l < n) t[l] = p[l];
