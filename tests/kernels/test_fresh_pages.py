@@ -2,6 +2,7 @@
 glibc is asked to keep what is freed, so later outputs of that size are not faulted in and zeroed again."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -40,8 +41,6 @@ needs_glibc = pytest.mark.skipif(cpu._libc() is None, reason="no libc madvise/mi
 
 
 def _child(code: str, *args: str, **env: str) -> str:
-    import os
-
     e = {k: v for k, v in os.environ.items() if k not in (cpu.KEEP_FREED_ENV, "GLIBC_TUNABLES")}
     run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
                          env={**e, **env})

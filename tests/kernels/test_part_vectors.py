@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from normlab.kernels import cpu
+from normlab.kernels import build, cpu
 
 CHILD = r"""
 import ctypes, mmap, sys, torch
@@ -68,17 +68,9 @@ print("ok")
 """
 
 
-def _has_avx() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return " avx2 " in f" {f.read()} ".replace("\n", " ")
-    except OSError:
-        return False
-
-
 # the build for this CPU (masked loads and stores on AVX-512), and narrower vectors: AVX's masked loads with
 # stores through a buffer, and 16-byte vectors with neither (a whole-vector load inside the row's last page)
-WIDTHS = ["", "-DNORMLAB_VECTOR_BYTES=16"] + (["-DNORMLAB_VECTOR_BYTES=32"] if _has_avx() else [])
+WIDTHS = ["", "-DNORMLAB_VECTOR_BYTES=16"] + (["-DNORMLAB_VECTOR_BYTES=32"] if " avx2" in build.isa_flags() else [])
 
 
 @pytest.mark.skipif(not cpu.available(), reason="no C++ compiler")
