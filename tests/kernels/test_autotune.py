@@ -10,7 +10,7 @@ import test_numerics
 import torch
 
 from normlab import kernels
-from normlab.kernels import autotune, cpu
+from normlab.kernels import autotune, build, cpu
 
 needs_two = pytest.mark.skipif(not cpu.available(), reason="no C++ compiler: nothing to choose between")
 
@@ -165,7 +165,8 @@ def test_corrupt_cache_is_ignored_with_one_warning(content, tuner, monkeypatch):
 
 
 @needs_two
-@pytest.mark.parametrize("field", ["isa", "kernels"])  # another CPU; decisions measured with other kernels
+# another CPU; other kernels; the same kernels compiled otherwise; torch limited to another instruction set
+@pytest.mark.parametrize("field", ["isa", "kernels", "build", "torch_isa"])
 def test_cache_from_another_machine_is_ignored(tuner, monkeypatch, field):
     x = torch.randn(4, 64)
     k = autotune.key("layer_norm", x, 64)
@@ -266,3 +267,22 @@ def test_the_decision_file_is_the_one_the_environment_names(tmp_path, monkeypatc
 
 def test_this_test_run_keeps_its_decisions_away_from_the_users_file():
     assert autotune.TUNER.path != autotune.build.cache_dir() / "dispatch.json"
+
+
+def test_machine_follows_the_kernels_build_and_torchs_instruction_set(monkeypatch):
+    """Decisions measured with kernels compiled for another target, or with torch limited to another instruction
+    set (``ATEN_CPU_CAPABILITY``), are not this configuration's."""
+    if build.compiler() is None:
+        pytest.skip("no C++ compiler: no kernels to build")
+    base = autotune.machine()
+    try:
+        monkeypatch.setenv("NORMLAB_CXXFLAGS", "-march=x86-64")
+        autotune._build_key.cache_clear()
+        assert autotune.machine()["build"] != base["build"]
+    finally:
+        monkeypatch.undo()
+        autotune._build_key.cache_clear()
+    assert autotune.machine() == base
+    other = "DEFAULT" if base["torch_isa"] != "DEFAULT" else "AVX2"
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: other)
+    assert autotune.machine()["torch_isa"] == other != base["torch_isa"]

@@ -19,6 +19,14 @@ def test_bench_rows_are_consistent():
     assert rows[1].saved_mb_normlab is not None
     text = bench.markdown({"machine": bench.machine(), "copy_gbps": 10.0, "rows": [vars(r) for r in rows]})
     assert text.count("| add_rms_norm |") == 2
+    # which instruction sets ran: torch's (ATEN_CPU_CAPABILITY lowers it) and normlab's build
+    assert f"torch's CPU kernels for {torch.backends.cpu.get_cpu_capability()}" in text
+    assert "-march=native" in text
+
+
+def test_bench_records_the_kernels_build_flags(monkeypatch):
+    monkeypatch.setenv("NORMLAB_CXXFLAGS", "-march=haswell")
+    assert bench.machine()["kernel_flags"].endswith("-march=haswell")
 
 
 def test_gpu_section_is_skipped_with_a_message_without_cuda(monkeypatch, tmp_path, capsys):

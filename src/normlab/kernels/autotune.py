@@ -121,13 +121,25 @@ def key(op: str, x: torch.Tensor, d: int) -> str:
 
 
 def machine() -> dict:
-    """What a decision is valid for: this CPU's ISA, its core count, this torch, these kernels (normlab's
-    version and the kernels' sources, C++ and the Python that allocates their outputs, and this module, which
-    times them: a changed kernel or way of timing is measured again)."""
+    """What a decision is valid for: this CPU's ISA, its core count, this torch and the instruction set its
+    kernels run (``ATEN_CPU_CAPABILITY`` lowers it), these kernels (normlab's version and the kernels' sources,
+    C++ and the Python that allocates their outputs, and this module, which times them: a changed kernel or way
+    of timing is measured again) and how they were compiled (compiler and flags: ``NORMLAB_CXXFLAGS``)."""
     from .. import __version__
 
     return {"isa": hashlib.sha256(build.isa_flags().encode()).hexdigest()[:16], "cores": os.cpu_count(),
-            "torch": torch.__version__, "normlab": __version__, "kernels": _source_digest()}
+            "torch": torch.__version__, "torch_isa": torch.backends.cpu.get_cpu_capability(),
+            "normlab": __version__, "kernels": _source_digest(), "build": _build_key()}
+
+
+@functools.cache
+def _build_key() -> str:
+    """The built kernels' cache key (source, compiler, flags, ISA); "none" where no compiler works."""
+    cxx = build.compiler()
+    try:
+        return build.key(cxx) if cxx else "none"
+    except build.BuildError:
+        return "none"
 
 
 @functools.cache

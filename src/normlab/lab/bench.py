@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as TF
 
 from .. import functional as F
-from ..kernels import fused
+from ..kernels import build, fused
 
 OPS = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
 SHAPES = ((8192, 768), (32768, 768), (4096, 4096), (65536, 80), (16384, 256))
@@ -229,7 +229,8 @@ def machine() -> dict:
     except OSError:
         pass
     return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version(), "load": [round(v, 2) for v in os.getloadavg()]}
+            "python": platform.python_version(), "load": [round(v, 2) for v in os.getloadavg()],
+            "torch_isa": torch.backends.cpu.get_cpu_capability(), "kernel_flags": " ".join(build.flags())}
 
 
 def torch_vs_itself(shape=(8192, 768), repeats: int = 15, warmup: int = 3) -> float:
@@ -268,7 +269,9 @@ def markdown(result: dict) -> str:
     m = result["machine"]
     lines = [
         f"Machine: {m['cpu']}, {m['threads']} threads, torch {m['torch']}, Python {m['python']}"
-        + (f", load average {m['load'][0]:g} at the start" if m.get("load") else "") + "; "
+        + (f", load average {m['load'][0]:g} at the start" if m.get("load") else "")
+        + (f"; torch's CPU kernels for {m['torch_isa']}, normlab's compiled with `{m['kernel_flags']}`"
+           if m.get("torch_isa") else "") + "; "
         f"memory copy {result['copy_gbps']} GB/s (read + write; median over cases, each timed in its own "
         "repeats)" + (f"; torch's LayerNorm timed against itself: {result['torch_vs_itself']:.2f}x"
                       if result.get("torch_vs_itself") else "") + ".",
