@@ -53,7 +53,7 @@ def test_decision_is_measured_once_kept_and_saved(tuner):
     assert d.why == "measured" and set(d.ms) == {"cpu", "native"} and d.impl in d.ms
     assert d.cost_ms < 1000  # a few ms on a quiet machine; generous for a shared one
     assert kernels.decide("auto", "layer_norm", torch.randn(5000, 256), 1e-5) is d  # another batch: same key
-    saved = json.loads(tuner.path.read_text())
+    (saved,) = json.loads(tuner.path.read_text())["configs"]
     assert saved["machine"] == autotune.machine()
     (k,) = saved["decisions"]
     assert k == f"layer_norm|float32|d256|t{torch.get_num_threads()}|cpu|train"
@@ -139,7 +139,8 @@ def test_inference_is_its_own_decision_timed_forward_only(tuner, monkeypatch):
     with torch.inference_mode():
         assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "native"
     assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "cpu" and timed == [True, False]
-    assert {k.rsplit("|", 1)[1] for k in json.loads(tuner.path.read_text())["decisions"]} == {"train", "fwd"}
+    (saved,) = json.loads(tuner.path.read_text())["configs"]
+    assert {k.rsplit("|", 1)[1] for k in saved["decisions"]} == {"train", "fwd"}
 
 
 @needs_two
@@ -151,8 +152,9 @@ def test_a_tie_goes_to_torch(tuner, monkeypatch, cpu_ms, chosen):
     assert kernels.resolve("auto", "layer_norm", torch.randn(4, 768), 1e-5) == chosen
 
 
-@pytest.mark.parametrize("content", ["{not json", '{"format": 1, "machine": {}, "decisions": []}', "[]",
-                                     '{"format": 99}'])
+@pytest.mark.parametrize("content", ["{not json", '{"format": 1, "machine": {}, "decisions": {}}', "[]",
+                                     '{"format": 99}', '{"format": 2, "configs": [{"machine": {}}]}',
+                                     '{"format": 2, "configs": [{"machine": [], "decisions": {}}]}'])
 @needs_two
 def test_corrupt_cache_is_ignored_with_one_warning(content, tuner, monkeypatch):
     tuner.path.write_text(content)
@@ -172,10 +174,32 @@ def test_cache_from_another_machine_is_ignored(tuner, monkeypatch, field):
     k = autotune.key("layer_norm", x, 64)
     other = {**autotune.machine(), field: "0123456789abcdef"}
     entry = {"impl": "native", "why": "measured", "ms": {"cpu": 9.0, "native": 1.0}, "sample": "4x64", "cost_ms": 1}
-    tuner.path.write_text(json.dumps({"format": autotune.FORMAT, "machine": other, "decisions": {k: entry}}))
+    section = {"machine": other, "decisions": {k: entry}}
+    tuner.path.write_text(json.dumps({"format": autotune.FORMAT, "configs": [section]}))
     _rigged(monkeypatch, "cpu")
     with pytest.warns(RuntimeWarning, match="another machine"):
         assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "cpu"
+    # the other configuration's decisions are kept beside this one's, and neither process warns again
+    sections = json.loads(tuner.path.read_text())["configs"]
+    assert [s["machine"] for s in sections] == [autotune.machine(), other]
+    assert sections[1]["decisions"] == {k: entry}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert autotune.Tuner(tuner.path).decisions()[k].impl == "cpu"
+
+
+@needs_two
+def test_the_file_keeps_a_few_configurations(tuner, monkeypatch):
+    """Each configuration that shares the file adds its section at the front; the oldest fall out."""
+    entry = {"impl": "native", "why": "measured", "ms": {"cpu": 9.0, "native": 1.0}, "sample": "4x64", "cost_ms": 1}
+    others = [{"machine": {**autotune.machine(), "normlab": f"0.0.{i}"}, "decisions": {"k": entry}} for i in range(6)]
+    tuner.path.write_text(json.dumps({"format": autotune.FORMAT, "configs": others}))
+    _rigged(monkeypatch, "cpu")
+    with pytest.warns(RuntimeWarning, match="another machine"):
+        kernels.resolve("auto", "layer_norm", torch.randn(4, 64), 1e-5)
+    kept = json.loads(tuner.path.read_text())["configs"]
+    assert len(kept) == autotune.MAX_CONFIGS and kept[0]["machine"] == autotune.machine()
+    assert kept[1:] == others[: autotune.MAX_CONFIGS - 1]
 
 
 @needs_two

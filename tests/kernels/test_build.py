@@ -58,6 +58,7 @@ def _env(tmp_path: pathlib.Path, **extra: str) -> dict:
     env = dict(os.environ, NORMLAB_CACHE_DIR=str(tmp_path / "cache"), NORMLAB_CXXFLAGS="-O0",
                PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]), OMP_NUM_THREADS="1")
     env.pop("CXX", None)
+    env.pop("NORMLAB_DISPATCH_FILE", None)  # the child's decisions in its own cache, as a fresh machine's
     env.update(extra)
     return env
 

@@ -6,11 +6,12 @@ bucket and whether rows have a tail, thread count, device, and whether autograd 
 times those kernels on a sample of that row length and keeps the fastest (as
 cuDNN's benchmark mode and Triton's autotuner do). The decision is kept for
 the process (it never changes mid-run) and saved, with the time of each
-candidate, in ``dispatch.json`` beside the built kernels (or ``$NORMLAB_DISPATCH_FILE``), for this machine:
-the file records the CPU's ISA flags, the core count, the torch and normlab
-versions and a digest of the kernel source, and a file from another machine
-(or made with other kernels), or one that does not parse, is ignored with one
-warning.
+candidate, in ``dispatch.json`` beside the built kernels (or ``$NORMLAB_DISPATCH_FILE``), for this
+configuration (:func:`machine`: the CPU's ISA flags, the core count, the torch and normlab versions, the
+instruction set torch's kernels use, a digest of the kernel source and the kernels' build). The file keeps one
+section per configuration, so two configurations sharing it (another build, ``ATEN_CPU_CAPABILITY``) do not
+erase each other's decisions; a file holding only other machines' or configurations' sections, or one that does
+not parse, is ignored with one warning (then this configuration's section is added).
 
 * **Candidates** (:data:`TIMED`): the kernels that need no compile on first
   use and pass the numerics contract for the call (``supports()``). The
@@ -70,7 +71,11 @@ SAMPLE_ELEMS = 1 << 17
 REPEATS = 3
 #: another candidate must be this much faster (relative) to displace torch's kernel (else the fixed table's choice)
 MARGIN = 0.05
-FORMAT = 1
+#: the decision file: ``{"format": FORMAT, "configs": [{"machine": machine(), "decisions": {key: Decision}}, ...]}``,
+#: one section per configuration (this one first), so processes of two configurations sharing a file keep both
+FORMAT = 2
+#: sections kept in the file: this configuration's and the most recent others' (older versions' fall out)
+MAX_CONFIGS = 4
 #: where the decisions are kept, if not beside the built kernels (the test suite keeps its own, so that timings
 #: taken under its load never become a user's decisions)
 FILE_ENV = "NORMLAB_DISPATCH_FILE"
@@ -255,38 +260,51 @@ class Tuner:
         kernels."""
         return self._path or pathlib.Path(os.environ.get(FILE_ENV) or build.cache_dir() / "dispatch.json")
 
-    def _read(self) -> tuple[dict[str, Decision], str | None]:
-        """The saved decisions for this machine, and why the file was unusable (None if it was fine or absent)."""
+    def _read(self) -> tuple[dict[str, Decision], list[dict], str | None]:
+        """This configuration's saved decisions, the other configurations' sections (kept when the file is
+        rewritten), and why none of it is usable here (None if the file was fine or absent)."""
         try:
             text = self.path.read_text()
         except (FileNotFoundError, NotADirectoryError):  # nothing saved (or no usable cache: the build says so)
-            return {}, None
+            return {}, [], None
         except OSError as e:
-            return {}, f"cannot be read ({e.strerror or e})"
+            return {}, [], f"cannot be read ({e.strerror or e})"
         try:
             data = json.loads(text)
             if data.get("format") != FORMAT:
-                return {}, f"has format {data.get('format')!r}, not {FORMAT}"
-            if data.get("machine") != machine():
-                return {}, f"was written on another machine, torch or normlab ({data.get('machine')})"
-            return {k: Decision(**{**v, "why": "cached"}) for k, v in data["decisions"].items()}, None
+                return {}, [], f"has format {data.get('format')!r}, not {FORMAT}"
+            here, own, others = machine(), None, []
+            for section in data["configs"]:
+                if not isinstance(section["machine"], dict) or not isinstance(section["decisions"], dict):
+                    raise TypeError("a section's machine and decisions must be objects")
+                if section["machine"] == here:
+                    own = {k: Decision(**{**v, "why": "cached"}) for k, v in section["decisions"].items()}
+                else:
+                    others.append(section)
         except (ValueError, TypeError, KeyError, AttributeError) as e:
-            return {}, f"is not a valid dispatch cache ({type(e).__name__}: {str(e)[:80]})"
+            return {}, [], f"is not a valid dispatch cache ({type(e).__name__}: {str(e)[:80]})"
+        if own is None and others:
+            return {}, others, ("holds decisions of another machine, torch, normlab or kernel build only "
+                                f"({others[0]['machine']})")
+        return own or {}, others, None
 
     def _load(self) -> dict[str, Decision]:
         """What :meth:`_read` finds; an unusable file is ignored with one warning (this runs once per process)."""
-        decisions, problem = self._read()
+        decisions, _, problem = self._read()
         if problem:
             warnings.warn(f"normlab: ignoring {self.path}: it {problem}; dispatch decisions are measured again",
                           RuntimeWarning, stacklevel=6)
         return decisions
 
     def _save(self) -> None:
-        """Merge this process's decisions into the file, atomically (a temporary file renamed over the old one);
-        silent where the cache is read-only (the decisions then live for this process only)."""
-        merged = {**self._read()[0], **self._decisions}
-        data = {"format": FORMAT, "machine": machine(),
-                "decisions": {k: {**asdict(v), "why": "measured"} for k, v in sorted(merged.items())}}
+        """Merge this process's decisions into this configuration's section of the file, atomically (a temporary
+        file renamed over the old one), the other configurations' sections kept; silent where the cache is
+        read-only (the decisions then live for this process only)."""
+        saved, others, _ = self._read()
+        merged = {**saved, **self._decisions}
+        own = {"machine": machine(),
+               "decisions": {k: {**asdict(v), "why": "measured"} for k, v in sorted(merged.items())}}
+        data = {"format": FORMAT, "configs": [own, *others[: MAX_CONFIGS - 1]]}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(suffix=".json", dir=self.path.parent)
