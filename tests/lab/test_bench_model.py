@@ -67,6 +67,7 @@ def test_rounds_report_their_spread_and_the_profile_splits_the_step():
     assert prof["normlab"]["ms"]["optimizer"] > 0
     text = bm.markdown(result)
     assert "spread of the round medians" in text and "| norms and adds |" in text
+    assert f"torch's CPU kernels for {torch.backends.cpu.get_cpu_capability()}" in text  # which kernels ran
 
 
 @pytest.mark.parametrize("name,part", [("aten::addmm", "GEMMs"), ("aten::mm", "GEMMs"),

@@ -233,6 +233,13 @@ def machine() -> dict:
             "torch_isa": torch.backends.cpu.get_cpu_capability(), "kernel_flags": " ".join(build.flags())}
 
 
+def kernels_note(m: dict) -> str:
+    """The header's note of which instruction sets ran (``machine()``'s record): torch's, normlab's build."""
+    if not m.get("torch_isa"):
+        return ""
+    return f"; torch's CPU kernels for {m['torch_isa']}, normlab's compiled with `{m['kernel_flags']}`"
+
+
 def torch_vs_itself(shape=(8192, 768), repeats: int = 15, warmup: int = 3) -> float:
     """torch's LayerNorm fwd+bwd timed A/B against itself: how far from 1.00x noise alone moves a ratio."""
     n, d = shape
@@ -270,8 +277,7 @@ def markdown(result: dict) -> str:
     lines = [
         f"Machine: {m['cpu']}, {m['threads']} threads, torch {m['torch']}, Python {m['python']}"
         + (f", load average {m['load'][0]:g} at the start" if m.get("load") else "")
-        + (f"; torch's CPU kernels for {m['torch_isa']}, normlab's compiled with `{m['kernel_flags']}`"
-           if m.get("torch_isa") else "") + "; "
+        + kernels_note(m) + "; "
         f"memory copy {result['copy_gbps']} GB/s (read + write; median over cases, each timed in its own "
         "repeats)" + (f"; torch's LayerNorm timed against itself: {result['torch_vs_itself']:.2f}x"
                       if result.get("torch_vs_itself") else "") + ".",

@@ -34,7 +34,7 @@ from .. import functional as F
 from ..interop import to_torch
 from ..models.stack import compile_blocks
 from ..models.transformer import TransformerEncoder
-from .bench import machine
+from .bench import kernels_note, machine
 
 #: the bound every output comparison of the bench must meet
 TOLERANCE = 1e-5
@@ -237,7 +237,7 @@ def markdown(result: dict) -> str:
              f"{result['machine']['threads']} threads, torch {result['machine']['torch']}, "
              f"median of {result['repeats']} per round, median of {result.get('rounds', 1)} rounds"
              + (f"; load average {result['machine']['load'][0]:g} at the start" if result['machine'].get('load')
-                else "") + ".",
+                else "") + kernels_note(result["machine"]) + ".",
              "",
              "| model | training step ms | x torch | (CPU time: x torch) | inference ms | x torch | "
              "(CPU time: x torch) |",
