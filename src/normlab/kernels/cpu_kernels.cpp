@@ -271,14 +271,12 @@ static inline vf vld_n(const float* p, int n) { return (vf)_mm512_maskz_loadu_ps
 static inline vd vld_n(const double* p, int n) { return (vd)_mm512_maskz_loadu_pd((__mmask8)((1u << n) - 1), p); }
 static inline void vst_n(float* p, vf v, int n) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v); }
 static inline void vst_n(double* p, vd v, int n) { _mm512_mask_storeu_pd(p, (__mmask8)((1u << n) - 1), (__m512d)v); }
-#define NORMLAB_MASKED_32 1
 #endif
 #if NORMLAB_VECTOR_BYTES == 32 && defined(__AVX2__)
 // AVX's masked loads of 32- and 64-bit lanes (the masked-off lanes are not read). Its masked stores are microcoded
 // on some AMD cores: stores go through a buffer (vst_n_buf, below)
 static inline vf vld_n(const float* p, int n) { return (vf)_mm256_maskload_ps(p, (__m256i)lanes_under<vf>(n)); }
 static inline vd vld_n(const double* p, int n) { return (vd)_mm256_maskload_pd(p, (__m256i)lanes_under<vd>(n)); }
-#define NORMLAB_MASKED_LOAD_32 1
 #endif
 #if NORMLAB_VECTOR_BYTES == 64 && defined(__AVX512BW__) && defined(__AVX512VL__)
 // 16-bit storage: the n values masked in, then widened as vld does (zero bits widen to 0.0)
@@ -316,15 +314,9 @@ template <class T, class V> static inline void vst_n_buf(T* p, V v, int n) {
   for (int l = 0; l < W; ++l)  // unrolled; a loop to n would become a call to memmove
     if (l < n) p[l] = t[l];
 }
-#if defined(NORMLAB_MASKED_32)
-#if !defined(NORMLAB_MASKED_16)  // AVX-512 without AVX512BW: its 16-bit rows
-template <class T> static inline vf vld_n(const T* p, int n) { return vld_n_page(p, n); }
-template <class T> static inline void vst_n(T* p, vf v, int n) { vst_n_buf(p, v, n); }
-#endif
-#elif defined(NORMLAB_MASKED_LOAD_32)  // AVX2: 16-bit loads by page, every store through a buffer
-template <class T> static inline vf vld_n(const T* p, int n) { return vld_n_page(p, n); }
-template <class T, class V> static inline void vst_n(T* p, V v, int n) { vst_n_buf(p, v, n); }
-#else
+// Every part access the target's masked forms above do not cover (the float and double overloads above, where
+// they exist, are preferred to these templates): 16-bit rows without AVX512BW, AVX2's stores, all of SSE and NEON
+#if !defined(NORMLAB_MASKED_16)
 template <class T> static inline auto vld_n(const T* p, int n) -> decltype(vld(p)) { return vld_n_page(p, n); }
 template <class T, class V> static inline void vst_n(T* p, V v, int n) { vst_n_buf(p, v, n); }
 #endif
