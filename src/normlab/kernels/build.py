@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import pathlib
@@ -127,9 +128,15 @@ def _run(argv: list[str], timeout: float) -> str:
     return _run_all([argv], timeout)[0]
 
 
+@functools.cache
+def _version(cxx: tuple[str, ...]) -> str:
+    """``cxx --version``, run once per process and compiler command (the build and the dispatch key both ask)."""
+    return _run([*cxx, "--version"], timeout_s())
+
+
 def key(cxx: list[str]) -> str:
     """The cache key: source, compiler path and version, flags, CPU ISA."""
-    version = _run([*cxx, "--version"], timeout_s())
+    version = _version(tuple(cxx))
     path = shutil.which(cxx[0]) or cxx[0]
     parts = [SOURCE.read_bytes(), " ".join(cxx).encode(), os.path.realpath(path).encode(), version.encode(),
              " ".join(flags()).encode(), isa_flags().encode()]
