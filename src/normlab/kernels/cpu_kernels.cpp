@@ -5,7 +5,8 @@
 //
 // Numerics (docs/numerics.md): storage type T (float, double, bfloat16, float16); statistics, weights
 // and weight gradients in the accumulation type A (double for double, else float); two passes over the
-// row (mean, then the mean of squared deviations), the row staying in L1 between them; biased variance;
+// row (mean, then the deviations from it: their mean corrects the mean, the mean of their squares less its
+// square is the variance), the row staying in L1 between them; biased variance;
 // eps inside the square root; rstd = 0 for a constant row at eps = 0, so such a row gives bias.
 //
 // Vectorized explicitly with the compiler's vector extensions (a vector is 16 or 32 bytes of A, chosen
@@ -444,6 +445,28 @@ template <class A, class FV> static inline A row_reduce(i64 d, FV fv) {
   return fold<A>(acc);
 }
 
+// Two sums over a row in one pass, each with row_reduce's accumulators and order: fv(j, P) returns the pair of
+// vectors at j.
+template <class A, class FV> static inline std::pair<A, A> row_reduce2(i64 d, FV fv) {
+  typedef typename Vec<A>::type V;
+  const int W = Lanes<A>::W, NV = Lanes<A>::NV;
+  V acc1[NV] = {}, acc2[NV] = {};
+  const auto step = [&](i64 o, auto P, int k) NORMLAB_INLINE {
+    const auto v = fv(o, P);
+    acc1[k] = P.add(acc1[k], v.first);
+    acc2[k] = P.add(acc2[k], v.second);
+  };
+  i64 j = 0;
+  for (; j + NV * W <= d; j += NV * W)
+    for (int k = 0; k < NV; ++k) step(j + k * W, Full{}, k);
+  for (int k = 0; j + k * W < d; ++k) {  // the last block: whole vectors, then a part
+    const i64 o = j + k * W;
+    if (d - o >= W) step(o, Full{}, k);
+    else step(o, Part{int(d - o)}, k);
+  }
+  return {fold<A>(acc1), fold<A>(acc2)};
+}
+
 template <class A> static inline A rstd_of(A m, A eps) {
   // 1/sqrt(m + eps); 0 where m + eps == 0 (a constant row at eps = 0)
   if (eps == 0 && !(m > 0)) return A(0);
@@ -474,19 +497,28 @@ template <class T, bool RMS, bool HW, bool HB, class S, class A = typename Acc<T
 static inline void norm_row(const S* si, A first, const A* w, const A* b, T* yi, A* mean, A* rstd, i64 d, A inv_d,
                             A eps, bool stream) {
   typedef typename Vec<A>::type V;
-  A m = 0, rs;
+  A m = 0, c = 0, rs;  // LayerNorm: the mean is m + c (below)
   if (RMS) {
     rs = rstd_of<A>(first * inv_d, eps);
   } else {
+    // The first pass's mean m is rounded (a sum of D values, then times 1/D): a row with mean 1e4 and std 1e-2
+    // is 5% of its std away from it. The second pass sums the deviations from m (exact where they are small)
+    // with their squares; their mean c corrects m, and the variance is taken about m + c.
     m = first * inv_d;
     const V mv = splat<V>(m);
-    rs = rstd_of<A>(row_reduce<A>(d, [=](i64 j, auto P) { V c = P.ld(si + j) - mv; return c * c; }) * inv_d, eps);
-    if (mean) *mean = m;
+    const auto sums = row_reduce2<A>(d, [=](i64 j, auto P) {
+      const V e = P.ld(si + j) - mv;
+      return std::pair<V, V>{e, e * e};
+    });
+    c = sums.first * inv_d;
+    const A var = sums.second * inv_d - c * c;
+    rs = rstd_of<A>(var > 0 ? var : A(0), eps);
+    if (mean) *mean = m + c;
   }
   if (rstd) *rstd = rs;
-  const V mv = splat<V>(m), rv = splat<V>(rs);
+  const V mv = splat<V>(m), cv = splat<V>(c), rv = splat<V>(rs);
   row_store(yi, d, stream, [=](i64 j, auto P) {
-    V v = (P.ld(si + j) - mv) * rv;
+    V v = RMS ? P.ld(si + j) * rv : ((P.ld(si + j) - mv) - cv) * rv;
     if (HW) v = v * P.ld(w + j);
     if (HB) v = v + P.ld(b + j);
     return v;
@@ -569,27 +601,14 @@ template <class T, bool RMS, bool HW, bool HDS, class S, class A = typename Acc<
 static inline void bwd_row_of(const S* gi, const S* xi, A m, A rs, const A* w, const T* dsi, T* dxi, T* dx2i,
                               bool al2, A* pw, A* pb, i64 d, A inv_d, bool stream) {
   typedef typename Vec<A>::type V;
-  const int W = Vec<A>::W;
   const V mv = splat<V>(m), rv = splat<V>(rs);
-  // the two row sums in one pass, each with the accumulators and order of row_reduce
-  const int NV = Lanes<A>::NV;
-  V ga[NV] = {}, ha[NV] = {};
-  const auto sums = [&](i64 o, auto P, int k) {
+  const auto sums = row_reduce2<A>(d, [=](i64 o, auto P) {  // sum g and sum g x_hat, in one pass
     const V xh = (P.ld(xi + o) - mv) * rv;
     const V g = HW ? P.ld(gi + o) * P.ld(w + o) : P.ld(gi + o);
-    ga[k] = P.add(ga[k], g);
-    ha[k] = P.add(ha[k], g * xh);
-  };
-  i64 j = 0;
-  for (; j + NV * W <= d; j += NV * W)
-    for (int k = 0; k < NV; ++k) sums(j + k * W, Full{}, k);
-  for (int k = 0; j + k * W < d; ++k) {  // the last block: whole vectors, then a part
-    const i64 o = j + k * W;
-    if (d - o >= W) sums(o, Full{}, k);
-    else sums(o, Part{int(d - o)}, k);
-  }
-  const A c1 = RMS ? A(0) : fold<A>(ga) * inv_d;
-  const A c2 = fold<A>(ha) * inv_d;
+    return std::pair<V, V>{g, g * xh};
+  });
+  const A c1 = RMS ? A(0) : sums.first * inv_d;
+  const A c2 = sums.second * inv_d;
   const V c1v = splat<V>(c1), c2v = splat<V>(c2);
   // dx, and the block's partial rows (each element its own sum: where a step begins changes no bit); inlined
   // into every step (GCC for AVX2 called the part step's copy: vectors through memory, +10% on rows of 75)

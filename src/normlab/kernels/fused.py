@@ -57,25 +57,35 @@ def _col_sum(t: torch.Tensor) -> torch.Tensor:
 
 
 def fwd(x, r, w, b, eps: float, rms: bool, s_dtype: torch.dtype):
-    """Returns ``(y, s, sum_s, m2)``: ``s = x + r`` (None without ``r``), the row sum of ``s``
-    (None for RMSNorm) and its sum of squared deviations (of squares for RMSNorm)."""
+    """Returns ``(y, s, sum_s, sum_e, sum_e2)``: ``s = x + r`` (None without ``r``), the row sum of ``s``, of
+    its deviations ``e`` from the first pass's mean (None for RMSNorm: :func:`stats`) and of their squares (of
+    ``s``'s squares for RMSNorm)."""
     s = x if r is None else add_residual(x, r, s_dtype)  # N, D   rounded to s_dtype before it is normalized
     sf = s.to(_acc(s))  # N, D
     d = sf.shape[-1]
     if rms:
-        s1 = None
-        m2 = (sf * sf).sum(-1, keepdim=True)  # N, 1
-        y = sf * rstd_of(m2 / d, eps)  # N, D
+        s1 = e1 = None
+        e2 = (sf * sf).sum(-1, keepdim=True)  # N, 1
+        y = sf * stats(s1, e1, e2, d, eps)[1]  # N, D
     else:
         s1 = sf.sum(-1, keepdim=True)  # N, 1   first pass
-        xc = sf - s1 / d  # N, D
-        m2 = (xc * xc).sum(-1, keepdim=True)  # N, 1   second pass, over the row in cache
-        y = xc * rstd_of(m2 / d, eps)  # N, D
+        e = sf - s1 / d  # N, D   deviations from the rounded mean (reference.layer_norm_forward)
+        e1 = e.sum(-1, keepdim=True)  # N, 1   second pass, over the row in cache
+        e2 = (e * e).sum(-1, keepdim=True)  # N, 1
+        y = (e - e1 / d) * stats(s1, e1, e2, d, eps)[1]  # N, D
     if w is not None:
         y = y * w
     if b is not None:
         y = y + b
-    return y.to(x.dtype), (None if r is None else s), s1, m2
+    return y.to(x.dtype), (None if r is None else s), s1, e1, e2
+
+
+def stats(s1, e1, e2, d: int, eps: float):
+    """``(mean, rstd)`` from :func:`fwd`'s row sums (mean None for RMSNorm)."""
+    if s1 is None:
+        return None, rstd_of(e2 / d, eps)
+    c = e1 / d  # N, 1   the deviations' mean corrects the first pass's
+    return s1 / d + c, rstd_of((e2 / d - c * c).clamp_min(0), eps)
 
 
 def bwd(dy, x, mean, rstd, w, ds, rms: bool):
@@ -189,10 +199,9 @@ class CompiledKernel(Kernel):
         return available()
 
     def fwd(self, x, residual, w, b, eps, *, rms, s_dtype=None):
-        y, s, s1, m2 = _run(fwd, _label(rms, residual is not None, "fwd"), x, residual, w, b, eps, rms,
-                            s_dtype or x.dtype)
-        d = x.shape[-1]  # mean and rstd from the row sums: N values, computed eagerly
-        return y, s, (None if rms else s1 / d), rstd_of(m2 / d, eps)
+        y, s, s1, e1, e2 = _run(fwd, _label(rms, residual is not None, "fwd"), x, residual, w, b, eps, rms,
+                                s_dtype or x.dtype)
+        return y, s, *stats(s1, e1, e2, x.shape[-1], eps)  # mean and rstd from the row sums: N values, eagerly
 
     def bwd(self, dy, x, mean, rstd, w, ds, *, rms):
         return _run(bwd, _label(rms, ds is not None, "bwd"), dy, x, mean, rstd, w, ds, rms)
