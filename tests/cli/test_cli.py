@@ -168,3 +168,13 @@ def test_tune_checks_where_it_writes_before_the_grid_runs(tmp_path, capsys):
         assert main(["diarize", "tune", "--dev", str(tmp_path / "dev"), *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0]
+
+
+def test_a_closed_pipe_ends_the_command_quietly():
+    """`normlab count --json | head -1`: the reader went away; no traceback, no 'internal error', exit 141."""
+    p = subprocess.Popen([sys.executable, "-c", "import sys; from normlab.cli import main; "
+                          "sys.exit(main(['count', '--json']))"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # before it writes: every write finds the pipe closed
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "internal error" not in err, err

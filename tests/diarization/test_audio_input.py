@@ -113,3 +113,22 @@ def test_hum_is_notched_out_and_the_voice_kept(tmp_path):
         assert _amplitude(x[edge * SR : (edge + 2) * SR], 50) < hum / 10  # is most of what it measures there)
     clean = as_mono(voice, SR, SR)[0].numpy()  # no hum: the notches never run
     assert clean.shape == voice.shape and np.allclose(clean, remove_dc(voice.copy(), SR))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_file_holding_nan_or_inf_samples_is_refused(tmp_path, bad):
+    """A floating-point WAV can hold them: refused with its name, never read as silence (an empty result)."""
+    x = _tone(200, 2.0)
+    x[SR // 2] = bad
+    path = tmp_path / "bad.wav"
+    sf.write(path, x, SR, subtype="FLOAT")
+    with pytest.raises(ValueError, match="bad.wav: holds NaN or infinite samples"):
+        read_mono(path, SR)
+
+
+@pytest.mark.parametrize("rate", [1, 100, 999])
+def test_a_header_with_an_impossible_sample_rate_is_refused(tmp_path, rate):
+    path = tmp_path / "slow.wav"
+    sf.write(path, _tone(0.1, 2.0)[: 2 * rate + 1], rate)
+    with pytest.raises(ValueError, match=f"slow.wav: its header gives {rate} Hz; at least 1000 Hz"):
+        read_mono(path, SR)

@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"normlab {args.command}: interrupted (finished work is kept; re-run to resume)", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of our output went away (`normlab ... | head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail again
+        return 141  # 128 + SIGPIPE, as a shell reports a command its pipe ended
     except Exception as e:
         from .._checks import UserError  # imports torch: only once something has gone wrong
 

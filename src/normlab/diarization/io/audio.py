@@ -81,6 +81,11 @@ def remove_dc(mono: np.ndarray, sample_rate: int) -> np.ndarray:
     return mono
 
 
+#: the lowest sample rate accepted (a file's header or a waveform's ``sample_rate``): below it there is no speech
+#: band to hear, and a header saying so is broken
+MIN_SAMPLE_RATE = 1000
+
+
 def _finish(mono: np.ndarray, sample_rate: int, target: int) -> torch.Tensor:
     """What every input goes through once it is mono: its DC offset, then its mains hum (where it has any,
     ``hum.remove_hum``) removed in place, then resampled to ``target``."""
@@ -117,19 +122,27 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
         if mono.size == 0:
             raise EmptyAudio(f"{path}: no audio samples")
         return _finish(mono, 8000, sample_rate)
+    finite = True
     try:
         with sf.SoundFile(str(path)) as f:
             sr, n = f.samplerate, f.frames
+            if sr < MIN_SAMPLE_RATE:
+                raise AudioError(f"{path}: its header gives {sr} Hz; at least {MIN_SAMPLE_RATE} Hz is needed")
             mono = np.empty(n, dtype=np.float32)
             pos = 0
             for block in f.blocks(blocksize=BLOCK_SECONDS * sr, dtype="float32", always_2d=True):
                 mono[pos : pos + block.shape[0]] = block.mean(axis=1)
+                finite = finite and bool(np.isfinite(mono[pos : pos + block.shape[0]]).all())
                 pos += block.shape[0]
             mono = mono[:pos]
+    except AudioError:
+        raise
     except Exception as e:  # noqa: BLE001 - libsndfile raises several types
         raise AudioError(f"{path}: cannot read audio ({e})") from None
     if mono.size == 0:
         raise EmptyAudio(f"{path}: no audio samples")
+    if not finite:  # a floating-point file can hold them; every later stage would turn them into silence
+        raise AudioError(f"{path}: holds NaN or infinite samples")
     return _finish(mono, sr, sample_rate)
 
 
@@ -159,8 +172,8 @@ def as_mono(audio, sample_rate: int | None, target: int) -> tuple[torch.Tensor, 
         raise BadType(f"audio must be a path, a numpy array, a torch tensor or a dict, got {type(audio).__name__}")
     if sample_rate is None:
         raise BadValue("sample_rate is required with a waveform")
-    if not isinstance(sample_rate, (int, np.integer)) or sample_rate < 1000:
-        raise BadValue(f"sample_rate must be an integer >= 1000 Hz, got {sample_rate!r}")
+    if not isinstance(sample_rate, (int, np.integer)) or sample_rate < MIN_SAMPLE_RATE:
+        raise BadValue(f"sample_rate must be an integer >= {MIN_SAMPLE_RATE} Hz, got {sample_rate!r}")
     if not np.issubdtype(audio.dtype, np.floating):
         if np.issubdtype(audio.dtype, np.integer):  # PCM: full scale is 2^(bits-1); unsigned PCM is centred
             info = np.iinfo(audio.dtype)
