@@ -44,13 +44,13 @@ install: $(STAMP)
 DEMO := report/diarize-demo
 demo: system-deps $(STAMP)
 	$(VENV)/bin/normlab lesson
-	$(VENV)/bin/normlab report --quick --out report
+	$(VENV)/bin/normlab report --quick --out report --overwrite
 	-@$(MAKE) --no-print-directory sample || echo "warning: could not fetch the pyannote sample"
 	@if [ -f $(SAMPLE)/sample.wav ]; then \
-	  $(VENV)/bin/normlab diarize evaluate $(SAMPLE) $(SAMPLE)/sample.rttm --out report/sample-rttm; fi
+	  $(VENV)/bin/normlab diarize evaluate $(SAMPLE) $(SAMPLE)/sample.rttm --out report/sample-rttm --overwrite; fi
 	@if command -v espeak-ng >/dev/null 2>&1; then \
 	  $(VENV)/bin/normlab diarize simulate --out $(DEMO) --n-mixtures 3 --split test --seed 7 && \
-	  $(VENV)/bin/normlab diarize $(DEMO)/wav/*.wav --out $(DEMO)/rttm && \
+	  $(VENV)/bin/normlab diarize $(DEMO)/wav/*.wav --out $(DEMO)/rttm --overwrite && \
 	  $(VENV)/bin/normlab diarize score $(DEMO)/ref.rttm $(DEMO)/rttm --collar 0.25; \
 	else echo "espeak-ng missing: diarization demo skipped"; fi
 

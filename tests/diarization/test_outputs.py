@@ -151,3 +151,44 @@ def test_without_matplotlib_plot_stops_before_any_work(files, tmp_path, capsys, 
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.endswith("pip install 'normlab[plot]'") and len(err.splitlines()) == 1, err
     assert not (tmp_path / "p").exists()
+
+
+def test_files_normlab_did_not_write_are_never_replaced(files, tmp_path, capsys):
+    """A reference kept in the output folder, one beside a linked recording, a page of the user's own: each stops
+    the command before any work (exit 2, one line); normlab's own unchanged output is replaced on a rerun, an
+    edited one is not, and --overwrite replaces any."""
+    d = files
+    args = ["--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt")]
+    refs = tmp_path / "refs"
+    refs.mkdir()
+    ref = refs / "talk.rttm"
+    write_rttm([Turn("talk", 0.0, 2.0, "v0")], ref)
+    kept = ref.read_text()
+    # evaluate writing its hypotheses where the reference is (the reference is named like the recording)
+    assert main(["diarize", "evaluate", str(d / "wav"), str(ref), *args, "--out", str(refs)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "talk.rttm exists and normlab did not write it" in err and len(err.splitlines()) == 1, err
+    assert ref.read_text() == kept
+    # a recording reached through a link: its reference beside the link is beside its audio
+    linked = tmp_path / "proj"
+    linked.mkdir()
+    (linked / "talk.wav").symlink_to(d / "wav" / "talk.wav")
+    (linked / "talk.rttm").write_text(kept)
+    assert main(["diarize", str(linked / "talk.wav"), *args, "--out", str(linked)]) == 2
+    assert "exists beside its audio" in capsys.readouterr().err and (linked / "talk.rttm").read_text() == kept
+    # the page of evaluate --html
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<p>mine</p>")
+    assert main(["diarize", "evaluate", str(d / "wav"), str(ref), *args, "--out", str(tmp_path / "h"), "--html",
+                 str(site)]) == 2
+    assert "index.html exists and normlab did not write it" in capsys.readouterr().err
+    assert (site / "index.html").read_text() == "<p>mine</p>" and not (tmp_path / "h").exists()
+    # normlab's own output: replaced on a rerun; edited by hand: kept, unless --overwrite
+    out = tmp_path / "o"
+    run = ["diarize", str(d / "wav" / "talk.wav"), *args, "--out", str(out)]
+    assert main(run) == 0 and main(run) == 0
+    (out / "talk.rttm").write_text(kept)
+    assert main(run) == 2 and (out / "talk.rttm").read_text() == kept
+    assert main([*run, "--overwrite"]) == 0 and (out / "talk.rttm").read_text() != kept
+    capsys.readouterr()

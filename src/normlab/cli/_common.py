@@ -28,6 +28,12 @@ def shape(text: str) -> tuple[int, int]:
     return n, d
 
 
+#: the option that lets a command replace files in its output folder that normlab did not write (normlab.written)
+OVERWRITE = "--overwrite"
+OVERWRITE_HELP = ("replace output files that exist and were not written by normlab, or were changed since "
+                  "(without it such a file stops the command before any work)")
+
+
 def flag(parser: argparse.ArgumentParser, name: str, help: str, default: bool = False) -> None:
     """An on/off option ``--name/--no-name`` (off by default)."""
     parser.add_argument(name, action=argparse.BooleanOptionalAction, default=default,

@@ -10,7 +10,7 @@ import sys
 
 from ..devices import HELP as DEVICE_HELP
 from ..devices import check_spec
-from ._common import flag, positive_int, progress, renamed
+from ._common import OVERWRITE, OVERWRITE_HELP, flag, positive_int, progress, renamed
 
 HELP = {"diarize": "speaker diarization: AUDIO... to RTTM, and DER scoring"}
 
@@ -107,7 +107,7 @@ def _cmd_diarize_run(args: argparse.Namespace) -> int:
     from ..diarization.pipeline.output import FORMATS
 
     status = diarize_files(args.audio, args.out, model=_model_on_device(args), embedding=args.embedding,
-                           format=args.format, exclusive=args.exclusive, plot=args.plot,
+                           format=args.format, exclusive=args.exclusive, plot=args.plot, overwrite=args.overwrite,
                            progress=progress("diarize"), **_speaker_counts(args), **_pipeline_options(args))
     for path, st in status.items():
         stem = f"{args.out}/{recording_uri(path)}"
@@ -124,14 +124,12 @@ def _cmd_diarize_evaluate(args: argparse.Namespace) -> int:
 
     from ..diarization.metrics.evaluate import evaluate_folder, format_evaluation
 
-    result = evaluate_folder(args.wav_dir, args.ref, args.out, uem=args.uem, model=_model_on_device(args),
-                             embedding=args.embedding, progress=progress("diarize"), **_speaker_counts(args),
-                             **_pipeline_options(args))
+    result = evaluate_folder(args.wav_dir, args.ref, args.out, uem=args.uem, html=args.html,
+                             overwrite=args.overwrite, model=_model_on_device(args), embedding=args.embedding,
+                             progress=progress("diarize"), **_speaker_counts(args), **_pipeline_options(args))
     print(json.dumps(result, indent=2) if args.json else format_evaluation(result))
     if args.html:
-        from ..diarization.metrics.report_html import write_evaluation_page
-
-        print(f"wrote {write_evaluation_page(result, args.ref, args.html, uem=args.uem)}")
+        print(f"wrote {result['html']}")
     return 0 if not result["errors"] else 1
 
 
@@ -430,6 +428,7 @@ def add_parsers(sub, name: str) -> None:
     flag(rn, "--exclusive", "one speaker at a time (overlap goes to the speaker already talking), for aligning "
          "with a transcript")
     flag(rn, "--plot", "also draw OUT/<stem>.png: speakers as rows over time, overlap marked (needs normlab[plot])")
+    flag(rn, OVERWRITE, OVERWRITE_HELP)
     pipeline_options(rn)
     rn.set_defaults(func=_cmd_diarize_run)
 
@@ -443,6 +442,7 @@ def add_parsers(sub, name: str) -> None:
     ev.add_argument("--html", default=None, metavar="DIR",
                     help="also write DIR/index.html: the DER table and each file's reference and hypothesis "
                     "timelines with missed speech, false alarm and confusion marked (default: no page)")
+    flag(ev, OVERWRITE, OVERWRITE_HELP)
     pipeline_options(ev)
     ev.set_defaults(func=_cmd_diarize_evaluate)
 

@@ -5,7 +5,7 @@ import argparse
 
 from ..devices import HELP as DEVICE_HELP
 from ..devices import check_spec
-from ._common import flag, positive_int
+from ._common import OVERWRITE, OVERWRITE_HELP, flag, positive_int
 
 HELP = {
     "report": "run every study and write an HTML report with verdicts",
@@ -20,7 +20,7 @@ def _report(args: argparse.Namespace) -> int:
     scale = "quick" if args.quick else "full"
     device = resolve(args.device)
     result = run_studies(args.out, scale=scale, jobs=args.jobs, only=args.only, executor=args.executor,
-                         address=args.address, device=str(device))
+                         address=args.address, device=str(device), overwrite=args.overwrite)
     print(verdict_table(result))
     tables = study_tables(result)
     if tables:
@@ -45,6 +45,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT",
                    help="with --executor ray: join this cluster (default: start a local Ray with --jobs CPUs)")
     p.add_argument("--device", type=check_spec, default="cpu", help=f"{DEVICE_HELP} (default: %(default)s)")
+    flag(p, OVERWRITE, OVERWRITE_HELP)
 
 
 def add_parsers(sub, name: str) -> None:

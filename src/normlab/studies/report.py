@@ -7,7 +7,7 @@ import json
 import pathlib
 import time
 
-from .. import provenance
+from .. import provenance, written
 from ..progress import Progress
 from . import STUDIES, load
 from .base import Context
@@ -16,13 +16,17 @@ from .runner import Runner, Store
 
 def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, only: list[str] | None = None,
                 progress: bool = True, executor: str = "local", address: str | None = None,
-                device: str = "cpu", seed_offset: int = 0) -> dict:
+                device: str = "cpu", seed_offset: int = 0, overwrite: bool = False) -> dict:
     """Run the studies (all, or ``only``) into ``out``; returns the results.json content.
 
     ``executor``/``address``: where the cells run (:class:`Runner`); ``device``: the torch device of the cells;
-    ``seed_offset``: shifts every seed (a rerun on a disjoint seed set).
+    ``seed_offset``: shifts every seed (a rerun on a disjoint seed set). An ``index.html`` or ``results.json``
+    already in ``out`` that normlab did not write stops it before any work (:mod:`normlab.written`), unless
+    ``overwrite``.
     """
     out = pathlib.Path(out)
+    written.check([out / "results.json", out / "index.html"], overwrite=overwrite,
+                  hint="give --out another folder")
     out.mkdir(parents=True, exist_ok=True)
     store = Store(str(out / "runs.sqlite"))
     runner = Runner(store, jobs=jobs, progress=Progress(enabled=None if progress else False), executor=executor,
@@ -43,7 +47,11 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
     summaries = [{k: s.get(k) for k in ("name", "title", "figure", "seconds", "table")} for s in studies]
     previous = out / "results.json"
     if only and previous.exists():  # one study re-run: keep the others' claims, in report order
-        old = json.loads(previous.read_text())
+        try:
+            old = json.loads(previous.read_text())
+        except ValueError:  # replaced with --overwrite: not normlab's
+            old = {}
+        old = old if isinstance(old, dict) else {}
         fresh = {s["name"] for s in studies}
         summaries += [s for s in old.get("studies", []) if s["name"] not in fresh]
         claims += [c for c in old.get("claims", []) if c.get("study") not in fresh]
@@ -53,8 +61,8 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
     result = {"scale": scale, "seconds": round(time.time() - t0, 1), "cells_computed": runner.ran,
               "seed_offset": seed_offset, "executor": executor, "jobs": jobs, "device": str(device), "provenance": prov,
               "claims": claims, "studies": summaries}
-    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "index.html").write_text(render_html(result, out / "figures"))
+    written.write_text(out / "results.json", json.dumps(result, indent=2) + "\n")
+    written.write_text(out / "index.html", render_html(result, out / "figures"))
     return result
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 import torch
 
+from ... import written
 from ..._checks import BadValue, NotFound
 from ..data.dataset import MixtureSet
 from ..io.rttm import Turn, read_rttm
@@ -94,12 +95,16 @@ COLLARS = (0.0, 0.25)
 
 
 def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, out_dir: str | pathlib.Path, *,
-                    uem: str | pathlib.Path | None = None, progress=None, **diarize_kw) -> dict:
+                    uem: str | pathlib.Path | None = None, html: str | pathlib.Path | None = None,
+                    overwrite: bool = False, progress=None, **diarize_kw) -> dict:
     """Diarize every ``*.wav``/``*.flac`` of ``wav_dir`` into ``out_dir``, then score the written RTTMs.
 
     Returns ``{"files": [{"uri", "collars": {"0": {...}, "0.25": {...}}}], "total": {...}, "errors": {...}}``
     with DER components in seconds and ``der`` as a fraction. The RTTMs are read back before scoring,
     so the numbers are those of ``normlab diarize score REF OUT_DIR --collar C`` on the same files.
+    ``html``: also write ``html/index.html`` (:func:`report_html.write_evaluation_page`; its path under
+    ``"html"``). Outputs that exist already are replaced only where normlab wrote them (``overwrite``: any),
+    checked before any work.
     """
     from ..io.audio import recording_uri
     from ..io.uem import read_uem
@@ -117,7 +122,11 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
         raise BadValue(f"none of the {len(paths)} audio files of {wav_dir} is a recording of {ref_rttm} (its "
                        f"recordings: {some}{' ...' if len(reference) > 5 else ''})")
     regions = read_uem(uem) if uem else None
-    status = diarize_files(paths, out_dir, progress=progress, **diarize_kw)
+    if html is not None:
+        from .report_html import page_path
+
+        written.check([page_path(html)], overwrite=overwrite, hint="give --html another folder")
+    status = diarize_files(paths, out_dir, progress=progress, overwrite=overwrite, **diarize_kw)
     hyp: dict[str, list[Turn]] = {}
     for p in paths:
         if status[str(p)] == "ok":
@@ -133,8 +142,13 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
         files.append(row)
     for c in COLLARS:
         total[f"{c:g}"] = _as_dict(score(ref, hyp, collar=c, uem=regions))
-    return {"files": files, "total": total, "errors": {k: v for k, v in status.items() if v != "ok"},
-            "out": str(out_dir)}
+    result = {"files": files, "total": total, "errors": {k: v for k, v in status.items() if v != "ok"},
+              "out": str(out_dir)}
+    if html is not None:
+        from .report_html import write_evaluation_page
+
+        result["html"] = str(write_evaluation_page(result, ref_rttm, html, uem=uem))
+    return result
 
 
 def _as_dict(r: DERResult) -> dict:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import html
 import pathlib
 
+from ... import written
+from ..._checks import BadValue
 from ..io.rttm import Turn, read_rttm
 from ..io.uem import read_uem
 from ..plot import ERROR_COLOURS, PALETTE, speakers_in_order
@@ -154,6 +156,14 @@ def evaluation_page(result: dict, reference: dict[str, list[Turn]], hypothesis: 
             f"{_legend()}{''.join(sections)}</main></body></html>\n")
 
 
+def page_path(out_dir) -> pathlib.Path:
+    """Where :func:`write_evaluation_page` writes (one line if ``out_dir`` is a file, not a folder)."""
+    out = pathlib.Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise BadValue(f"--html {out}: a file, not a folder")
+    return out / "index.html"
+
+
 def write_evaluation_page(result: dict, ref_rttm, out_dir, *, uem=None) -> pathlib.Path:
     """Write ``out_dir/index.html`` for ``evaluate_folder``'s ``result`` (its hypotheses: ``result["out"]``)."""
     reference = read_rttm(ref_rttm)
@@ -162,8 +172,7 @@ def write_evaluation_page(result: dict, ref_rttm, out_dir, *, uem=None) -> pathl
         path = pathlib.Path(result["out"]) / f"{f['uri']}.rttm"
         if path.is_file():
             hypothesis.update(read_rttm(path))
-    out = pathlib.Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    page = out / "index.html"
-    page.write_text(evaluation_page(result, reference, hypothesis, read_uem(uem) if uem else None))
+    page = page_path(out_dir)
+    page.parent.mkdir(parents=True, exist_ok=True)
+    written.write_text(page, evaluation_page(result, reference, hypothesis, read_uem(uem) if uem else None))
     return page

@@ -24,6 +24,7 @@ import pathlib
 from collections.abc import Callable
 from dataclasses import asdict
 
+from ... import written
 from ..._checks import BadType, BadValue, MissingDependency
 from ..io.audio import SAMPLE_RATE, as_mono, recording_uri
 from ..io.features import FeatureConfig
@@ -152,13 +153,15 @@ def _outputs(path, out_dir: pathlib.Path, format: str, plot: bool) -> list[pathl
 
 def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int | None = None,
                   min_speakers: int | None = None, max_speakers: int | None = None, model=None, embedding=None,
-                  format: str = "rttm", exclusive: bool = False, plot: bool = False,
+                  format: str = "rttm", exclusive: bool = False, plot: bool = False, overwrite: bool = False,
                   progress: Callable[[int, int, str], None] | None = None, **options) -> dict[str, str]:
     """Write ``out_dir/<stem>.rttm`` (or ``.json``, ``format="json"``) per file, and ``out_dir/<stem>.png``
     (a timeline, ``plot=True``); ``{path: "ok" | error}`` (one bad file never stops the rest).
 
     The speaker counts, ``exclusive`` and ``options`` are ``diarize``'s. The model, the encoder and the
     pipeline's settings are made once; their errors, bad options and a missing matplotlib (``plot``) raise.
+    An output that exists already is replaced only where normlab wrote it and it is unchanged since
+    (:mod:`normlab.written`), or with ``overwrite``; never beside its own audio.
     """
     if format not in FORMATS:
         raise BadValue(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -172,11 +175,14 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
         raise BadValue(f"{stems[clash[0]]} inputs named {clash[0]}.* would write the same "
                        f"{pathlib.Path(out_dir) / (clash[0] + FORMATS[format])}: rename one, or diarize them apart")
     out_dir = pathlib.Path(out_dir)
-    kept = [w for p in paths for w in map(pathlib.Path.resolve, _outputs(p, out_dir, format, plot))
-            if w.exists() and w.parent == pathlib.Path(p).resolve().parent]
+    outputs = [w for p in paths for w in _outputs(p, out_dir, format, plot)]
+    # the audio's folder as given and where a link to it leads
+    beside = {d for p in paths for d in (pathlib.Path(p).absolute().parent.resolve(), pathlib.Path(p).resolve().parent)}
+    kept = [w for w in map(pathlib.Path.resolve, outputs) if w.exists() and w.parent in beside]
     if kept:  # the user's own file beside the audio (a reference RTTM) would be replaced
         raise BadValue(f"{kept[0]} exists beside its audio and would be replaced: diarize into another folder "
                        "(--out), or move it away first")
+    written.check(outputs, overwrite=overwrite, hint="diarize into another folder (--out)")
     m, enc, cfg, counts, prov = _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options)
     out_dir.mkdir(parents=True, exist_ok=True)
     status = {}
@@ -186,10 +192,11 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
         try:
             result = _diarize(p, None, m, enc, cfg, None, counts, prov)
             result = result.exclusive() if exclusive else result
-            written = _outputs(p, out_dir, format, plot)
-            written[0].write_text(render(result, format))
+            files = _outputs(p, out_dir, format, plot)
+            written.write_text(files[0], render(result, format))
             if plot:
-                timeline_png(result, written[1], duration=result.duration)
+                timeline_png(result, files[1], duration=result.duration)
+                written.record(files[1])
             status[str(p)] = "ok"
         except (ValueError, OSError) as e:  # AudioError and friends: reported per file
             status[str(p)] = str(e)

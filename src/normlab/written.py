@@ -1,0 +1,71 @@
+"""What normlab wrote in a folder, so that it never replaces a file it did not write.
+
+Commands write into folders the user names (``diarize --out``, ``evaluate --html``, ``report --out``), where
+the user's own files may already be: a reference RTTM under the recording's name, a page of their own called
+``index.html``. Each such folder keeps a list of the files normlab wrote there (:data:`LIST`: each name with
+the SHA-256 of what was written). A file about to be written that already exists is replaced only if that list
+holds it with its present contents: normlab's own earlier output, unchanged. Anything else (a file normlab did
+not write, or one edited since) stops the command before any work, unless the caller asks to overwrite.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+
+from ._checks import BadValue
+
+#: the list's file name, in each folder normlab writes to
+LIST = ".normlab-written.json"
+
+
+def _digest(path: pathlib.Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _listed(folder: pathlib.Path) -> dict[str, str]:
+    """``{file name: sha256}`` of what normlab wrote in ``folder`` (empty where it wrote nothing, or the list
+    cannot be read: then nothing there counts as normlab's)."""
+    try:
+        files = json.loads((folder / LIST).read_text()).get("files", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return files if isinstance(files, dict) else {}
+
+
+def check(paths, *, overwrite: bool = False, hint: str = "write into another folder") -> None:
+    """Raise ``BadValue`` (one line) for the first of ``paths`` that exists and is not normlab's own unchanged
+    output; nothing where ``overwrite``."""
+    if overwrite:
+        return
+    for p in (pathlib.Path(os.path.abspath(q)) for q in paths):  # `out/sub/..` where sub is not made yet
+        if not (p.exists() or p.is_symlink()):
+            continue
+        if p.is_file() and not p.is_symlink() and _listed(p.parent).get(p.name) == _digest(p):
+            continue
+        raise BadValue(f"{p} exists and normlab did not write it (or it was changed since): {hint}, move it away, "
+                       "or pass --overwrite to replace it")
+
+
+def record(path) -> None:
+    """Note in its folder's list that normlab has just written ``path`` (call after writing it)."""
+    path = pathlib.Path(path)
+    files = _listed(path.parent)
+    files[path.name] = _digest(path)
+    tmp = path.parent / (LIST + ".tmp")
+    tmp.write_text(json.dumps({"files": dict(sorted(files.items()))}, indent=1) + "\n")
+    os.replace(tmp, path.parent / LIST)
+
+
+def write_text(path, text: str) -> None:
+    """Write ``text`` to ``path`` and record it."""
+    path = pathlib.Path(path)
+    if path.is_symlink():  # never write through a link into a file elsewhere
+        path.unlink()
+    path.write_text(text)
+    record(path)

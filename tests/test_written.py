@@ -1,0 +1,43 @@
+"""normlab.written: a file in an output folder is replaced only where normlab wrote it and nobody changed it."""
+import pytest
+
+from normlab import written
+from normlab.studies.report import run_studies
+
+
+def test_only_normlab_s_own_unchanged_files_pass(tmp_path):
+    mine, theirs = tmp_path / "a.rttm", tmp_path / "b.rttm"
+    written.check([mine, theirs])  # nothing there yet
+    written.write_text(mine, "x\n")
+    theirs.write_text("y\n")
+    written.check([mine])
+    with pytest.raises(ValueError, match="b.rttm exists and normlab did not write it"):
+        written.check([mine, theirs])
+    written.check([theirs], overwrite=True)
+    mine.write_text("edited\n")  # changed since normlab wrote it: the user's now
+    with pytest.raises(ValueError, match="a.rttm exists"):
+        written.check([mine])
+    written.write_text(mine, "x\n")
+    written.write_text(tmp_path / "c.rttm", "z\n")  # the list keeps every file
+    written.check([mine, tmp_path / "c.rttm"])
+    (tmp_path / written.LIST).write_text("not json")  # an unreadable list: nothing counts as normlab's
+    with pytest.raises(ValueError, match="a.rttm exists"):
+        written.check([mine])
+
+
+def test_a_link_is_never_written_through(tmp_path):
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("keep\n")
+    link = tmp_path / "out.txt"
+    link.symlink_to(target)
+    with pytest.raises(ValueError, match="out.txt exists"):
+        written.check([link])
+    written.write_text(link, "new\n")  # (after --overwrite) the link is replaced, not its target
+    assert target.read_text() == "keep\n" and link.read_text() == "new\n" and not link.is_symlink()
+
+
+def test_a_report_folder_with_someone_else_s_page_stops_before_any_study(tmp_path):
+    (tmp_path / "index.html").write_text("<p>my site</p>")
+    with pytest.raises(ValueError, match="index.html exists and normlab did not write it"):
+        run_studies(tmp_path, only=["lesson_stats"], progress=False)
+    assert (tmp_path / "index.html").read_text() == "<p>my site</p>" and not (tmp_path / "runs.sqlite").exists()
