@@ -235,3 +235,44 @@ def test_recipe_builds_either_encoder():
         model = EENDModel(cfg.model_config())
         assert model.cfg.encoder == encoder and type(model.encoder).__name__.lower().startswith(encoder)
         assert model(torch.randn(2, 30, 345)).shape == (2, 30, cfg.n_speakers)
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"weight": float("nan")}, "weights hold NaN or infinite values"),
+    ({"postprocess": [1, 2]}, "stored pipeline settings are not a table"),
+    ({"postprocess": {"modes": {"eend": 3}}}, "stored pipeline settings are not a table"),
+    ({"whitening": "abc"}, "embedding whitening is not a table"),
+])
+def test_a_damaged_model_file_is_refused_when_loaded(tmp_path, change, why):
+    m = EENDModel(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32))
+    m.save(tmp_path / "m.pt")
+    blob = torch.load(tmp_path / "m.pt", weights_only=True)
+    if "weight" in change:
+        key = next(k for k, v in blob["state_dict"].items() if v.is_floating_point())
+        blob["state_dict"][key] = torch.full_like(blob["state_dict"][key], change["weight"])
+    else:
+        blob.update(change)
+    torch.save(blob, tmp_path / "m.pt")
+    with pytest.raises(ValueError, match=why) as e:
+        EENDModel.load(tmp_path / "m.pt")
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"n_test": 0}, "n_test must be a whole number >= 1"),
+    ({"frames": 0}, "frames must be a whole number >= 1"),
+    ({"dropout": 2.0}, "dropout must be in"),
+    ({"real_p": 5.0}, "real_p must be in"),
+    ({"seed": -1}, "seed must be a whole number >= 0"),
+    ({"lr": float("nan")}, "lr must be a finite number > 0"),
+    ({"min_speakers": 5}, "min_speakers must be at most n_speakers"),
+    ({"tune_grid": "garbage"}, "garbage"),
+    ({"dev_extra": "/nonexistent-dev"}, "holds no reference RTTM"),
+])
+def test_recipe_settings_are_checked_before_any_simulation(tmp_path, change, why):
+    from normlab import UserError
+    from normlab.diarization.training.recipe import run_recipe
+
+    with pytest.raises(UserError, match=why):
+        run_recipe(tmp_path / "r", RecipeConfig(**change))
+    assert not (tmp_path / "r").exists()

@@ -207,3 +207,18 @@ def test_cli_saves_the_choice_as_the_model_defaults(setup, tmp_path, capsys):
     before = model.read_bytes()
     assert main(["diarize", "tune", "--dev", str(dev), "--model", str(model), "--save"]) == 2
     assert "read-only" in capsys.readouterr().err and model.read_bytes() == before
+
+
+def test_a_folder_without_ref_rttm_reads_all_its_rttm_files(tmp_path):
+    """`*.wav` beside one `.rttm` each (the layout `diarize run` writes): every recording, not the first's only."""
+    d = _folder(tmp_path, "dev", [1, 2])
+    for w in (d / "wav").glob("*.wav"):
+        w.rename(d / w.name)
+    (d / "wav").rmdir()
+    ref = (d / "ref.rttm").read_text().splitlines()
+    for uri in ("r1", "r2"):
+        (d / f"{uri}.rttm").write_text("\n".join(x for x in ref if f" {uri} " in x) + "\n")
+    (d / "ref.rttm").unlink()
+    assert sorted(w.stem for w, _ in files_of([d])) == ["r1", "r2"]
+    with pytest.raises(ValueError, match="an empty folder name"):
+        files_of([d, ""])

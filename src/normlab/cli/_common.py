@@ -17,6 +17,13 @@ def progress(task: str):
     return Progress().callback(task)
 
 
+def a_path(text: str) -> str:
+    """A path that is not empty (an empty one would silently mean the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path, got an empty one")
+    return text
+
+
 def shape(text: str) -> tuple[int, int]:
     """``8192x768`` -> ``(8192, 768)``: rows x features, each at least 1."""
     try:
@@ -55,6 +62,17 @@ def renamed(parser: argparse.ArgumentParser, **old_to_new: str) -> None:
     """Old spellings (``layers="--n-layers"`` for ``--layers``) that stop with a message naming the new one."""
     for old, new in old_to_new.items():
         parser.add_argument(f"--{old.replace('_', '-')}", action=Renamed, new=new, dest=f"_renamed_{old}")
+
+
+def threads(text: str) -> int:
+    """``--threads``: 1 to four per core of this machine (more only queues the threads: a thousand made a tiny
+    training step take minutes)."""
+    import os
+
+    v, most = positive_int(text), 4 * (os.cpu_count() or 1)
+    if v > most:
+        raise argparse.ArgumentTypeError(f"expected at most {most} (four per core of this machine), got {v}")
+    return v
 
 
 def positive_int(text: str) -> int:

@@ -10,7 +10,7 @@ import sys
 
 from ..devices import HELP as DEVICE_HELP
 from ..devices import check_spec
-from ._common import OVERWRITE, OVERWRITE_HELP, flag, positive_int, progress, renamed
+from ._common import OVERWRITE, OVERWRITE_HELP, a_path, flag, positive_int, progress, renamed, threads
 
 HELP = {"diarize": "speaker diarization: AUDIO... to RTTM, and DER scoring"}
 
@@ -32,9 +32,12 @@ def _number(convert, ok, expected: str):
 
 
 _seconds = _number(float, lambda v: math.isfinite(v) and v >= 0, "a finite number of seconds >= 0")  # --collar
-_rate = _number(float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")  # --lr
+_rate = _number(float, lambda v: 0 < v <= 1e3, "a number in (0, 1000]")  # --lr, --lam
 _steps = _number(int, lambda v: v >= 0, "a whole number >= 0")  # --warmup
-_odd = _number(int, lambda v: v >= 1 and v % 2 == 1, "an odd whole number >= 1")  # --median: a centred window
+#: --median: a centred window of frames (1001 frames is 100 s; wider only smears a recording into one turn)
+_odd = _number(int, lambda v: 1 <= v <= 1001 and v % 2 == 1, "an odd whole number from 1 to 1001")
+_gap = _number(float, lambda v: 0 <= v <= 3600, "a number of seconds from 0 to 3600")  # --fill-gap
+_db = _number(float, lambda v: 0 <= v <= 100, "a number of dB from 0 to 100")  # --flat-db
 
 
 def _read_only(path) -> bool:
@@ -192,7 +195,9 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
         tests[name or pathlib.Path(dirs.split(",")[0]).name] = dirs.split(",")
     # everything the grid's end needs, checked before the grid runs (it takes many minutes)
     for d in [*args.dev.split(","), *(d for ds in tests.values() for d in ds)]:
-        if d and not pathlib.Path(d).is_dir():
+        if not d.strip():
+            raise BadValue(f"--dev {args.dev!r} / --test: an empty folder name (the current folder is never meant)")
+        if not pathlib.Path(d).is_dir():
             raise NotFound(f"{d}: no such folder (--dev and --test take folders of WAVs and their ref.rttm)")
     out = pathlib.Path(args.out)
     if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
@@ -226,6 +231,8 @@ def _cmd_diarize_whiten(args: argparse.Namespace) -> int:
     if pathlib.Path(args.model).resolve() == SHIPPED.resolve() or _read_only(args.model):
         raise BadValue(f"{args.model} is read-only or the shipped model: copy it first")
     for d in args.train:
+        if not d.strip():
+            raise BadValue("--train: an empty folder name (the current folder is never meant)")
         if not pathlib.Path(d).is_dir():
             raise NotFound(f"{d}: no such folder (--train takes folders of WAVs and their ref.rttm)")
     model, encoder = load_model(args.model), load_encoder(args.embedding)
@@ -366,7 +373,7 @@ def add_parsers(sub, name: str) -> None:
     tr.add_argument("--head", choices=HEADS, default="multilabel",
                     help=f"output head: one sigmoid per speaker, or a softmax over sets of speakers {d}")
     tr.add_argument("--ckpt-every", type=positive_int, default=100, help=f"steps between checkpoints {d}")
-    tr.add_argument("--threads", type=positive_int, default=2, help=f"torch threads per process {d}")
+    tr.add_argument("--threads", type=threads, default=2, help=f"torch threads per process {d}")
     tr.add_argument("--seed", type=int, default=0, help=f"random seed {d}")
     tr.add_argument("--device", type=check_spec, default="cpu", help=f"{DEVICE_HELP} {d}")
     tr.add_argument("--tensorboard", default=None, metavar="DIR",
@@ -399,10 +406,10 @@ def add_parsers(sub, name: str) -> None:
                        help="ahc: the speakers are the tree's clusters at the cut; vbx: the cut starts variational "
                        "Bayes under the model file's PLDA model, which decides the count (default: the model "
                        "file's choice)")
-        q.add_argument("--flat-db", type=float, default=None,
+        q.add_argument("--flat-db", type=_db, default=None,
                        help="frames whose level varies less than this many dB over the 2 s around them (steady "
                        "noise, hum) are never speech; 0 turns this off (default: the model file's, else 2)")
-        q.add_argument("--fill-gap", type=_seconds, default=None,
+        q.add_argument("--fill-gap", type=_gap, default=None,
                        help="a speaker's pauses shorter than this many seconds are filled (default: the model "
                        "file's, else 0: none)")
         q.add_argument("--median", type=_odd, default=None,
@@ -421,7 +428,7 @@ def add_parsers(sub, name: str) -> None:
 
     rn = dsub.add_parser("run", help="write OUT/<stem>.rttm for each audio file (also: normlab diarize AUDIO...)")
     rn.add_argument("audio", nargs="+", help="WAV/FLAC files, any sample rate and channel count")
-    rn.add_argument("--out", default="rttm", help=f"output folder {d}")
+    rn.add_argument("--out", type=a_path, default="rttm", help=f"output folder {d}")
     rn.add_argument("--format", choices=["rttm", "json"], default="rttm",
                     help="rttm: OUT/<stem>.rttm; json: OUT/<stem>.json with the turns (uri, start, end, speaker), "
                     f"the settings and the models' provenance {d}")
@@ -437,9 +444,9 @@ def add_parsers(sub, name: str) -> None:
     ev.add_argument("wav_dir", help="folder of .wav/.flac files; each file's stem is its uri")
     ev.add_argument("ref", help="reference RTTM file")
     ev.add_argument("--uem", default=None, help="UEM file: score only these regions (default: the extent of speech)")
-    ev.add_argument("--out", default="rttm", help=f"where the hypothesis RTTMs are written {d}")
+    ev.add_argument("--out", type=a_path, default="rttm", help=f"where the hypothesis RTTMs are written {d}")
     flag(ev, "--json", "print the numbers as JSON")
-    ev.add_argument("--html", default=None, metavar="DIR",
+    ev.add_argument("--html", type=a_path, default=None, metavar="DIR",
                     help="also write DIR/index.html: the DER table and each file's reference and hypothesis "
                     "timelines with missed speech, false alarm and confusion marked (default: no page)")
     flag(ev, OVERWRITE, OVERWRITE_HELP)
@@ -479,7 +486,7 @@ def add_parsers(sub, name: str) -> None:
     rc = dsub.add_parser("recipe", help="simulate, train, tune on dev, score on test: the shipped model's recipe")
     rc.add_argument("--out", required=True, help="writes OUT/model.pt, OUT/results.json (re-running resumes; required)")
     rc.add_argument("--data", default=None, help="folder for the simulated splits (default: OUT/data)")
-    rc.add_argument("--threads", type=positive_int, default=2, help=f"torch threads per process {d}")
+    rc.add_argument("--threads", type=threads, default=2, help=f"torch threads per process {d}")
     rc.add_argument("--jobs", type=positive_int, default=2, help=f"simulation worker processes {d}")
     add_recipe_options(rc, {"norm": list(NORMS), "placement": list(PLACEMENTS), "encoder": ENCODERS, "head": HEADS,
                             "decay": ["none", "cosine"]})

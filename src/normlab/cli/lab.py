@@ -7,7 +7,7 @@ import pathlib
 import sys
 
 from ..devices import check_spec
-from ._common import flag, positive_int, progress, shape
+from ._common import flag, positive_int, progress, shape, threads
 
 HELP = {
     "lesson": "reproduce the lessons' LayerNorm exercise and check it",
@@ -117,7 +117,7 @@ def add_parsers(sub, name: str) -> None:
                        help="dtypes (default: %(default)s)")
         p.add_argument("--repeats", type=positive_int, default=15, help="timed repeats per case, median reported "
                        "(default: %(default)s)")
-        p.add_argument("--threads", type=positive_int, default=2, help="torch threads (default: %(default)s)")
+        p.add_argument("--threads", type=threads, default=2, help="torch threads (default: %(default)s)")
         flag(p, "--cold-start", "also time a fresh process with an empty compile cache")
         p.add_argument("--device", type=check_spec, default="cpu",
                        help="cpu: the CPU table; cuda[:N]: the GPU section; auto: the CPU table, then the GPU section "

@@ -86,8 +86,10 @@ class SimConfig:
         if not 1 <= self.min_utterances <= self.max_utterances:
             raise BadValue(f"need 1 <= min_utterances <= max_utterances, got {self.min_utterances} and "
                            f"{self.max_utterances}")
-        if not (math.isfinite(self.beta) and self.beta > 0):
-            raise BadValue(f"beta (the mean silence, s) must be a finite number > 0, got {self.beta}")
+        if not 0 < self.beta <= 600:
+            raise BadValue(f"beta (the mean silence, s) must be a number of seconds in (0, 600], got {self.beta}")
+        if not (isinstance(self.seed, int) and self.seed >= 0):
+            raise BadValue(f"seed must be a whole number >= 0, got {self.seed!r}")
         if self.rt60 is not None and not (0 <= self.rt60[0] <= self.rt60[1] and math.isfinite(self.rt60[1])):
             raise BadValue(f"rt60 must be MIN MAX with 0 <= MIN <= MAX seconds, got {list(self.rt60)}")
         if self.style == "mixture" and self.sources in ("real", "mixed", "neural"):

@@ -127,6 +127,16 @@ class EENDModel(nn.Module):
         except Exception as e:  # a config or weights from elsewhere
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise BadValue(f"{not_ours}: its config or weights do not fit ({type(e).__name__}: {first[:160]})") from e
-        model.postprocess.update(blob.get("postprocess", {}))
-        model.whitening = blob.get("whitening")
+        bad = [k for k, v in blob["state_dict"].items() if v.is_floating_point() and not bool(v.isfinite().all())]
+        if bad:
+            raise BadValue(f"{not_ours}: its weights hold NaN or infinite values ({bad[0]}: a diverged training?)")
+        post, whitening = blob.get("postprocess", {}), blob.get("whitening")
+        modes = post.get("modes", {}) if isinstance(post, dict) else None
+        if not isinstance(post, dict) or not isinstance(modes, dict) or \
+                not all(isinstance(m, dict) for m in modes.values()):
+            raise BadValue(f"{not_ours}: its stored pipeline settings are not a table of settings")
+        if whitening is not None and not isinstance(whitening, dict):
+            raise BadValue(f"{not_ours}: its embedding whitening is not a table of tensors")
+        model.postprocess.update(post)
+        model.whitening = whitening
         return model.eval()

@@ -125,10 +125,13 @@ class PipelineConfig:
         if cfg.speakers == "eend" and cfg.vad == "speech":
             raise BadValue("vad 'speech' (Silero alone decides speech) reads the model in speakers mode 'speech'; "
                            "with speakers 'eend' use vad 'gate'")
-        if not (cfg.flat_db >= 0 and cfg.flat_seconds > 0):
-            raise BadValue(f"need flat_db >= 0 and flat_seconds > 0, got {cfg.flat_db}, {cfg.flat_seconds}")
-        if not cfg.fill_gap >= 0:
-            raise BadValue(f"fill_gap must be >= 0 seconds, got {cfg.fill_gap}")
+        if not (0 <= cfg.flat_db <= 100 and 0 < cfg.flat_seconds <= 60):
+            raise BadValue(f"need flat_db in [0, 100] dB and flat_seconds in (0, 60], got {cfg.flat_db}, "
+                           f"{cfg.flat_seconds}")
+        if not 0 <= cfg.fill_gap <= 3600:
+            raise BadValue(f"fill_gap must be 0 to 3600 seconds, got {cfg.fill_gap}")
+        if not (isinstance(cfg.median, int) and 1 <= cfg.median <= 1001 and cfg.median % 2 == 1):
+            raise BadValue(f"median must be an odd number of frames from 1 to 1001, got {cfg.median!r}")
         if not cfg.veto_seconds > 0:
             raise BadValue(f"veto_seconds must be > 0, got {cfg.veto_seconds}")
         for name in ("threshold", "overlap_threshold", "vad_threshold"):

@@ -104,13 +104,18 @@ def _flag(text: str) -> bool:
 
 def files_of(dirs: list) -> list[tuple[pathlib.Path, list[Turn]]]:
     """(audio, reference turns) of every ``DIR/wav/*.wav`` (or ``DIR/*.wav``) named in ``DIR/ref.rttm``
-    (or the folder's one ``.rttm``); a folder named twice counts once."""
+    (or, without it, in the folder's ``.rttm`` files together); a folder named twice counts once."""
+    if any(not str(d).strip() for d in dirs):  # Path("") is the current folder: never what was meant
+        raise BadValue("an empty folder name among the dev/test folders")
     out = []
     for d in dict.fromkeys(pathlib.Path(d).resolve() for d in dirs):
-        rttm = d / "ref.rttm" if (d / "ref.rttm").is_file() else next(iter(sorted(d.glob("*.rttm"))), None)
-        if rttm is None:
-            raise NotFound(f"{d}: no ref.rttm (a folder of wav/*.wav and ref.rttm, or *.wav with one .rttm)")
-        ref = read_rttm(rttm)
+        rttms = [d / "ref.rttm"] if (d / "ref.rttm").is_file() else sorted(d.glob("*.rttm"))
+        if not rttms:
+            raise NotFound(f"{d}: no ref.rttm (a folder of wav/*.wav and ref.rttm, or *.wav with their .rttm)")
+        ref: dict[str, list[Turn]] = {}
+        for rttm in rttms:
+            for uri, turns in read_rttm(rttm).items():
+                ref.setdefault(uri, []).extend(turns)
         wavs = sorted((d / "wav").glob("*.wav")) if (d / "wav").is_dir() else sorted(d.glob("*.wav"))
         out += [(w, ref.get(recording_uri(w), [])) for w in wavs if recording_uri(w) in ref]
     return out

@@ -92,6 +92,41 @@ class RecipeConfig:
     whiten_per_folder: int = 600  # ... on the first conversations of train and train_real; stored in the model file
     tune_grid: str = ""  # NAME=V1,V2 items (';'-separated) narrowing pipeline/tuning.py's grid; "none": no tuning
 
+    def check(self) -> None:
+        """One ``BadValue`` line for the first setting that could not work, before any simulation or training (a
+        later stage would otherwise fail on it hours in)."""
+        import math
+
+        from ..._checks import BadValue, NotFound
+        from ..pipeline.tuning import SEGMENT_GRID, STITCH_GRID, parse_grid
+
+        def need(ok: bool, name: str, what: str) -> None:
+            if not ok:
+                raise BadValue(f"{name} must be {what}, got {getattr(self, name)!r}")
+
+        for f in self.__dataclass_fields__:
+            v = getattr(self, f)
+            if f.startswith("n_") and f not in ("n_speakers", "n_layers", "n_heads") or f in (
+                    "synth_from", "finetune_steps", "warmup", "restart_at", "whiten_per_folder", "seed"):
+                need(isinstance(v, int) and v >= 0, f, "a whole number >= 0")
+        for f in ("n_dev", "n_test", "steps", "batch", "frames", "d_model", "n_layers", "n_heads", "n_speakers",
+                  "min_speakers", "min_utterances"):
+            need(isinstance(getattr(self, f), int) and getattr(self, f) >= 1, f, "a whole number >= 1")
+        need(self.n_train + self.n_train_real >= 1, "n_train", "at least 1 (with n_train_real)")
+        need(self.min_speakers <= self.n_speakers, "min_speakers", f"at most n_speakers ({self.n_speakers})")
+        need(self.min_utterances <= self.max_utterances, "min_utterances", f"at most max_utterances "
+             f"({self.max_utterances})")
+        for f in ("lr", "restart_lr", "finetune_lr", "beta"):
+            need(math.isfinite(getattr(self, f)) and getattr(self, f) > 0, f, "a finite number > 0")
+        need(0 <= self.real_p <= 1, "real_p", "in [0, 1]")
+        need(0 <= self.dropout < 1, "dropout", "in [0, 1)")
+        need(math.isfinite(self.whiten_lam) and self.whiten_lam >= 0, "whiten_lam", "a finite number >= 0")
+        if self.tune_grid != "none":
+            parse_grid([g for g in self.tune_grid.split(";") if g.strip()], (SEGMENT_GRID, STITCH_GRID))
+        for d in (d for d in self.dev_extra.split(",") if d):
+            if not (pathlib.Path(d) / "ref.rttm").exists() and not any(pathlib.Path(d).glob("*.rttm")):
+                raise NotFound(f"dev_extra: {d} holds no reference RTTM")
+
     def model_config(self) -> ModelConfig:
         return ModelConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
                            d_ff=4 * self.d_model, n_speakers=self.n_speakers, norm=self.norm,
@@ -299,6 +334,7 @@ def run_recipe(out: str | pathlib.Path, cfg: RecipeConfig = RecipeConfig(), *, d
     """Simulate (into ``data``, default ``out/data``), train, tune, score; write ``out/model.pt`` and
     ``out/results.json``. Every stage resumes: mixtures and features on disk are reused, training restarts
     from its last checkpoint, and a finished training is not repeated."""
+    cfg.check()
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
