@@ -41,3 +41,10 @@ def test_a_report_folder_with_someone_else_s_page_stops_before_any_study(tmp_pat
     with pytest.raises(ValueError, match="index.html exists and normlab did not write it"):
         run_studies(tmp_path, only=["lesson_stats"], progress=False)
     assert (tmp_path / "index.html").read_text() == "<p>my site</p>" and not (tmp_path / "runs.sqlite").exists()
+
+
+def test_a_store_file_of_another_kind_stops_the_report_in_one_line(tmp_path):
+    (tmp_path / "runs.sqlite").write_text("my notes, not a database\n" * 100)
+    with pytest.raises(ValueError, match="runs.sqlite is not a normlab store") as e:
+        run_studies(tmp_path, only=["lesson_stats"], progress=False)
+    assert "\n" not in str(e.value) and (tmp_path / "runs.sqlite").read_text().startswith("my notes")

@@ -192,3 +192,31 @@ def test_files_normlab_did_not_write_are_never_replaced(files, tmp_path, capsys)
     assert main(run) == 2 and (out / "talk.rttm").read_text() == kept
     assert main([*run, "--overwrite"]) == 0 and (out / "talk.rttm").read_text() != kept
     capsys.readouterr()
+
+
+def test_a_speaker_count_that_cannot_be_met_is_said(files, capsys):
+    """--num-speakers 20 on a recording where fewer ever win a frame: the result has fewer, and says so (one
+    line on the command line)."""
+    d = files
+    with pytest.warns(UserWarning, match="found where at least 20 were asked for"):
+        result = diarize(d / "wav" / "talk.wav", model=d / "m.pt", embedding=d / "enc.pt", num_speakers=20)
+    assert 0 < len({t.speaker for t in result}) < 20
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert main(["diarize", str(d / "wav" / "talk.wav"), "--model", str(d / "m.pt"), "--embedding",
+                     str(d / "enc.pt"), "--out", str(d / "many"), "--num-speakers", "20"]) == 0
+    err = [x for x in capsys.readouterr().err.splitlines() if "warning" in x]
+    assert len(err) == 1 and err[0].startswith("normlab diarize: warning: talk: "), err
+
+
+def test_evaluate_with_a_uem_of_other_recordings_stops_before_any_work(files, tmp_path, capsys):
+    d = files
+    ref, uem = tmp_path / "ref.rttm", tmp_path / "other.uem"
+    write_rttm([Turn("talk", 0.0, 2.0, "v0")], ref)
+    uem.write_text("elsewhere 1 0.000 10.000\n")
+    assert main(["diarize", "evaluate", str(d / "wav"), str(ref), "--model", str(d / "m.pt"), "--embedding",
+                 str(d / "enc.pt"), "--out", str(tmp_path / "hyp"), "--uem", str(uem)]) == 2
+    assert "other.uem covers none of the 1 recordings" in capsys.readouterr().err
+    assert not (tmp_path / "hyp").exists()

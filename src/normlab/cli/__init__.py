@@ -78,6 +78,13 @@ def _a_path_the_system_refused(e: Exception) -> bool:
                           IsADirectoryError)) or (isinstance(e, OSError) and e.errno in (errno.EROFS, errno.ENOSPC))
 
 
+def _out_of_memory(e: Exception) -> bool:
+    """Python's MemoryError, or torch's allocators refusing a size (CPU or GPU)."""
+    text = str(e)
+    return isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and (
+        "not enough memory" in text or "can't allocate memory" in text or "out of memory" in text.lower()))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = _normalize(list(sys.argv[1:] if argv is None else argv))
     command = argv[0] if argv and argv[0] in GROUPS else None
@@ -85,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser(command).parse_args(argv)
     except SystemExit as e:  # --help, --version (0) or a usage error (2), already printed
         return int(e.code or 0)
+    import warnings
+
+    # a warning is one line for the person at the terminal, as errors are (not Python's file:line and source)
+    warnings.formatwarning = lambda message, category, *_, **__: f"normlab {args.command}: warning: {message}\n"
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -98,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
 
         if _a_path_the_system_refused(e):  # a folder that cannot be made, a file where a folder goes, no permission
             e = UserError(f"{e.filename}: {e.strerror or type(e).__name__}")
+        elif _out_of_memory(e):  # sizes the machine cannot hold: the request, not a bug
+            e = UserError(f"out of memory ({str(e).strip().splitlines()[0][:160] if str(e).strip() else 'MemoryError'})"
+                          ": ask for smaller sizes")
         if not isinstance(e, UserError):
             traceback.print_exc()
             print(f"normlab {args.command}: internal error ({type(e).__name__}): a bug in normlab, not a mistake in "

@@ -64,6 +64,17 @@ def renamed(parser: argparse.ArgumentParser, **old_to_new: str) -> None:
         parser.add_argument(f"--{old.replace('_', '-')}", action=Renamed, new=new, dest=f"_renamed_{old}")
 
 
+def seed(text: str) -> int:
+    """``--seed``: a whole number from 0 to 2**63 - 1 (what torch's and numpy's generators take)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= v < 2**63:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 2**63 - 1, got {v}")
+    return v
+
+
 def threads(text: str) -> int:
     """``--threads``: 1 to four per core of this machine (more only queues the threads: a thousand made a tiny
     training step take minutes)."""

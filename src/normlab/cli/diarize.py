@@ -10,7 +10,7 @@ import sys
 
 from ..devices import HELP as DEVICE_HELP
 from ..devices import check_spec
-from ._common import OVERWRITE, OVERWRITE_HELP, a_path, flag, positive_int, progress, renamed, threads
+from ._common import OVERWRITE, OVERWRITE_HELP, a_path, flag, positive_int, progress, renamed, seed, threads
 
 HELP = {"diarize": "speaker diarization: AUDIO... to RTTM, and DER scoring"}
 
@@ -336,7 +336,7 @@ def add_parsers(sub, name: str) -> None:
                     help=f"disjoint voice sets {d}")
     si.add_argument("--min-utterances", type=positive_int, default=5, help=f"utterances per speaker, at least {d}")
     si.add_argument("--max-utterances", type=positive_int, default=20, help=f"utterances per speaker, at most {d}")
-    si.add_argument("--seed", type=int, default=0, help=f"random seed {d}")
+    si.add_argument("--seed", type=seed, default=0, help=f"random seed {d}")
     si.add_argument("--jobs", type=positive_int, default=2, help=f"worker processes (the same files for any) {d}")
     si.add_argument("--rt60", type=float, nargs=2, metavar=("MIN", "MAX"),
                     help="add reverberation, RT60 drawn from [MIN, MAX] seconds (default: dry)")
@@ -374,7 +374,7 @@ def add_parsers(sub, name: str) -> None:
                     help=f"output head: one sigmoid per speaker, or a softmax over sets of speakers {d}")
     tr.add_argument("--ckpt-every", type=positive_int, default=100, help=f"steps between checkpoints {d}")
     tr.add_argument("--threads", type=threads, default=2, help=f"torch threads per process {d}")
-    tr.add_argument("--seed", type=int, default=0, help=f"random seed {d}")
+    tr.add_argument("--seed", type=seed, default=0, help=f"random seed {d}")
     tr.add_argument("--device", type=check_spec, default="cpu", help=f"{DEVICE_HELP} {d}")
     tr.add_argument("--tensorboard", default=None, metavar="DIR",
                     help="also log loss, lr and gradient norm for TensorBoard in DIR (needs normlab[scale]; "

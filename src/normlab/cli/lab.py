@@ -7,7 +7,7 @@ import pathlib
 import sys
 
 from ..devices import check_spec
-from ._common import flag, positive_int, progress, shape, threads
+from ._common import flag, positive_int, progress, seed, shape, threads
 
 HELP = {
     "lesson": "reproduce the lessons' LayerNorm exercise and check it",
@@ -95,7 +95,7 @@ def add_parsers(sub, name: str) -> None:
         p.add_argument("--batch", type=positive_int, default=2, help="B, recordings (default: %(default)s)")
         p.add_argument("--tokens", type=positive_int, default=4, help="T, frames per recording (default: %(default)s)")
         p.add_argument("--d-model", type=positive_int, default=6, help="D, features per frame (default: %(default)s)")
-        p.add_argument("--seed", type=int, default=42, help="torch.manual_seed (default: %(default)s)")
+        p.add_argument("--seed", type=seed, default=42, help="torch.manual_seed (default: %(default)s)")
         flag(p, "--json", "print the figures as JSON")
         p.set_defaults(func=_lesson)
     elif name == "count":

@@ -35,6 +35,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 from .. import __version__, tracking
 from ..progress import Progress
+from ..workers import exit_on_interrupt
 
 EXECUTORS = ("local", "ray")
 
@@ -79,12 +80,18 @@ class Store:
 
     def __init__(self, path: str):
         self.path = path
-        with self._connect() as db:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS cells (key TEXT PRIMARY KEY, study TEXT, fn TEXT, config TEXT,"
-                " status TEXT, result TEXT, seconds REAL, finished REAL)"
-            )
-            db.execute("CREATE TABLE IF NOT EXISTS sessions (started REAL, provenance TEXT)")
+        try:
+            with self._connect() as db:
+                db.execute(
+                    "CREATE TABLE IF NOT EXISTS cells (key TEXT PRIMARY KEY, study TEXT, fn TEXT, config TEXT,"
+                    " status TEXT, result TEXT, seconds REAL, finished REAL)"
+                )
+                db.execute("CREATE TABLE IF NOT EXISTS sessions (started REAL, provenance TEXT)")
+        except sqlite3.DatabaseError as e:  # a file of another kind under the store's name: the user's
+            from .._checks import BadValue
+
+            raise BadValue(f"{path} is not a normlab store ({e}): give --out another folder, or move it away") \
+                from None
 
     def add_session(self, provenance: dict) -> None:
         """Record who writes to the store from now on (``provenance.record()``)."""
@@ -210,7 +217,7 @@ class Runner:
             for k, c in todo.items():
                 yield (k, c, *_call(fn.__module__, fn.__qualname__, c, threads, self.device))
             return
-        with ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"), initializer=exit_on_interrupt) as pool:
             pending = {pool.submit(_call, fn.__module__, fn.__qualname__, c, threads, self.device): (k, c)
                        for k, c in todo.items()}
             while pending:

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..._checks import BadValue
+from ...workers import exit_on_interrupt
 from ..io.features import FEATURE_RATE
 from ..io.rttm import Turn, read_rttm, write_rttm
 from ..io.uem import write_uem
@@ -295,7 +296,7 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     def finished():
         """(index, mixture) as each one is ready, from ``jobs`` processes or this one."""
         if jobs > 1 and len(todo) > 1:
-            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool_:
+            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=exit_on_interrupt) as pool_:
                 futures = {pool_.submit(make, cfg, i, pool): i for i in todo}
                 for fut in as_completed(futures):
                     yield futures[fut], fut.result()

@@ -122,6 +122,8 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
         raise BadValue(f"none of the {len(paths)} audio files of {wav_dir} is a recording of {ref_rttm} (its "
                        f"recordings: {some}{' ...' if len(reference) > 5 else ''})")
     regions = read_uem(uem) if uem else None
+    if regions is not None and not set(regions) & {recording_uri(p) for p in paths}:
+        raise BadValue(f"{uem} covers none of the {len(paths)} recordings of {wav_dir}: nothing would be scored")
     if html is not None:
         from .report_html import page_path
 

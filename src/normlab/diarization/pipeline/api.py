@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import functools
 import pathlib
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict
 
@@ -141,6 +142,11 @@ def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str |
              prov: dict) -> Diarization:
     wave, name = as_mono(audio, sample_rate, SAMPLE_RATE)
     turns = diarize_waveform(model, encoder, wave, uri or name, cfg, **counts)
+    asked = counts["num_speakers"] or counts["min_speakers"]
+    found = len({t.speaker for t in turns})
+    if asked and found < asked:  # a cluster is made for each, but a speaker who never wins a frame has no turn
+        warnings.warn(f"{uri or name}: {found} speaker{'s' * (found != 1)} found where at least {asked} "
+                      "were asked for: the others never speak above the threshold", UserWarning, stacklevel=3)
     return Diarization(turns, uri=uri or name, duration=round(wave.numel() / SAMPLE_RATE, 3),
                        settings={**asdict(cfg), **counts}, provenance=prov)
 

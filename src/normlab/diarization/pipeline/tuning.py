@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ..._checks import BadValue, NotFound
+from ...workers import exit_on_interrupt
 from ..io.audio import SAMPLE_RATE, read_mono, recording_uri
 from ..io.rttm import Turn, read_rttm
 from ..metrics.der import DERResult, diarization_error_rate, score
@@ -206,6 +207,7 @@ _WORKER: dict = {}
 
 def _init(model, encoder) -> None:
     """A worker process: one thread each (the processes share the cores), the models loaded once."""
+    exit_on_interrupt()
     torch.set_num_threads(1)
     _WORKER.update(model=model, encoder=encoder)
 

@@ -112,6 +112,7 @@ class RecipeConfig:
         for f in ("n_dev", "n_test", "steps", "batch", "frames", "d_model", "n_layers", "n_heads", "n_speakers",
                   "min_speakers", "min_utterances"):
             need(isinstance(getattr(self, f), int) and getattr(self, f) >= 1, f, "a whole number >= 1")
+        need(self.seed < 2**63, "seed", "below 2**63")
         need(self.n_train + self.n_train_real >= 1, "n_train", "at least 1 (with n_train_real)")
         need(self.min_speakers <= self.n_speakers, "min_speakers", f"at most n_speakers ({self.n_speakers})")
         need(self.min_utterances <= self.max_utterances, "min_utterances", f"at most max_utterances "
