@@ -603,3 +603,34 @@ def test_half_stores_round_as_torch_does_ties_nan_and_inf_included(impl, dtype):
     with torch.no_grad():
         y = F.layer_norm(x[4:], 75, None, b, impl=impl)
     assert torch.isnan(y[:, [5, 74]]).all() and not torch.isnan(y[:, :5]).any()
+
+
+@pytest.mark.parametrize("impl, op", [(i, o) for i in FAST_IMPLS for o in ("layer_norm", "rms_norm", "add_layer_norm",
+                                                                         "add_rms_norm")]
+                         + [("compiled", "layer_norm"), ("compiled", "add_rms_norm")])  # (a compile per variant)
+def test_rows_of_zero_features_have_a_backward(impl, op):
+    """D = 0 with weights that require grad: the compiled backward's block sum could not infer a row count from
+    0 elements; every impl gives empty gradients of the inputs' shapes."""
+    x, w = torch.randn(3, 0, requires_grad=True), torch.ones(0, requires_grad=True)
+    skip_unsupported(impl, op, x)
+    if op.startswith("add_"):
+        y, s = getattr(F, op)(x, torch.randn(3, 0), 0, w, impl=impl)
+    else:
+        y = getattr(F, op)(x, 0, w, impl=impl)
+    y.sum().backward()
+    assert x.grad.shape == (3, 0) and w.grad.shape == (0,)
+
+
+@pytest.mark.parametrize("impl", FAST_IMPLS)
+@pytest.mark.parametrize("op", ["add_layer_norm", "add_rms_norm"])
+@pytest.mark.parametrize("x_grad, r_grad", [(False, False), (True, False), (False, True)])
+def test_s_requires_grad_as_eager_x_plus_r_does(impl, op, x_grad, r_grad):
+    """s = x + r requires grad exactly when x or r does (only the weight requiring it: not s), on every impl,
+    so code written for eager's s works whichever implementation auto picks."""
+    x, r = torch.randn(4, 16, requires_grad=x_grad), torch.randn(4, 16, requires_grad=r_grad)
+    w = torch.ones(16, requires_grad=True)
+    skip_unsupported(impl, op, x)
+    y, s = getattr(F, op)(x, r, 16, w, impl=impl)
+    assert y.requires_grad and s.requires_grad == (x_grad or r_grad)
+    y.sum().backward()
+    assert w.grad is not None

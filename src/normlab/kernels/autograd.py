@@ -30,6 +30,8 @@ class NormFunction(torch.autograd.Function):
         ctx.rms, ctx.kernel, ctx.add, ctx.eps = rms, k, residual is not None, eps
         ctx.dtypes = (x.dtype, None if residual is None else residual.dtype,
                       None if weight is None else weight.dtype, None if bias is None else bias.dtype)
+        if s is not None and not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
+            ctx.mark_non_differentiable(s)  # x + residual: with neither requiring grad, neither does s (as eager)
         return y if s is None else (y, s)
 
     @staticmethod

@@ -43,7 +43,7 @@ def _col_sum(t: torch.Tensor) -> torch.Tensor:
     n, d = t.shape
     pad = (-n) % ROW_BLOCK  # zero rows up to a whole block; inductor folds this into masked loads
     t = torch.nn.functional.pad(t, (0, 0, 0, pad))  # NB*ROW_BLOCK, D
-    return t.reshape(-1, ROW_BLOCK, d).sum(1).sum(0)  # D
+    return t.reshape(t.shape[0] // ROW_BLOCK, ROW_BLOCK, d).sum(1).sum(0)  # D   (not -1: d may be 0)
 
 
 # ------------------------------------------------------------------ the math
