@@ -46,6 +46,11 @@ def test_version_names_normlab_torch_and_python():
     (["diarize", "tune", "--dev", "", "--out", "t.json"], "an empty folder name"),
     (["diarize", "simulate", "--out", "s", "--seed", "-1"], "expected a whole number from 0 to 2**63 - 1"),
     (["lesson", "--seed", "99999999999999999999999"], "expected a whole number from 0 to 2**63 - 1"),
+    (["bench", "--compile"], "--compile needs --model"),
+    (["diarize", "x.wav", "--bogus"], "normlab diarize run: error: unrecognized arguments: --bogus (see normlab "
+                                      "diarize run --help)"),
+    (["bench", "--model", "--dispatch"], "--model times the whole encoder"),
+    (["bench", "--model", "--shapes", "8x8"], "--model times the whole encoder"),
     (["bench", "--shapes", "100000000x100000000", "--ops", "rms_norm", "--dtypes", "float32"], "out of memory"),
     (["diarize", "simulate", "--out", "s", "--beta", "1e308"], "beta (the mean silence, s) must be"),
     (["diarize", "train", "--data", "d", "--out", "o", "--warmup", "-1"], "expected a whole number >= 0, got '-1'"),
@@ -66,7 +71,7 @@ def test_a_missing_audio_file_is_still_read_as_audio_not_a_command(capsys):
     from normlab.cli import main
 
     assert main(["diarize", "runn.wav"]) == 1  # close to "run", but a file name: diarize run's per-file error
-    assert "runn.wav: error: runn.wav: no such file" in capsys.readouterr().err
+    assert "runn.wav: error: no such file" in capsys.readouterr().err  # the path said once
 
 
 def test_user_error_family_keeps_the_builtin_bases():

@@ -196,6 +196,9 @@ def test_bad_input_is_one_clear_error(files, tmp_path, capsys):
         diarize(audio, sample_rate=SR, model=tmp_path / "odd.pt", embedding=d / "enc.pt")
     with pytest.raises(ValueError, match="junk.pt is not a GE2E speaker encoder"):
         diarize(audio, sample_rate=SR, model=d / "m.pt", embedding=tmp_path / "junk.pt")
+    with pytest.raises(ValueError, match="m.pt is not a GE2E speaker encoder checkpoint: it is an EEND segmentation "
+                       "model .give it with --model."):
+        diarize(audio, sample_rate=SR, model=d / "m.pt", embedding=d / "m.pt")
     # the CLI: one line on stderr, non-zero exit
     for argv in (["--num-speakers", "0"], ["--min-speakers", "3", "--max-speakers", "2"],
                  ["--model", str(tmp_path / "nope.pt")], ["--model", str(tmp_path / "odd.pt")]):

@@ -40,6 +40,9 @@ def test_simulation_is_reproducible_and_labels_match_audio(tmp_path):
         speech[int(t.start * sr) : int(t.end * sr)] = True
     assert np.mean(audio[speech] ** 2) > 10 * np.mean(audio[~speech] ** 2)  # labelled speech carries the energy
     test = simulate(tmp_path / "t", SimConfig(**SMALL, split="test"))
+    with pytest.raises(ValueError, match="holds mixtures simulated with split='test' .now 'train'"):
+        simulate(tmp_path / "t", SimConfig(**SMALL))  # its ref.rttm would describe other audio than wav/ holds
+    assert sorted((test / "wav").glob("*.wav")) == sorted(test.glob("wav/test*.wav"))
     train_spk = {t.speaker.split(".")[1] for ts in ref.values() for t in ts}
     test_spk = {t.speaker.split(".")[1] for ts in read_rttm(test / "ref.rttm").values() for t in ts}
     assert not train_spk & test_spk
@@ -57,6 +60,10 @@ def test_dataset_batches_and_cli_train(tmp_path, capsys):
     feats, labels, mask = data.batches(batch=3, frames=80)(torch.Generator().manual_seed(0))
     assert feats.shape == (3, 80, 345) and labels.shape == (3, 80, 2) and mask.shape == (3, 80)
     assert labels.sum() > 0
+    with pytest.warns(UserWarning, match="2 of 2 mixtures have more than 1 speakers"):
+        MixtureSet(tmp_path / "sim", n_speakers=1)  # the second speaker would be labelled silence, unsaid
+    with pytest.raises(ValueError, match="frames=100000 is longer than every mixture"):
+        data.batches(batch=1, frames=100000)  # all padding, at attention's quadratic cost: it seemed to hang
     args = ["diarize", "train", "--data", str(tmp_path / "sim"), "--out", str(tmp_path / "model"), "--steps", "6",
             "--d-model", "32", "--n-layers", "1", "--frames", "80", "--batch", "2", "--ckpt-every", "3",
             "--warmup", "2"]

@@ -147,6 +147,12 @@ def test_the_model_file_carries_it_and_the_pipeline_asks_for_it(tmp_path, capsys
     assert model.postprocess["vbx"]["eend"]["clustering"] == "vbx" and main([*run, "--clustering", "vbx"]) == 0
     assert main(["diarize", "whiten", str(tmp_path / "nope.pt"), "--train", str(tmp_path / "none")]) != 0
     assert "no such folder" in capsys.readouterr().err
+    # a fit on one speaker gives no PLDA model: it never silently drops the file's own
+    one = _folder(tmp_path / "one", [5])
+    (one / "ref.rttm").write_text((one / "ref.rttm").read_text().replace(" s1 ", " s0 "))
+    assert main(["diarize", "whiten", str(model_path), "--train", str(one), *enc]) == 2
+    assert "would remove" in capsys.readouterr().err
+    assert EENDModel.load(model_path).whitening["plda"]["transform"].shape == (256, 256)
 
 
 def test_whiten_brings_the_cut_chosen_with_it(tmp_path):

@@ -89,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = _normalize(list(sys.argv[1:] if argv is None else argv))
     command = argv[0] if argv and argv[0] in GROUPS else None
     try:
-        args = build_parser(command).parse_args(argv)
+        parser = build_parser(command)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named after the (sub)command that was parsed, whose --help lists what it takes
+            prog = " ".join(["normlab", args.command, getattr(args, "diarize_command", None) or ""]).strip()
+            parser.exit(2, f"{prog}: error: unrecognized arguments: {' '.join(extra)} (see {prog} --help)\n")
     except SystemExit as e:  # --help, --version (0) or a usage error (2), already printed
         return int(e.code or 0)
     import warnings

@@ -117,8 +117,8 @@ def _cmd_diarize_run(args: argparse.Namespace) -> int:
         wrote = f"{stem}{FORMATS[args.format]}" + (f" and {stem}.png" if args.plot else "")
         if st == "ok":
             print(f"{path}: wrote {wrote}")
-        else:  # the other files are written; this one's error goes where errors go
-            print(f"{path}: error: {st}", file=sys.stderr)
+        else:  # the other files are written; this one's error goes where errors go (its path said once)
+            print(f"{path}: error: {st.removeprefix(f'{path}: ')}", file=sys.stderr)
     return 0 if all(st == "ok" for st in status.values()) else 1
 
 
@@ -238,6 +238,14 @@ def _cmd_diarize_whiten(args: argparse.Namespace) -> int:
     model, encoder = load_model(args.model), load_encoder(args.embedding)
     fitted = fit_files(model, encoder, args.train, lam=args.lam, per_folder=args.per_folder, jobs=args.jobs,
                        progress=progress("segment"))
+    if "plda" not in fitted and (model.whitening or {}).get("plda") is not None:
+        raise BadValue(f"these recordings give no PLDA model ({fitted['speakers']} speaker(s) with pieces to fit): "
+                       f"storing the whitening alone would remove {args.model}'s PLDA model; fit on more speakers")
+    if fitted["speakers"] < 10:
+        import warnings
+
+        warnings.warn(f"fitted on {fitted['pieces']} pieces of {fitted['speakers']} speaker(s): a whitening learns "
+                      "one voice's spread from many speakers; expect little of this one", UserWarning, stacklevel=2)
     write_whitening(args.model, fitted)
     plda = " and a PLDA model" if "plda" in fitted else ""
     print(f"whitening{plda} fitted on {fitted['pieces']} pieces of {fitted['speakers']} speakers in "

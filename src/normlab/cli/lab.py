@@ -39,12 +39,18 @@ def _bench(args: argparse.Namespace) -> int:
     from .. import provenance
     from ..devices import resolve
     from ..lab import bench, bench_gpu
+    from ..lab.bench import DTYPES, OPS, SHAPES
 
     torch.set_num_threads(args.threads)
-    if args.profile and not args.model:
-        from .._checks import BadValue
+    from .._checks import BadValue
 
-        raise BadValue("--profile needs --model")
+    for name, on in (("--profile", args.profile), ("--compile", args.compile)):
+        if on and not args.model:
+            raise BadValue(f"{name} needs --model (it times the whole encoder)")
+    if args.model and (args.dispatch or args.cold_start or args.ops != list(OPS) or args.shapes != list(SHAPES)
+                       or args.dtypes != list(DTYPES)):
+        raise BadValue("--model times the whole encoder: --dispatch, --ops, --shapes, --dtypes and --cold-start "
+                       "are for the norms' table")
     if args.model:
         return _bench_model(args)
     if args.dispatch:

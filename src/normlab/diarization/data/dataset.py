@@ -34,6 +34,7 @@ class MixtureSet:
                 raise BadValue(f"{folder} has no wav/*.wav mixtures (run `normlab diarize simulate --out {folder}`)")
             wavs += found
         self.items, self.uris = [], [wav.stem for wav in wavs]
+        crowded = 0  # mixtures with more speakers than the model has outputs
         for wav in wavs:
             cache = wav.with_suffix(".feats.pt")
             if cache.exists():
@@ -46,11 +47,18 @@ class MixtureSet:
                 os.replace(tmp, cache)  # atomic: a reader in another process never sees half a file
             # labels are cheap and depend on n_speakers: made here, never cached
             turns = read_rttm(wav.with_suffix(".rttm")).get(wav.stem, [])
+            crowded += len({t.speaker for t in turns}) > n_speakers
             speakers = sorted({t.speaker for t in turns})[:n_speakers]
             speakers += [f"_absent{k}" for k in range(n_speakers - len(speakers))]
             labels = frame_labels([t for t in turns if t.speaker in speakers], speakers, feats.shape[0],
                                   cfg.frame_seconds)
             self.items.append((feats, labels))
+        if crowded:
+            import warnings
+
+            warnings.warn(f"{crowded} of {len(wavs)} mixtures have more than {n_speakers} speakers: the model has "
+                          f"{n_speakers} outputs, so their other speakers are labelled silence (raise n_speakers)",
+                          UserWarning, stacklevel=2)
 
     def joined(self, other: "MixtureSet") -> "MixtureSet":
         """Both sets' recordings in one (the items are shared, not copied)."""
@@ -61,7 +69,13 @@ class MixtureSet:
         return both
 
     def batches(self, batch: int = 8, frames: int = 500):
-        """A function ``gen -> (feats, labels, pad mask)`` drawing random ``frames``-long windows."""
+        """A function ``gen -> (feats, labels, pad mask)`` drawing random ``frames``-long windows (shorter
+        mixtures padded; a window longer than every mixture is refused: it would be padding, at attention's
+        quadratic cost)."""
+        longest = max(f.shape[0] for f, _ in self.items)
+        if frames > longest:
+            raise BadValue(f"frames={frames} is longer than every mixture (the longest has {longest} frames): "
+                           f"use at most {longest}")
 
         def draw(gen: torch.Generator):
             feats, labels, masks = [], [], []

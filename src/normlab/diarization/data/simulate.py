@@ -286,6 +286,7 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     import soundfile as sf
 
     out = pathlib.Path(out)
+    _same_settings(out, cfg)
     (out / "wav").mkdir(parents=True, exist_ok=True)
     pool = voices(cfg.split, cfg.sources) if cfg.style != "nonspeech" else []
     make = {"conversation": conversation, "mixture": mixture, "nonspeech": sounds_alone}[cfg.style]
@@ -318,6 +319,20 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     write_uem(uem, out / "all.uem")
     (out / "config.json").write_text(json.dumps({**asdict(cfg), "voices": [v.key for v in pool]}, indent=2) + "\n")
     return out
+
+
+def _same_settings(out: pathlib.Path, cfg: SimConfig) -> None:
+    """A folder simulated before resumes (or grows: ``n_mixtures`` may change) with the same settings only:
+    with others its ``ref.rttm`` would describe the new mixtures beside the old ones' audio."""
+    try:
+        old = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # nothing simulated there yet (or not by normlab: its wav/ files are not read)
+    new = asdict(cfg)
+    for key in sorted(set(old) & set(new) - {"n_mixtures"}):
+        if json.loads(json.dumps(new[key])) != old[key]:  # (tuples as JSON stores them)
+            raise BadValue(f"{out} holds mixtures simulated with {key}={old[key]!r} (now {new[key]!r}): simulate "
+                           "into another folder, or remove it")
 
 
 def mixture_uri(cfg: SimConfig, index: int) -> str:

@@ -109,6 +109,11 @@ class EENDModel(nn.Module):
             raise NotFound(f"no model file at {path}" + (" (the package was installed without its model; "
                                     "`normlab diarize recipe` trains it)" if path == SHIPPED else ""))
         not_ours = f"{path} is not a normlab EEND model file"
+        from .weights import is_safetensors
+
+        if is_safetensors(path):
+            raise BadValue(f"{not_ours}: it holds bare weights (safetensors), as the speaker encoder's and the VAD's "
+                           "files do (a speaker encoder goes with --embedding)")
         try:
             blob = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:

@@ -113,19 +113,33 @@ class SpeakerEncoder(nn.Module):
         path = weights_path() if path is None else pathlib.Path(path)
         if not path.is_file():
             raise MissingWeightsError(f"no speaker encoder weights at {path}")
-        try:
-            if is_safetensors(path):
+        not_ours = f"{path} is not a GE2E speaker encoder checkpoint"
+        if is_safetensors(path):
+            try:
                 state = read_safetensors(path)[0]
-            else:
-                state = torch.load(path, map_location="cpu", weights_only=True)["model_state"]
-            state = {k: v for k, v in state.items() if k.startswith(_KEPT)}
-            model = cls()
+            except BadValue as e:  # truncated, or another header
+                raise BadValue(f"{not_ours}: {e}") from None
+        else:
+            try:
+                blob = torch.load(path, map_location="cpu", weights_only=True)
+            except Exception:  # noqa: BLE001 - another file format
+                raise BadValue(f"{not_ours}: neither safetensors nor a torch file (truncated, or another kind)") \
+                    from None
+            if isinstance(blob, dict) and {"config", "state_dict"} <= blob.keys():
+                raise BadValue(f"{not_ours}: it is an EEND segmentation model (give it with --model)")
+            if not isinstance(blob, dict) or not isinstance(blob.get("model_state"), dict):
+                raise BadValue(f"{not_ours}: a torch file without the encoder's model_state")
+            state = blob["model_state"]
+        state = {k: v for k, v in state.items() if k.startswith(_KEPT)}
+        model = cls()
+        missing = set(model.state_dict()) - set(state)
+        if missing:
+            raise BadValue(f"{not_ours}: it lacks the encoder's tensors ({', '.join(sorted(missing)[:3])}, ...)")
+        try:
             model.load_state_dict(state, strict=False)
-            missing = set(model.state_dict()) - set(state)
-            if missing:
-                raise KeyError(f"missing {sorted(missing)[:3]}")
-        except Exception as e:  # noqa: BLE001 - another file format
-            raise BadValue(f"{path} is not a GE2E speaker encoder checkpoint: {e}") from None
+        except RuntimeError as e:  # the right names with other shapes
+            first = str(e).strip().splitlines()[-1].strip() if str(e).strip() else ""
+            raise BadValue(f"{not_ours}: its tensors have other shapes ({first[:160]})") from None
         return model.eval()
 
     def save(self, path: str | pathlib.Path, metadata: dict[str, str] | None = None) -> None:
