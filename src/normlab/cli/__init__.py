@@ -98,8 +98,18 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
     import warnings
 
-    # a warning is one line for the person at the terminal, as errors are (not Python's file:line and source)
+    # a warning is one line for the person at the terminal, as errors are (not Python's file:line and source);
+    # Python's own format again once the command returns (main may run inside a program)
+    python_format = warnings.formatwarning
     warnings.formatwarning = lambda message, category, *_, **__: f"normlab {args.command}: warning: {message}\n"
+    try:
+        return _run(args)
+    finally:
+        warnings.formatwarning = python_format
+
+
+def _run(args) -> int:
+    """The command, with what goes wrong turned into an exit status (and one line, or a bug's traceback)."""
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -100,8 +100,8 @@ def run(ctx: Context) -> dict:
     sets, recipe = TEST_SETS[real], _recipe(ctx, real)
     data = ctx.out.parent / "diarization-data" / f"{ctx.scale}-{'real' if real else 'synthetic'}"
     simulate_splits(data, RecipeConfig(**recipe), jobs=ctx.runner.jobs)  # the same data for every cell
-    for split in ("train", "dev", *sets.values()):
-        MixtureSet(data / split)  # feature caches written once, here, before the cells read them
+    for split in ("train", "dev", *sets.values()):  # feature caches written once, here, before the cells read them
+        MixtureSet(data / split, n_speakers=RecipeConfig(**recipe).n_speakers)
     configs = {(name, s): {"placement": p, "norm": n, "seed": s, "data": str(data), "recipe": recipe, "sets": sets}
                for name, (p, n) in PLACEMENTS.items() for s in ctx.seeds}
     results = dict(zip(configs, ctx.runner.map(NAME, der_cell, list(configs.values()))))
