@@ -107,6 +107,13 @@ def test_rttm_and_uem_round_trip(tmp_path):
     (tmp_path / "bad.rttm").write_text("SPEAKER a 1 zero 1.0 <NA> <NA> A <NA> <NA>\n")
     with pytest.raises(ValueError, match="bad.rttm:1"):
         read_rttm(tmp_path / "bad.rttm")
+    # other RTTM types and comments are read past; a line of no RTTM type is an error, not an empty file
+    (tmp_path / "other.rttm").write_text(";; a comment\nSPKR-INFO a 1 <NA> <NA> <NA> unknown A <NA> <NA>\n"
+                                         "SPEAKER a 1 0.0 1.0 <NA> <NA> A <NA> <NA>\n")
+    assert read_rttm(tmp_path / "other.rttm") == {"a": [Turn("a", 0.0, 1.0, "A")]}
+    (tmp_path / "junk.rttm").write_text("garbage line here\n")
+    with pytest.raises(ValueError, match="junk.rttm:1: not an RTTM line"):
+        read_rttm(tmp_path / "junk.rttm")
     with pytest.raises(ValueError, match="spaces"):
         write_rttm([Turn("a b", 0, 1, "A")], tmp_path / "y.rttm")
 

@@ -17,6 +17,10 @@ def _report(args: argparse.Namespace) -> int:
     from ..devices import resolve
     from ..studies.report import run_studies, study_tables, verdict_table
 
+    if args.address and args.executor != "ray":
+        from .._checks import BadValue
+
+        raise BadValue("--address joins a Ray cluster: it needs --executor ray (the local executor has no address)")
     scale = "quick" if args.quick else "full"
     device = resolve(args.device)
     result = run_studies(args.out, scale=scale, jobs=args.jobs, only=args.only, executor=args.executor,

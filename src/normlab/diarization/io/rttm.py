@@ -32,13 +32,20 @@ def _check_token(value: str, what: str) -> None:
         raise BadValue(f"{what} must be non-empty and without spaces, got {value!r}")
 
 
+#: the RTTM line types other than SPEAKER (NIST's RTTM format): read past, as comments are
+OTHER_TYPES = frozenset({"SEGMENT", "NOSCORE", "NO_RT_METADATA", "LEXEME", "NON-LEX", "NON-SPEECH", "FILLER", "IP",
+                         "EDIT", "SU", "CB", "A/P", "SPKR-INFO"})
+
+
 def read_rttm(path: str | pathlib.Path) -> dict[str, list[Turn]]:
     """Turns per uri, sorted by start. Raises ValueError naming the file and line on a malformed SPEAKER line."""
     turns: dict[str, list[Turn]] = defaultdict(list)
     for n, line in enumerate(read_text_file(path, "RTTM").splitlines(), start=1):
         fields = line.split()
-        if not fields or fields[0] != "SPEAKER":
-            continue
+        if not fields or fields[0].startswith((";", "#")) or fields[0] in OTHER_TYPES:
+            continue  # a blank line, a comment, or a line of a kind that carries no speaker turn
+        if fields[0] != "SPEAKER":
+            raise BadValue(f"{path}:{n}: not an RTTM line (its first field is not an RTTM type): {line[:80]!r}")
         try:
             if len(fields) < 8:
                 raise ValueError(f"expected 10 fields, got {len(fields)}")
