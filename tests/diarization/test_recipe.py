@@ -281,3 +281,9 @@ def test_recipe_settings_are_checked_before_any_simulation(tmp_path, change, why
     with pytest.raises(UserError, match=why):
         run_recipe(tmp_path / "r", RecipeConfig(**change))
     assert not (tmp_path / "r").exists()
+
+
+def test_a_warmup_as_long_as_the_run_is_said():
+    with pytest.warns(UserWarning, match="never reaches its peak"):
+        cfg = TrainConfig(steps=10, warmup=200)
+    assert max(cfg.lr_at(s) for s in range(10)) < cfg.lr

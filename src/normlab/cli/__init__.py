@@ -7,7 +7,10 @@ full parser, so ``normlab --help`` never imports torch.
 Errors: a usage error (argparse) or a :class:`normlab.UserError` from the
 library is the user's to fix: one line on stderr, exit status 2 (the
 traceback too with ``NORMLAB_DEBUG=1``). Any other exception is a bug: its
-traceback, a line saying so, exit status 1.
+traceback, a line saying so, exit status 1. Commands over many files
+(``diarize run``, ``evaluate``) write every file they can and exit 1 where
+some could not be read (each named on stderr with its one-line reason).
+A closed output pipe exits 141, an interruption 130.
 """
 from __future__ import annotations
 

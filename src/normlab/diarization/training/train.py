@@ -42,6 +42,11 @@ class TrainConfig:
         if self.restart_at and not (self.decay == "cosine" and self.warmup < self.restart_at < self.steps):
             raise BadValue(f"restart_at needs decay='cosine' and warmup < restart_at < steps, got "
                            f"restart_at={self.restart_at}, warmup={self.warmup}, steps={self.steps}")
+        if self.warmup >= self.steps > 0:
+            import warnings
+
+            warnings.warn(f"warmup ({self.warmup} steps) is not shorter than the run ({self.steps} steps): the "
+                          f"learning rate never reaches its peak {self.lr:g}", UserWarning, stacklevel=3)
 
     def lr_at(self, step: int) -> float:
         """Learning rate of optimizer step ``step`` (0-based)."""
