@@ -220,3 +220,20 @@ def test_evaluate_with_a_uem_of_other_recordings_stops_before_any_work(files, tm
                  str(d / "enc.pt"), "--out", str(tmp_path / "hyp"), "--uem", str(uem)]) == 2
     assert "other.uem covers none of the 1 recordings" in capsys.readouterr().err
     assert not (tmp_path / "hyp").exists()
+
+
+def test_a_fault_in_the_model_file_s_settings_names_the_file(files, tmp_path, capsys):
+    """An even median stored in the model file: one line naming the model file, before any audio (it was
+    reported against each audio file, as if the recording were at fault)."""
+    import torch
+
+    d = files
+    blob = torch.load(d / "m.pt", weights_only=True)
+    blob["postprocess"]["median"] = 4
+    torch.save(blob, tmp_path / "even.pt")
+    rc = main(["diarize", str(d / "wav" / "talk.wav"), "--model", str(tmp_path / "even.pt"), "--embedding",
+               str(d / "enc.pt"), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "even.pt: its stored pipeline settings: median must be" in err[0], err
+    assert main(["diarize", str(d / "wav" / "talk.wav"), "--model", str(tmp_path / "even.pt"), "--embedding",
+                 str(d / "enc.pt"), "--out", str(tmp_path / "o"), "--median", "5"]) == 0  # the user's value wins

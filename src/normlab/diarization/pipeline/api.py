@@ -133,7 +133,15 @@ def _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options
     counts = {"num_speakers": num_speakers, "min_speakers": min_speakers, "max_speakers": max_speakers}
     check_speaker_counts(**counts)
     m = load_model(model)
-    cfg = PipelineConfig.for_model(m, **options)
+    try:
+        cfg = PipelineConfig.for_model(m, **options)
+    except BadValue as e:
+        try:
+            PipelineConfig.for_model(m)  # the file's own settings alone: are they the fault?
+        except BadValue:
+            raise BadValue(f"{getattr(m, 'source_path', 'the given model')}: its stored pipeline settings: {e}") \
+                from None
+        raise
     enc = load_encoder(embedding)
     return m, enc, cfg, counts, provenance(m, enc, cfg)
 
