@@ -8,6 +8,7 @@ options are ``--x/--no-x``; every option's help says its default.
 from __future__ import annotations
 
 import argparse
+import os
 
 from ..progress import Progress
 
@@ -64,26 +65,25 @@ def renamed(parser: argparse.ArgumentParser, **old_to_new: str) -> None:
         parser.add_argument(f"--{old.replace('_', '-')}", action=Renamed, new=new, dest=f"_renamed_{old}")
 
 
-def seed(text: str) -> int:
-    """``--seed``: a whole number from 0 to 2**63 - 1 (what torch's and numpy's generators take)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 0 <= v < 2**63:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 2**63 - 1, got {v}")
-    return v
+def number(convert, ok, expected: str):
+    """An argparse type: ``convert(text)`` where ``ok`` holds it, else the usage error "expected <expected>"."""
+    def parse(text: str):
+        try:
+            v = convert(text)
+        except ValueError:
+            v = None
+        if v is None or not ok(v):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return v
+    return parse
 
 
-def threads(text: str) -> int:
-    """``--threads``: 1 to four per core of this machine (more only queues the threads: a thousand made a tiny
-    training step take minutes)."""
-    import os
-
-    v, most = positive_int(text), 4 * (os.cpu_count() or 1)
-    if v > most:
-        raise argparse.ArgumentTypeError(f"expected at most {most} (four per core of this machine), got {v}")
-    return v
+#: ``--seed``: what torch's and numpy's generators take
+seed = number(int, lambda v: 0 <= v < 2**63, "a whole number from 0 to 2**63 - 1")
+#: ``--threads``: more than four per core only queues them (a thousand made a tiny training step take minutes)
+_MOST_THREADS = 4 * (os.cpu_count() or 1)
+threads = number(int, lambda v: 1 <= v <= _MOST_THREADS,
+                 f"a whole number from 1 to {_MOST_THREADS} (four per core of this machine)")
 
 
 def positive_int(text: str) -> int:

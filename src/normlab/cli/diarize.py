@@ -10,7 +10,7 @@ import sys
 
 from ..devices import HELP as DEVICE_HELP
 from ..devices import check_spec
-from ._common import OVERWRITE, OVERWRITE_HELP, a_path, flag, positive_int, progress, renamed, seed, threads
+from ._common import OVERWRITE, OVERWRITE_HELP, a_path, flag, number, positive_int, progress, renamed, seed, threads
 
 HELP = {"diarize": "speaker diarization: AUDIO... to RTTM, and DER scoring"}
 
@@ -18,26 +18,13 @@ HELP = {"diarize": "speaker diarization: AUDIO... to RTTM, and DER scoring"}
 COMMANDS = ("score", "run", "evaluate", "simulate", "train", "recipe", "tune", "whiten")
 
 
-def _number(convert, ok, expected: str):
-    """An argparse type: ``convert(text)`` where ``ok`` holds it, else the usage error "expected <expected>"."""
-    def parse(text: str):
-        try:
-            v = convert(text)
-        except ValueError:
-            v = None
-        if v is None or not ok(v):
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-        return v
-    return parse
-
-
-_seconds = _number(float, lambda v: math.isfinite(v) and v >= 0, "a finite number of seconds >= 0")  # --collar
-_rate = _number(float, lambda v: 0 < v <= 1e3, "a number in (0, 1000]")  # --lr, --lam
-_steps = _number(int, lambda v: v >= 0, "a whole number >= 0")  # --warmup
+_seconds = number(float, lambda v: math.isfinite(v) and v >= 0, "a finite number of seconds >= 0")  # --collar
+_rate = number(float, lambda v: 0 < v <= 1e3, "a number in (0, 1000]")  # --lr, --lam
+_steps = number(int, lambda v: v >= 0, "a whole number >= 0")  # --warmup
 #: --median: a centred window of frames (1001 frames is 100 s; wider only smears a recording into one turn)
-_odd = _number(int, lambda v: 1 <= v <= 1001 and v % 2 == 1, "an odd whole number from 1 to 1001")
-_gap = _number(float, lambda v: 0 <= v <= 3600, "a number of seconds from 0 to 3600")  # --fill-gap
-_db = _number(float, lambda v: 0 <= v <= 100, "a number of dB from 0 to 100")  # --flat-db
+_odd = number(int, lambda v: 1 <= v <= 1001 and v % 2 == 1, "an odd whole number from 1 to 1001")
+_gap = number(float, lambda v: 0 <= v <= 3600, "a number of seconds from 0 to 3600")  # --fill-gap
+_db = number(float, lambda v: 0 <= v <= 100, "a number of dB from 0 to 100")  # --flat-db
 
 
 def _read_only(path) -> bool:

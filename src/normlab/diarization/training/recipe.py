@@ -110,14 +110,13 @@ class RecipeConfig:
                     "synth_from", "finetune_steps", "warmup", "restart_at", "whiten_per_folder", "seed"):
                 need(isinstance(v, int) and v >= 0, f, "a whole number >= 0")
         for f in ("n_dev", "n_test", "steps", "batch", "frames", "d_model", "n_layers", "n_heads", "n_speakers",
-                  "min_speakers", "min_utterances"):
+                  "min_speakers"):
             need(isinstance(getattr(self, f), int) and getattr(self, f) >= 1, f, "a whole number >= 1")
         need(self.seed < 2**63, "seed", "below 2**63")
         need(self.n_train + self.n_train_real >= 1, "n_train", "at least 1 (with n_train_real)")
         need(self.min_speakers <= self.n_speakers, "min_speakers", f"at most n_speakers ({self.n_speakers})")
-        need(self.min_utterances <= self.max_utterances, "min_utterances", f"at most max_utterances "
-             f"({self.max_utterances})")
-        for f in ("lr", "restart_lr", "finetune_lr", "beta"):
+        _splits(self)  # every simulation's own checks (beta, utterances per speaker, ...)
+        for f in ("lr", "restart_lr", "finetune_lr"):
             need(math.isfinite(getattr(self, f)) and getattr(self, f) > 0, f, "a finite number > 0")
         need(0 <= self.real_p <= 1, "real_p", "in [0, 1]")
         need(0 <= self.dropout < 1, "dropout", "in [0, 1)")
