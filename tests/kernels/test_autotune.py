@@ -310,3 +310,25 @@ def test_machine_follows_the_kernels_build_and_torchs_instruction_set(monkeypatc
     other = "DEFAULT" if base["torch_isa"] != "DEFAULT" else "AVX2"
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: other)
     assert autotune.machine()["torch_isa"] == other != base["torch_isa"]
+
+
+@needs_two
+def test_a_close_call_is_timed_again_and_each_keeps_its_fastest(tuner, monkeypatch):
+    """A decision is kept for good: where the first rounds put the two fastest within ``CLOSE``, a second sample
+    is timed, and each candidate keeps its fastest round of both; a clear first timing is not repeated."""
+    rounds = iter([{"cpu": 1.1, "native": 1.0}, {"cpu": 0.6, "native": 1.05}])  # a slow first round for cpu
+    timed = []
+
+    def fake(cands, op, x, d, eps, backward=True):
+        timed.append(op)
+        return next(rounds), f"4x{d}"
+
+    monkeypatch.setattr(autotune, "_time", fake)
+    dec = autotune.TUNER.choose("add_layer_norm", torch.randn(4, 768), 768, 1e-5,
+                                {"cpu": None, "native": None}, "cpu")
+    assert (dec.impl, dec.ms, len(timed)) == ("cpu", {"cpu": 0.6, "native": 1.0}, 2)
+    monkeypatch.setattr(autotune, "_time", lambda *a, **k: (timed.append("clear"), ({"cpu": 0.5, "native": 1.0},
+                                                                                    "4x256"))[1])
+    assert autotune.TUNER.choose("layer_norm", torch.randn(4, 256), 256, 1e-5, {"cpu": None, "native": None},
+                                 "cpu").impl == "cpu"
+    assert timed.count("clear") == 1
