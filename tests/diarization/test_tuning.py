@@ -222,3 +222,42 @@ def test_a_folder_without_ref_rttm_reads_all_its_rttm_files(tmp_path):
     assert sorted(w.stem for w, _ in files_of([d])) == ["r1", "r2"]
     with pytest.raises(ValueError, match="an empty folder name"):
         files_of([d, ""])
+
+
+def test_another_encoder_is_tried_on_each_modes_choice_its_tie_goes_to_the_lower_cut(setup, monkeypatch):
+    """With a second speaker encoder, each mode's choice is segmented again with it at ``ENCODER_GRID``'s pieces
+    and clustered at its cuts and floors; of its settings within ``ENCODER_TIE`` of its best the lowest cut is
+    stored (two cuts the dev set cannot tell apart: the one that merges fewer people), and it becomes the
+    mode's choice only where its best is lower beyond doubt."""
+    from normlab.diarization.models.campplus import CAMPlusEncoder
+    from normlab.diarization.pipeline import tuning
+
+    root, dev, _ = setup
+    model, encoder = EENDModel.load(root / "m.pt"), SpeakerEncoder.load(root / "enc.pt")
+    torch.manual_seed(0)
+    other = CAMPlusEncoder().eval()  # random weights: the test is about the bookkeeping
+    real = tuning.measure
+    grid = tuning.ENCODER_GRID["campplus"]
+    top, tied = grid["cluster_threshold"][2], grid["cluster_threshold"][1]  # the best, and a cut below it, tied
+
+    def measure_(segs, refs, cfg):
+        r = dict(real(segs, refs, cfg))
+        if cfg.speaker_encoder == "campplus":
+            r["der_0.25"] = {top: 0.1, tied: 0.1 + tuning.ENCODER_TIE / 2}.get(cfg.cluster_threshold, 0.5) + (
+                cfg.piece != grid["piece"][-1]) + (cfg.min_cluster != grid["min_cluster"][0])
+        return r
+
+    monkeypatch.setattr(tuning, "measure", measure_)
+    monkeypatch.setattr(tuning, "share_better", lambda a, b, **k: 0.99)  # CAM++'s best: lower beyond doubt
+    seg = {**SEG, "speakers": ("eend",), "vad": ("off",), "threshold": (0.3,)}
+    r = tune_pipeline(model, {"ge2e": encoder, "campplus": other}, [dev], segment_grid=seg, stitch_grid=STITCH)
+    n = int(np.prod([len(v) for v in grid.values()]))
+    assert len(r["grid"]) == 4 + n and sum(g["speaker_encoder"] == "campplus" for g in r["grid"]) == n
+    chosen = r["encoders"]["campplus"]["eend"]
+    assert (chosen["cluster_threshold"], chosen["piece"], chosen["min_cluster"]) == (tied, grid["piece"][-1],
+                                                                                     grid["min_cluster"][0])
+    assert r["modes"]["eend"] == chosen and r["encoders"]["ge2e"]["eend"]["speaker_encoder"] == "ge2e"
+    assert r["encoder_better_share"] == {"campplus": {"eend": 0.99}}
+    monkeypatch.setattr(tuning, "share_better", lambda a, b, **k: 0.9)  # not beyond doubt: GE2E's choice stays
+    r = tune_pipeline(model, {"ge2e": encoder, "campplus": other}, [dev], segment_grid=seg, stitch_grid=STITCH)
+    assert r["modes"]["eend"] == r["encoders"]["ge2e"]["eend"] and r["encoders"]["campplus"]["eend"] == chosen

@@ -28,10 +28,11 @@ pytestmark = pytest.mark.packaging
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ASSETS = ("eend_real.pt", "eend_pre_ln.pt", "eend_local4.pt", "ge2e.safetensors", "ge2e.LICENSE", "ge2e.NOTICE",
-          "silero_vad.safetensors", "silero_vad.LICENSE", "silero_vad.NOTICE")
+          "silero_vad.safetensors", "silero_vad.LICENSE", "silero_vad.NOTICE", "campplus.safetensors",
+          "campplus.LICENSE", "campplus.NOTICE")
 MUST = [f"normlab/diarization/assets/{a}" for a in ASSETS] + ["normlab/kernels/cpu_kernels.cpp", "normlab/__init__.py"]
-#: a wheel above this is carrying something it should not (measured: 16.5 MB, 18.4 MB of files installed)
-MAX_WHEEL_BYTES = 20_000_000
+#: a wheel above this is carrying something it should not (measured: 42.1 MB, 46.2 MB of files installed)
+MAX_WHEEL_BYTES = 46_000_000
 
 
 def _run(cmd, cwd, env=None, timeout=300) -> subprocess.CompletedProcess:

@@ -79,7 +79,7 @@ def _pipeline_options(args: argparse.Namespace) -> dict:
     return {k: v for k, v in (("threshold", args.threshold), ("overlap_threshold", args.overlap_threshold),
                               ("median", args.median), ("speakers", args.local_speakers), ("vad", args.vad),
                               ("whiten", args.whiten), ("clustering", args.clustering), ("flat_db", args.flat_db),
-                              ("fill_gap", args.fill_gap))
+                              ("fill_gap", args.fill_gap), ("speaker_encoder", args.speaker_encoder))
             if v is not None}
 
 
@@ -190,7 +190,9 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
         raise BadValue(f"--out {out}: cannot write a file there (a folder, or its folder is missing or read-only)")
     grids = parse_grid(args.grid, (SEGMENT_GRID, STITCH_GRID))
-    model, encoder = load_model(args.model), load_encoder(args.embedding)
+    # the grid's encoder (GE2E, or --embedding's weights), then every other shipped one on each mode's choice
+    model, encoder = load_model(args.model), {"ge2e": load_encoder(args.embedding), "campplus": load_encoder(None,
+                                                                                                             "campplus")}
 
     def show(row: dict, seconds: float) -> None:  # one line per setting tried: a long job shows its progress
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}),
@@ -202,7 +204,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     if args.save:
         write_pipeline(args.model, result["modes"], result["speakers"],
                        {k: v for k, v in result.items() if k != "grid"}, result["whitened"], result.get("ahc"),
-                       result.get("vbx"))
+                       result.get("vbx"), result.get("encoders"))
     print(format_tuning(result))
     print(f"wrote {args.out}" + (f"; stored the choice in {args.model}" if args.save else ""))
     return 0
@@ -257,6 +259,10 @@ def format_tuning(result: dict) -> str:
                    f"resamples of the dev files; it needs {100 * choice['beyond_doubt']:.0f}% to be the default)")
     for m, kw in result["modes"].items():
         out.append(f"  {m}: {kw}")
+    for name, shares in result.get("encoder_better_share", {}).items():
+        for m, share in shares.items():
+            out.append(f"  {m} with --speaker-encoder {name}: {result['encoders'][name][m]} (its best lower than "
+                       f"the grid's choice in {100 * share:.0f}% of bootstrap resamples of the dev files)")
     for m, share in result.get("vbx_better_share", {}).items():
         out.append(f"  {m} with --clustering vbx: {result['vbx'][m]} (lower than the choice in {100 * share:.0f}% "
                    "of bootstrap resamples of the dev files)")
@@ -383,6 +389,10 @@ def add_parsers(sub, name: str) -> None:
         q.add_argument("--embedding", default=None, metavar="WEIGHTS",
                        help="speaker encoder weights, a file written by SpeakerEncoder.save (default: the GE2E "
                        "weights shipped with normlab, from resemblyzer==0.1.4)")
+        q.add_argument("--speaker-encoder", choices=["ge2e", "campplus"], default=None,
+                       help="the speaker embeddings: ge2e (Resemblyzer's GE2E) or campplus (3D-Speaker's CAM++), "
+                       "each with the settings chosen for it on the model's dev set (default: the model file's "
+                       "choice)")
         q.add_argument("--num-speakers", type=positive_int, default=None,
                        help="the recording's exact speaker count, if known (default: found by clustering)")
         q.add_argument("--min-speakers", type=positive_int, default=None,

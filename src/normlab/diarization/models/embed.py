@@ -155,6 +155,19 @@ class SpeakerEncoder(nn.Module):
         gain = 10 ** ((target_dbfs - 20 * math.log10(rms)) / 20)
         return wave * gain if gain > 1 else wave
 
+    name = "ge2e"
+
+    @property
+    def dim(self) -> int:
+        return self.linear.out_features
+
+    def features(self, wave16k: torch.Tensor) -> torch.Tensor:
+        """The recording's mel frames ``(1 + len // 160, 40)`` for :meth:`embed_frames` (the pipeline's
+        speaker-encoder interface, as ``CAMPlusEncoder.features``)."""
+        from ..pipeline.segment import long_mel
+
+        return long_mel(self, wave16k)
+
     def mel(self, wave: torch.Tensor) -> torch.Tensor:
         """Power mel ``(frames, 40)`` of 16 kHz samples after volume normalization; frame i centred at i * 10 ms."""
         return self.frontend(self.normalize_volume(wave))

@@ -57,14 +57,19 @@ def load_model(model=None):
     return m.eval()
 
 
-def load_encoder(embedding=None):
-    """The speaker encoder from ``None`` (the shipped GE2E weights), a weight file, or a ``SpeakerEncoder``."""
-    from ..models.embed import SpeakerEncoder, weights_path
+def load_encoder(embedding=None, kind: str = "ge2e"):
+    """The speaker encoder of ``kind`` ("ge2e" or "campplus", ``PipelineConfig.speaker_encoder``) from ``None``
+    (its weights shipped with normlab) or a weight file; or the encoder module given."""
+    from ..models import campplus, embed
 
-    if isinstance(embedding, SpeakerEncoder):
+    if isinstance(embedding, (embed.SpeakerEncoder, campplus.CAMPlusEncoder)):
         return embedding
-    enc = SpeakerEncoder.load(embedding)
-    enc.source_path = pathlib.Path(embedding) if embedding is not None else weights_path()  # for the provenance
+    module = {"ge2e": embed, "campplus": campplus}.get(kind)
+    if module is None:
+        raise BadValue(f"speaker encoder must be 'ge2e' or 'campplus', got {kind!r}")
+    cls = embed.SpeakerEncoder if kind == "ge2e" else campplus.CAMPlusEncoder
+    enc = cls.load(embedding)
+    enc.source_path = pathlib.Path(embedding) if embedding is not None else module.weights_path()  # provenance
     return enc
 
 
@@ -111,8 +116,8 @@ def diarize(audio, *, sample_rate: int | None = None, num_speakers: int | None =
         with ``sample_rate``; or ``{"waveform": (channels, samples), "sample_rate": int}``
     num_speakers, min_speakers, max_speakers : the speaker count if known, exact or bounded
     model : None (the model shipped with normlab), a model file, or an ``EENDModel``
-    embedding : the speaker encoder: None (the shipped GE2E weights, from ``resemblyzer==0.1.4``), a weight
-        file, or a ``SpeakerEncoder``
+    embedding : the speaker encoder's weights: None (those shipped for ``speaker_encoder``: GE2E, from
+        ``resemblyzer==0.1.4``, or CAM++, from 3D-Speaker), a weight file of that encoder, or the encoder module
     uri : the recording's name in the turns (default: the file's stem, or ``"audio"``)
     exclusive : one speaker at a time (``Diarization.exclusive()``: overlap goes to the one already talking)
     options : ``PipelineConfig`` fields overriding the model file's (``threshold``, ``median``,
@@ -142,7 +147,10 @@ def _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options
             raise BadValue(f"{getattr(m, 'source_path', 'the given model')}: its stored pipeline settings: {e}") \
                 from None
         raise
-    enc = load_encoder(embedding)
+    enc = load_encoder(embedding, cfg.speaker_encoder)
+    if getattr(enc, "name", cfg.speaker_encoder) != cfg.speaker_encoder:
+        raise BadValue(f"the speaker encoder given is {enc.name}, the settings are for {cfg.speaker_encoder} "
+                       f"(speaker_encoder={enc.name!r} chooses its settings)")
     return m, enc, cfg, counts, provenance(m, enc, cfg)
 
 

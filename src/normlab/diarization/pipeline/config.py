@@ -10,7 +10,10 @@ from ..._checks import BadValue, check_choice
 TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
            "piece", "speakers", "vad", "vad_threshold", "veto_seconds", "weighting", "overlap_threshold",
            "merge_threshold", "whiten", "clustering", "vbx_fa", "vbx_fb", "vbx_dims", "flat_db", "flat_seconds",
-           "fill_gap")
+           "fill_gap", "speaker_encoder")
+
+#: the speaker encoders the pipeline can embed with (``models/embed.py``, ``models/campplus.py``)
+SPEAKER_ENCODERS = ("ge2e", "campplus")
 
 
 #: each speakers mode's own defaults, tuned on its development data (docs/diarization.md): speech at 0.5 in
@@ -55,6 +58,7 @@ class PipelineConfig:
     vbx_fa: float = 0.2  # vbx: the scale of the pieces' log-likelihoods
     vbx_fb: float = 1.0  # vbx: the scale of the speakers' prior (larger: fewer speakers)
     vbx_dims: int = 64  # vbx: PLDA dimensions used, the most between-speaker variance first
+    speaker_encoder: str = "ge2e"  # "ge2e": GE2E (Resemblyzer's weights); "campplus": CAM++ (3D-Speaker's weights)
     weighting: str = "mean"  # how the windows covering a frame are averaged: "hamming" trusts a window's
     #                             middle more than its edges (pyannote's aggregation); "mean" weighs them alike
     batch: int = 16  # windows per model call
@@ -98,6 +102,14 @@ class PipelineConfig:
                 raise BadValue(f"clustering 'vbx': this model file has no {mode}-mode settings chosen for VBx (its "
                                "starting cut differs): choose them with normlab diarize tune --save")
             tuned = {k: v for k, v in (alt or tuned).items() if k in TUNABLE}
+        enc = given.get("speaker_encoder")
+        if enc and enc != tuned.get("speaker_encoder", cls.speaker_encoder):
+            # another encoder's embeddings need their own cut (and piece): the settings chosen with it on dev
+            alt = post.get("encoders", {}).get(enc, {}).get(mode)
+            if alt is None and "cluster_threshold" not in given and post.get("modes"):  # (the caller's cut)
+                raise BadValue(f"speaker_encoder {enc!r}: this model file has no {mode}-mode settings chosen with "
+                               "it (the cluster cut differs): choose them with normlab diarize tune --save")
+            tuned = {k: v for k, v in (alt or tuned).items() if k in TUNABLE}
         kw = {**stored, **mode_kw} if mode == "speech" else {**mode_kw, **stored}
         kw = {**kw, **tuned, **given, "speakers": mode}
         unknown = set(kw) - {f.name for f in dataclasses.fields(cls)}
@@ -110,6 +122,11 @@ class PipelineConfig:
         check_choice(cfg.vad, ("off", "gate", "speech", "union", "veto"), "vad mode")
         check_choice(cfg.weighting, ("hamming", "mean"), "window weighting")
         check_choice(cfg.clustering, ("ahc", "vbx"), "clustering")
+        check_choice(cfg.speaker_encoder, SPEAKER_ENCODERS, "speaker encoder")
+        if cfg.speaker_encoder != "ge2e" and (cfg.whiten or cfg.clustering == "vbx"):
+            raise BadValue(f"the model file's whitening and PLDA model were fitted on GE2E embeddings: "
+                           f"{'whiten' if cfg.whiten else 'clustering vbx'} needs speaker_encoder 'ge2e', not "
+                           f"{cfg.speaker_encoder!r}")
         if cfg.clustering == "vbx":
             if (getattr(model, "whitening", None) or {}).get("plda") is None:
                 raise BadValue("clustering 'vbx' needs the model file's PLDA model (fit one: normlab diarize whiten "

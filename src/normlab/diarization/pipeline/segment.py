@@ -8,7 +8,7 @@ import torch
 
 from ..io.audio import SAMPLE_RATE, resample
 from ..io.features import FeatureConfig, extract
-from ..models.embed import EMBED_DIM, HOP, N_FFT
+from ..models.embed import HOP, N_FFT
 from .config import PipelineConfig
 from .postprocess import runs
 
@@ -175,7 +175,7 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
     feats = extract(wave8k, feature_cfg)  # T, dim
     T = feats.shape[0]
     if T == 0:
-        return Segmentation(uri, 0, fs, [], torch.zeros(0, 0, 0), [], torch.zeros(0, EMBED_DIM), np.zeros(0),
+        return Segmentation(uri, 0, fs, [], torch.zeros(0, 0, 0), [], torch.zeros(0, encoder.dim), np.zeros(0),
                             *_embedding_models(model))
     size = max(1, round(cfg.window / fs))
     starts = window_starts(T, size, max(1, round(cfg.step / fs)))
@@ -200,7 +200,7 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
             loud &= speech > cfg.vad_threshold
     probs = probs * windowed(loud)  # digital silence (and the VAD's non-speech)
     del feats, wave8k
-    mel = long_mel(encoder, wave16k)  # M, 40
+    mel = encoder.features(wave16k)  # M frames of 10 ms (GE2E: 40 mel powers; CAM++: 80 log mel energies)
     per = round(fs * SAMPLE_RATE / HOP)  # mel frames (10 ms) per model frame
     found, groups, weights = [], [], []
     min_frames, piece = max(1, round(cfg.min_embed / fs)), max(1, round(cfg.piece / fs))
@@ -215,7 +215,7 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
                 groups.append(m[m < mel.shape[0]])
                 weights.append(idx.numel() * fs)
             found.append((w, s, a, b, row))
-    emb = encoder.embed_frames(mel, groups) if groups else torch.zeros(0, EMBED_DIM)
+    emb = encoder.embed_frames(mel, groups) if groups else torch.zeros(0, encoder.dim)
     del mel
     ok = ~torch.isnan(emb).any(1)
     new_row = (ok.long().cumsum(0) - 1).tolist()

@@ -62,6 +62,17 @@ WHITENED_GRID = {"cluster_threshold": (0.15, 0.2, 0.25, 0.3, 0.35), "min_cluster
 #: the tree cut lower than the tree alone is cut
 VBX_GRID = {"cluster_threshold": (0.25, 0.3, 0.35), "vbx_fa": (0.15, 0.2, 0.3), "vbx_fb": (0.7, 1.0, 2.0),
             "min_cluster": (4.0, 8.0)}
+#: where other speaker encoders are given: each mode's chosen segmentation is made again with each at these
+#: pieces and clustered at these cuts and floors (an encoder's embeddings have their own distances: CAM++'s
+#: same-speaker cosine distances lie above GE2E's, and it reads longer pieces better), the best stored for
+#: ``speaker_encoder=<name>`` (``postprocess["encoders"]``), and the mode's choice if lower beyond doubt
+ENCODER_GRID = {"campplus": {"piece": (1.5, 3.0), "cluster_threshold": (0.55, 0.6, 0.625, 0.65, 0.7),
+                             "min_cluster": (4.0, 8.0)}}
+#: an encoder's settings within this much dev DER of its best are a tie, and the lowest cut among them is
+#: taken: the cut decides the count, and where the dev set cannot tell two cuts apart, merging two people
+#: (the higher cut) is the error a user cannot undo with --max-speakers (docs/diarization.md: CAM++'s cuts
+#: 0.6 and 0.625 read 18.98% on dev, and the higher merged the one spontaneous real conversation)
+ENCODER_TIE = 0.0005
 #: the default mode unless the other is better beyond doubt (``share_better`` >= ``BEYOND_DOUBT``)
 PREFERRED_MODE = "eend"
 BEYOND_DOUBT = 0.95
@@ -205,35 +216,49 @@ def _public(row: dict) -> dict:
 _WORKER: dict = {}
 
 
-def _init(model, encoder) -> None:
+def _init(model, encoders) -> None:
     """A worker process: one thread each (the processes share the cores), the models loaded once."""
     exit_on_interrupt()
     torch.set_num_threads(1)
-    _WORKER.update(model=model, encoder=encoder)
+    _WORKER.update(model=model, encoders=encoders)
+
+
+def _encoder(encoders: dict, cfg: PipelineConfig):
+    if cfg.speaker_encoder not in encoders:
+        raise BadValue(f"speaker_encoder {cfg.speaker_encoder!r}: not among the encoders given ({sorted(encoders)})")
+    return encoders[cfg.speaker_encoder]
 
 
 def _segment_one(job):
     path, cfg = job
     with torch.no_grad():
         uri = recording_uri(path)
-        return uri, segment(_WORKER["model"], _WORKER["encoder"], read_mono(path, SAMPLE_RATE), uri, cfg)
+        return uri, segment(_WORKER["model"], _encoder(_WORKER["encoders"], cfg), read_mono(path, SAMPLE_RATE), uri,
+                            cfg)
+
+
+def _by_name(encoder) -> dict:
+    """``{name: encoder}`` of one encoder module or a dict of them."""
+    return dict(encoder) if isinstance(encoder, dict) else {getattr(encoder, "name", "ge2e"): encoder}
 
 
 class Segmenter:
-    """Segments files with one model and encoder, in ``jobs`` processes (each loads them once); with one job in
+    """Segments files with one model and its speaker encoders (one module, or ``{name: module}``: each
+    setting's ``speaker_encoder`` picks one), in ``jobs`` processes (each loads them once); with one job in
     this process, leaving its thread count and grad mode as they were."""
 
     def __init__(self, model, encoder, jobs: int = 1):
-        self.pool = ProcessPoolExecutor(jobs, initializer=_init, initargs=(model, encoder)) if jobs > 1 else None
-        self.models = (model, encoder)
+        encoders = _by_name(encoder)
+        self.pool = ProcessPoolExecutor(jobs, initializer=_init, initargs=(model, encoders)) if jobs > 1 else None
+        self.models = (model, encoders)
 
     def __call__(self, paths: list[pathlib.Path], cfg: PipelineConfig) -> dict:
         if self.pool:
             return dict(self.pool.map(_segment_one, [(p, cfg) for p in paths]))
-        model, encoder = self.models
+        model, encoders = self.models
         with torch.no_grad():
-            return {recording_uri(p): segment(model, encoder, read_mono(p, SAMPLE_RATE), recording_uri(p), cfg)
-                    for p in paths}
+            return {recording_uri(p): segment(model, _encoder(encoders, cfg), read_mono(p, SAMPLE_RATE),
+                                              recording_uri(p), cfg) for p in paths}
 
     def close(self) -> None:
         if self.pool is not None:
@@ -294,6 +319,37 @@ def _vbx(model, run, dev_files: list, modes: dict, rows: list, segment_grid: dic
     return out
 
 
+def _other_encoders(model, run, dev_files: list, modes: dict, rows: list, keys: tuple, names: list[str],
+                    progress=None) -> tuple[dict, dict]:
+    """Each other encoder's ``ENCODER_GRID`` settings on each mode's chosen segmentation settings (rows
+    appended to ``rows``): ``({name: {mode: chosen}}, {name: {mode: best}})``: the best is the lowest dev DER
+    (what says whether the encoder is better), the chosen the lowest cut within ``ENCODER_TIE`` of it."""
+    refs = {recording_uri(w): ref for w, ref in dev_files}
+    out, bests = {}, {}
+    for name in names:
+        grid = ENCODER_GRID.get(name, {"piece": (1.5,), "cluster_threshold": STITCH_GRID["cluster_threshold"],
+                                       "min_cluster": (4.0, 8.0)})
+        out[name], bests[name] = {}, {}
+        for mode, kw in modes.items():
+            best, tried = None, []
+            for piece in grid["piece"]:
+                seg_kw = {**kw, "speaker_encoder": name, "piece": piece}
+                segs = run([w for w, _ in dev_files], PipelineConfig.for_model(model, **seg_kw))
+                for cut, floor in itertools.product(grid["cluster_threshold"], grid["min_cluster"]):
+                    setting = {**seg_kw, "cluster_threshold": cut, "min_cluster": floor}
+                    row = {**setting, **measure(segs, refs, PipelineConfig.for_model(model, **setting))}
+                    rows.append(row)
+                    tried.append(row)
+                    if progress:
+                        progress(_public(row))
+                    if best is None or row["der_0.25"] < best["der_0.25"]:
+                        best = row
+            tied = [r for r in tried if r["der_0.25"] <= best["der_0.25"] + ENCODER_TIE]
+            chosen = min(tied, key=lambda r: (r["cluster_threshold"], r["der_0.25"]))
+            out[name][mode], bests[name][mode] = ({k: r[k] for k in keys} for r in (chosen, best))
+    return out, bests
+
+
 def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segment_grid: dict = SEGMENT_GRID,
                   stitch_grid: dict = STITCH_GRID, jobs: int = 1,
                   progress: Callable[[dict, float], None] | None = None, incumbent: dict | None = None) -> dict:
@@ -303,8 +359,13 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
     (``speakers``), the best ``vad="speech"`` reading and, per test set, the
     choice's and that reading's scores. ``incumbent`` (mode -> settings, a model
     file's stored choice): a mode keeps its incumbent unless the grid's best is
-    lower beyond doubt (``keep_incumbent``).
+    lower beyond doubt (``keep_incumbent``). ``encoder``: one speaker encoder, or ``{name: encoder}``: the first
+    is the grid's; each other is tried on each mode's choice (``ENCODER_GRID``), its best stored under
+    ``encoders`` and made the mode's choice where lower beyond doubt.
     """
+    encoders = _by_name(encoder)
+    first = next(iter(encoders))
+    segment_grid = {**segment_grid, "speaker_encoder": segment_grid.get("speaker_encoder", (first,))}
     if getattr(model, "whitening", None) is None:  # nothing to whiten with
         stitch_grid = {**stitch_grid, "whiten": tuple(v for v in stitch_grid.get("whiten", (False,)) if not v)}
         if not stitch_grid["whiten"]:
@@ -318,7 +379,7 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
     if not dev_files:
         raise NotFound(f"no dev recordings with references in {[str(d) for d in dev]}")
     refs = {recording_uri(w): ref for w, ref in dev_files}
-    run = Segmenter(model, encoder, jobs)
+    run = Segmenter(model, encoders, jobs)
     rows, t0 = [], time.time()
     shown = (lambda row: progress(row, time.time() - t0)) if progress else None  # noqa: E731
     try:
@@ -342,7 +403,8 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
         # each mode's best with the whitened embeddings, where the grid tried them: what --whiten then uses
         whitened = {m: pick(rs) for m in ("eend", "speech") if (rs := [r for r in rows if r["speakers"] == m
                                                                           and r["vad"] != "speech" and r["whiten"]])}
-        kept = keep_incumbent(rows, modes, incumbent or {}, keys)
+        incumbent = {m: {"speaker_encoder": "ge2e", **kw} for m, kw in (incumbent or {}).items()}
+        kept = keep_incumbent(rows, modes, incumbent, keys)
         modes = {m: kept[m]["settings"] if m in kept and kept[m]["kept"] else kw for m, kw in modes.items()}
         if not whitened and getattr(model, "whitening", None) is not None:
             whitened = _whitened(model, run, dev_files, modes, segment_grid, shown)
@@ -354,6 +416,19 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
         if not vbx and (getattr(model, "whitening", None) or {}).get("plda") is not None:
             vbx = _vbx(model, run, dev_files, modes, rows, segment_grid, stitch_grid, shown)
         ahc = {m: pick(by(m, "ahc")) for m, kw in modes.items() if kw["clustering"] == "vbx" and by(m, "ahc")}
+        # other speaker encoders, each on each mode's choice; one replaces it where lower beyond doubt
+        others = [n for n in encoders if n not in segment_grid["speaker_encoder"]]
+        by_encoder, best_of = (_other_encoders(model, run, dev_files, modes, rows, keys, others, shown) if others
+                               else ({}, {}))
+        encoder_share = {}  # how sure the dev set is that the encoder's best is lower than the mode's choice
+        for name, per_mode in best_of.items():
+            for m, kw in per_mode.items():
+                encoder_share.setdefault(name, {})[m] = share_better(_row(rows, kw, keys)["_files"],
+                                                                     _row(rows, modes[m], keys)["_files"])
+        if by_encoder:
+            by_encoder = {first: dict(modes), **by_encoder}  # what --speaker-encoder NAME uses, for every encoder
+        for name, shares in encoder_share.items():
+            modes = {m: by_encoder[name][m] if shares.get(m, 0.0) >= BEYOND_DOUBT else kw for m, kw in modes.items()}
         chosen = {m: _row(rows, kw, keys) for m, kw in modes.items()}
         vbx_share = {m: share_better(_row(rows, kw, keys)["_files"], chosen[m]["_files"]) for m, kw in vbx.items()
                      if kw != modes[m]}  # how sure the dev set is that VBx is lower than the choice
@@ -367,7 +442,8 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
             readings["vad_speech"] = pick(vad_rows)
         result = {"dev": [str(d) for d in dev], "dev_files": len(dev_files), "grid": [_public(r) for r in rows],
                   "modes": modes, "speakers": speakers, "readings": readings, "whitened": whitened, "vbx": vbx,
-                  "ahc": ahc, "vbx_better_share": vbx_share,
+                  "ahc": ahc, "vbx_better_share": vbx_share, "encoders": by_encoder,
+                  "encoder_better_share": encoder_share,
                   "mode_choice": {"preferred": PREFERRED_MODE, "other": other, "other_better_share": share,
                                   "beyond_doubt": BEYOND_DOUBT},
                   "incumbent": {m: {k: v for k, v in kept[m].items() if k != "settings"} for m in kept},
