@@ -157,3 +157,18 @@ def test_another_encoder_brings_the_settings_chosen_for_it():
     Tuned.postprocess = {k: v for k, v in Tuned.postprocess.items() if k != "encoders"}
     with pytest.raises(BadValue, match="no eend-mode settings chosen with it"):
         PipelineConfig.for_model(Tuned(), speaker_encoder="campplus")
+
+
+def test_the_other_encoders_weights_are_one_line_naming_the_option(tmp_path, capsys):
+    import soundfile as sf
+
+    from normlab.cli import main
+    from normlab.diarization.models.embed import weights_path
+
+    _shipped_or_skip()
+    sf.write(tmp_path / "a.wav", _tone_and_noise().numpy(), 16000)
+    assert main(["diarize", str(tmp_path / "a.wav"), "--embedding", str(weights_path()), "--out",
+                 str(tmp_path / "o")]) == 2  # the shipped settings embed with CAM++; these are GE2E's weights
+    assert "--speaker-encoder ge2e" in capsys.readouterr().err
+    assert main(["diarize", str(tmp_path / "a.wav"), "--embedding", str(weights_path()), "--speaker-encoder",
+                 "ge2e", "--out", str(tmp_path / "o")]) == 0

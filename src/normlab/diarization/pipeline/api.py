@@ -147,7 +147,14 @@ def _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options
             raise BadValue(f"{getattr(m, 'source_path', 'the given model')}: its stored pipeline settings: {e}") \
                 from None
         raise
-    enc = load_encoder(embedding, cfg.speaker_encoder)
+    try:
+        enc = load_encoder(embedding, cfg.speaker_encoder)
+    except BadValue as e:
+        if embedding is None or not isinstance(embedding, (str, pathlib.Path)):
+            raise
+        other = "ge2e" if cfg.speaker_encoder == "campplus" else "campplus"
+        raise BadValue(f"{e} (the settings embed with {cfg.speaker_encoder}; weights of the other encoder need "
+                       f"--speaker-encoder {other}, speaker_encoder={other!r} in Python)") from None
     if getattr(enc, "name", cfg.speaker_encoder) != cfg.speaker_encoder:
         raise BadValue(f"the speaker encoder given is {enc.name}, the settings are for {cfg.speaker_encoder} "
                        f"(speaker_encoder={enc.name!r} chooses its settings)")
