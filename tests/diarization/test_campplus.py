@@ -95,12 +95,12 @@ def _separation(enc, ref, wave) -> float:
 
 def test_shipped_weights_tell_the_real_samples_two_speakers_apart():
     """pyannote's sample (two real speakers, a dev file): 1.5 s pieces of one speaker are closer than pieces of
-    the two (measured: 0.41 apart in mean cosine similarity); random weights do not separate them (0.01)."""
+    the two (measured: 0.28 apart in mean cosine similarity); random weights do not separate them (0.0005)."""
     ref, wave, sr = _sample_wave_or_skip()
     assert sr == 16000
     enc = _shipped_or_skip()
     turns = ref["sample"]
-    assert _separation(enc, turns, wave) > 0.25
+    assert _separation(enc, turns, wave) > 0.2
     torch.manual_seed(0)
     assert _separation(CAMPlusEncoder().eval(), turns, wave) < 0.1
 
