@@ -22,7 +22,6 @@ from normlab.diarization import (
 from normlab.diarization.io.features import FeatureConfig
 from normlab.diarization.models.embed import MissingWeightsError, SpeakerEncoder, weights_path
 from normlab.diarization.pipeline.config import PipelineConfig
-from normlab.diarization.pipeline.segment import long_mel
 from tiny_diarizer import SR, tiny_models, tones
 
 
@@ -225,7 +224,7 @@ def test_long_recordings_are_processed_in_blocks():
     torch.manual_seed(0)
     enc = SpeakerEncoder()
     w16 = torch.randn(SR * 7 + 5) * 0.1
-    assert torch.allclose(long_mel(enc, w16, block=150), enc.mel(w16), rtol=1e-4, atol=1e-6)
+    assert torch.allclose(enc.features(w16, block=150), enc.mel(w16), rtol=1e-4, atol=1e-6)
 
 
 def test_annotation_round_trip():

@@ -31,7 +31,7 @@ from torch.nn import functional as F
 
 from ..._checks import BadValue
 from ..io.audio import SAMPLE_RATE
-from .weights import MissingAssetError, asset, is_safetensors, read_safetensors, write_safetensors
+from .weights import MissingAssetError, asset, is_safetensors, load_weights, read_weights, write_safetensors
 
 WINDOW, HOP, N_FFT, N_BANDS = 400, 160, 512, 80  # 25 ms frames every 10 ms, 80 mel bands
 EMBED_DIM = 192
@@ -255,27 +255,13 @@ class CAMPlusEncoder(nn.Module):
             raise MissingWeightsError(f"no CAM++ weights at {path}")
         not_ours = f"{path} is not a CAM++ speaker encoder checkpoint"
         if is_safetensors(path):
-            try:
-                state = read_safetensors(path)[0]
-            except BadValue as e:
-                raise BadValue(f"{not_ours}: {e}") from None
+            state = read_weights(path, not_ours)
         else:
             try:
                 state = from_3dspeaker(torch.load(path, map_location="cpu", weights_only=True))
             except Exception:  # noqa: BLE001 - another file format
                 raise BadValue(f"{not_ours}: neither safetensors nor a torch state dict") from None
-        model = cls()
-        state = {f"net.{k}" if not k.startswith("net.") else k: v for k, v in state.items()}
-        expected = model.state_dict()
-        missing = set(expected) - set(state)
-        if missing:
-            raise BadValue(f"{not_ours}: it lacks the encoder's tensors ({', '.join(sorted(missing)[:3])}, ...)")
-        try:
-            model.load_state_dict({k: state[k] for k in expected})
-        except RuntimeError as e:
-            first = str(e).strip().splitlines()[-1].strip() if str(e).strip() else ""
-            raise BadValue(f"{not_ours}: its tensors have other shapes ({first[:160]})") from None
-        return model.eval()
+        return load_weights(cls(), {k if k.startswith("net.") else f"net.{k}": v for k, v in state.items()}, not_ours)
 
     def save(self, path: str | pathlib.Path, metadata: dict[str, str] | None = None) -> None:
         write_safetensors(path, {k.removeprefix("net."): v for k, v in self.state_dict().items()}, metadata)

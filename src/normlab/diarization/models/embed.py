@@ -24,7 +24,7 @@ from torch import nn
 
 from ..._checks import BadValue
 from ..io.audio import SAMPLE_RATE
-from .weights import MissingAssetError, asset, is_safetensors, read_safetensors, write_safetensors
+from .weights import MissingAssetError, asset, is_safetensors, load_weights, read_weights, write_safetensors
 
 N_FFT, HOP, N_MELS = 400, 160, 40  # 25 ms window, 10 ms step
 PARTIAL = 160  # frames per partial utterance (1.6 s)
@@ -115,10 +115,7 @@ class SpeakerEncoder(nn.Module):
             raise MissingWeightsError(f"no speaker encoder weights at {path}")
         not_ours = f"{path} is not a GE2E speaker encoder checkpoint"
         if is_safetensors(path):
-            try:
-                state = read_safetensors(path)[0]
-            except BadValue as e:  # truncated, or another header
-                raise BadValue(f"{not_ours}: {e}") from None
+            state = read_weights(path, not_ours)
         else:
             try:
                 blob = torch.load(path, map_location="cpu", weights_only=True)
@@ -130,17 +127,7 @@ class SpeakerEncoder(nn.Module):
             if not isinstance(blob, dict) or not isinstance(blob.get("model_state"), dict):
                 raise BadValue(f"{not_ours}: a torch file without the encoder's model_state")
             state = blob["model_state"]
-        state = {k: v for k, v in state.items() if k.startswith(_KEPT)}
-        model = cls()
-        missing = set(model.state_dict()) - set(state)
-        if missing:
-            raise BadValue(f"{not_ours}: it lacks the encoder's tensors ({', '.join(sorted(missing)[:3])}, ...)")
-        try:
-            model.load_state_dict(state, strict=False)
-        except RuntimeError as e:  # the right names with other shapes
-            first = str(e).strip().splitlines()[-1].strip() if str(e).strip() else ""
-            raise BadValue(f"{not_ours}: its tensors have other shapes ({first[:160]})") from None
-        return model.eval()
+        return load_weights(cls(), {k: v for k, v in state.items() if k.startswith(_KEPT)}, not_ours)
 
     def save(self, path: str | pathlib.Path, metadata: dict[str, str] | None = None) -> None:
         """Write the network's tensors as safetensors (what ``load`` reads), with ``metadata`` in the header."""
@@ -161,12 +148,21 @@ class SpeakerEncoder(nn.Module):
     def dim(self) -> int:
         return self.linear.out_features
 
-    def features(self, wave16k: torch.Tensor) -> torch.Tensor:
-        """The recording's mel frames ``(1 + len // 160, 40)`` for :meth:`embed_frames` (the pipeline's
-        speaker-encoder interface, as ``CAMPlusEncoder.features``)."""
-        from ..pipeline.segment import long_mel
-
-        return long_mel(self, wave16k)
+    def features(self, wave16k: torch.Tensor, block: int = 6000) -> torch.Tensor:
+        """:meth:`mel` of a whole recording ``(1 + len // 160, 40)``, in blocks of ``block`` frames (bounded
+        memory), for :meth:`embed_frames` (the pipeline's speaker-encoder interface, as
+        ``CAMPlusEncoder.features``)."""
+        wave = self.normalize_volume(wave16k)
+        padded = torch.nn.functional.pad(wave, (N_FFT // 2, N_FFT // 2))  # centred frames, zero padding
+        frames = 1 + wave.numel() // HOP
+        parts = []
+        for a in range(0, frames, block):
+            b = min(frames, a + block)
+            seg = padded[a * HOP : (b - 1) * HOP + N_FFT]
+            spec = torch.stft(seg, N_FFT, hop_length=HOP, window=self.frontend.window, center=False,
+                              return_complex=True)  # F, b-a
+            parts.append(spec.abs().pow(2).T @ self.frontend.fbank.T)
+        return torch.cat(parts).float()
 
     def mel(self, wave: torch.Tensor) -> torch.Tensor:
         """Power mel ``(frames, 40)`` of 16 kHz samples after volume normalization; frame i centred at i * 10 ms."""

@@ -94,6 +94,28 @@ def read_safetensors(path: str | pathlib.Path) -> tuple[dict[str, torch.Tensor],
     return tensors, dict(meta)
 
 
+def read_weights(path: str | pathlib.Path, not_ours: str) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors weight file; BadValue ``"<not_ours>: <why>"`` where it is not one."""
+    try:
+        return read_safetensors(path)[0]
+    except BadValue as e:  # truncated, or another header
+        raise BadValue(f"{not_ours}: {e}") from None
+
+
+def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], not_ours: str) -> torch.nn.Module:
+    """``model`` (in eval mode) with the tensors of ``state`` it names (others ignored); BadValue
+    ``"<not_ours>: ..."`` where some are missing or have other shapes."""
+    missing = set(model.state_dict()) - set(state)
+    if missing:
+        raise BadValue(f"{not_ours}: it lacks the encoder's tensors ({', '.join(sorted(missing)[:3])}, ...)")
+    try:
+        model.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # the right names with other shapes
+        first = str(e).strip().splitlines()[-1].strip() if str(e).strip() else ""
+        raise BadValue(f"{not_ours}: its tensors have other shapes ({first[:160]})") from None
+    return model.eval()
+
+
 def write_safetensors(path: str | pathlib.Path, tensors: dict[str, torch.Tensor],
                       metadata: dict[str, str] | None = None) -> None:
     """Write ``tensors`` atomically: header padded to 8 bytes, wider dtypes first, then by name (so every tensor

@@ -67,8 +67,7 @@ def load_encoder(embedding=None, kind: str = "ge2e"):
     module = {"ge2e": embed, "campplus": campplus}.get(kind)
     if module is None:
         raise BadValue(f"speaker encoder must be 'ge2e' or 'campplus', got {kind!r}")
-    cls = embed.SpeakerEncoder if kind == "ge2e" else campplus.CAMPlusEncoder
-    enc = cls.load(embedding)
+    enc = (embed.SpeakerEncoder if module is embed else campplus.CAMPlusEncoder).load(embedding)
     enc.source_path = pathlib.Path(embedding) if embedding is not None else module.weights_path()  # provenance
     return enc
 

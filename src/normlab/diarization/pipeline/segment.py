@@ -8,7 +8,7 @@ import torch
 
 from ..io.audio import SAMPLE_RATE, resample
 from ..io.features import FeatureConfig, extract
-from ..models.embed import HOP, N_FFT
+from ..models.embed import HOP
 from .config import PipelineConfig
 from .postprocess import runs
 
@@ -134,21 +134,6 @@ def speaker_pieces(probs: torch.Tensor, threshold: float, min_frames: int,
                     break
             out.append((s, a, b, chosen))
     return out
-
-
-def long_mel(encoder, wave16k: torch.Tensor, block: int = 6000) -> torch.Tensor:
-    """The encoder's mel frames ``(frames, 40)`` for a whole recording, in blocks of ``block`` frames."""
-    wave = encoder.normalize_volume(wave16k)
-    padded = torch.nn.functional.pad(wave, (N_FFT // 2, N_FFT // 2))  # centred frames, zero padding
-    frames = 1 + wave.numel() // HOP
-    parts = []
-    for a in range(0, frames, block):
-        b = min(frames, a + block)
-        seg = padded[a * HOP : (b - 1) * HOP + N_FFT]
-        spec = torch.stft(seg, N_FFT, hop_length=HOP, window=encoder.frontend.window, center=False,
-                          return_complex=True)  # F, b-a
-        parts.append(spec.abs().pow(2).T @ encoder.frontend.fbank.T)
-    return torch.cat(parts).float()
 
 
 @dataclass
