@@ -168,7 +168,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
 
     from .._checks import BadValue, NotFound
     from ..diarization.models.eend import SHIPPED
-    from ..diarization.pipeline.api import load_encoder, load_model
+    from ..diarization.pipeline.api import every_encoder, load_model
     from ..diarization.pipeline.tuning import SEGMENT_GRID, STITCH_GRID, parse_grid, tune_pipeline
     from ..diarization.training.provenance import write_pipeline
 
@@ -191,8 +191,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
         raise BadValue(f"--out {out}: cannot write a file there (a folder, or its folder is missing or read-only)")
     grids = parse_grid(args.grid, (SEGMENT_GRID, STITCH_GRID))
     # the grid's encoder (GE2E, or --embedding's weights), then every other shipped one on each mode's choice
-    model, encoder = load_model(args.model), {"ge2e": load_encoder(args.embedding), "campplus": load_encoder(None,
-                                                                                                             "campplus")}
+    model, encoder = load_model(args.model), every_encoder(args.embedding)
 
     def show(row: dict, seconds: float) -> None:  # one line per setting tried: a long job shows its progress
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}),

@@ -72,6 +72,14 @@ def load_encoder(embedding=None, kind: str = "ge2e"):
     return enc
 
 
+def every_encoder(embedding=None) -> dict:
+    """``{name: encoder}`` of every speaker encoder, GE2E first (from ``embedding``'s weights, else the shipped
+    ones): what ``tune_pipeline`` takes to try each on the grid's choice."""
+    from .config import SPEAKER_ENCODERS
+
+    return {kind: load_encoder(embedding if kind == "ge2e" else None, kind) for kind in SPEAKER_ENCODERS}
+
+
 def _no_old_keywords(options: dict) -> None:
     if "encoder" in options:  # renamed as the CLI's --embedding (the EEND model's own encoder is ModelConfig.encoder)
         raise BadType("encoder= is now embedding= (the speaker encoder's weights, as the CLI's --embedding)")
@@ -251,5 +259,5 @@ def from_annotation(annotation, uri: str | None = None) -> list[Turn]:
                   for seg, _, label in annotation.itertracks(yield_label=True))
 
 
-__all__ = ["diarize", "diarize_files", "load_model", "load_encoder", "provenance", "to_annotation", "from_annotation",
-           "Diarization"]
+__all__ = ["diarize", "diarize_files", "load_model", "load_encoder", "every_encoder", "provenance", "to_annotation",
+           "from_annotation", "Diarization"]

@@ -290,8 +290,7 @@ def _meta(cfg: RecipeConfig, data: pathlib.Path, train_seconds: float) -> dict:
 def tune_recipe_pipeline(model_path: pathlib.Path, data: pathlib.Path, cfg: RecipeConfig, jobs: int = 1) -> dict:
     """Choose the pipeline's settings for the model at ``model_path`` on ``data/dev`` (and ``cfg.dev_extra``),
     score the test sets once, and store the choice in the model file; returns the tuning without its grid."""
-    from ..models.campplus import CAMPlusEncoder
-    from ..models.embed import SpeakerEncoder
+    from ..pipeline.api import every_encoder
     from ..pipeline.tuning import SEGMENT_GRID, STITCH_GRID, parse_grid, tune_pipeline
 
     model = EENDModel.load(model_path)
@@ -301,8 +300,7 @@ def tune_recipe_pipeline(model_path: pathlib.Path, data: pathlib.Path, cfg: Reci
     dev += [pathlib.Path(d) for d in cfg.dev_extra.split(",") if d]
     tests = {name: [data / name] for name in ("test", "test_mixed", "test_synth", "test_stretch")
              if (data / name / "ref.rttm").exists()}
-    encoders = {"ge2e": SpeakerEncoder.load(), "campplus": CAMPlusEncoder.load()}  # GE2E's grid, then CAM++
-    result = tune_pipeline(model, encoders, dev, tests, segment_grid=grids[0], stitch_grid=grids[1],
+    result = tune_pipeline(model, every_encoder(), dev, tests, segment_grid=grids[0], stitch_grid=grids[1],
                            jobs=jobs, incumbent=model.postprocess.get("modes"))
     provenance.write_pipeline(model_path, result["modes"], result["speakers"],
                               {k: v for k, v in result.items() if k != "grid"}, result["whitened"],
