@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from normlab.diarization.pipeline.cluster import check_speaker_counts, cluster
+from normlab.diarization.pipeline.cluster import check_speaker_counts, cluster, reassign
 from normlab.diarization.pipeline.config import PipelineConfig
 from normlab.diarization.pipeline.segment import Segmentation, window_starts
 from normlab.diarization.pipeline.stitch import stitch
@@ -63,6 +63,40 @@ def test_merge_joins_a_voice_the_tree_split_whose_centroids_agree():
     assert _same_partition(merged, truth)
     assert len(set(cluster(x, threshold=0.15, merge=0.3, min_speakers=3).tolist())) == 3  # never below the minimum
     assert np.array_equal(cluster(x, threshold=0.15, merge=0.0), split)  # 0: no merging
+
+
+def test_a_piece_the_tree_chains_to_the_wrong_voice_moves_to_its_nearest_centroid():
+    """Voice A's pieces scatter, voice B's are tight; a stray piece lies nearer A's centroid than B's, but nearer
+    B's pieces on average than A's (each of A's pieces is far from it): average linkage puts it with B, the
+    centroids with A."""
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal(64), rng.standard_normal(64)
+    a, b = a / np.linalg.norm(a), b / np.linalg.norm(b)
+    A = a + 0.9 * rng.standard_normal((12, 64)) / 8
+    B = b + 0.15 * rng.standard_normal((12, 64)) / 8
+    stray = 0.55 * a + 0.45 * b
+    x = np.vstack([A, B, stray[None]])
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    centre = lambda rows: rows.mean(0) / np.linalg.norm(rows.mean(0))  # noqa: E731
+    assert unit[-1] @ centre(unit[:12]) > unit[-1] @ centre(unit[12:24])  # nearer A's centroid...
+    assert (unit[:12] @ unit[-1]).mean() < (unit[12:24] @ unit[-1]).mean()  # ...but nearer B's pieces on average
+    tree = cluster(x, threshold=0.8, to_centroids=False)
+    moved = cluster(x, threshold=0.8)
+    assert len(set(tree.tolist())) == len(set(moved.tolist())) == 2
+    assert tree[-1] == tree[12] != tree[0]  # the tree: with B
+    assert moved[-1] == moved[0] != moved[12]  # the centroids: with A
+    assert _same_partition(moved[:24], tree[:24])  # the other pieces stay
+
+
+def test_reassignment_never_leaves_fewer_clusters_than_asked():
+    """Cluster 2 holds one piece of each other cluster's voice: each moves to its own voice's centroid and
+    cluster 2 would vanish; with three clusters asked for, the labels stay as they were."""
+    x = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
+    labels = np.array([0, 0, 1, 1, 2, 2])
+    w = np.ones(6)
+    assert reassign(x, labels, w, lo=1).tolist() == [0, 0, 1, 1, 0, 1]
+    assert reassign(x, labels, w, lo=3).tolist() == labels.tolist()
+    assert reassign(x, np.zeros(6, dtype=np.int64), w).tolist() == [0] * 6
 
 
 def test_speaker_count_errors():

@@ -21,9 +21,10 @@ from normlab.diarization.models.embed import MissingWeightsError, weights_path
 #: DER bounds at collar 0.25 s, regression guards set from measurements with the shipped model and its dev-chosen
 #: settings (docs/diarization.md has the numbers); a model that marks everything or nothing as speech, or a broken
 #: stitching, reads far above.
-SIMULATED_BOUND = 0.50  # measured 41.27%: synthesizer voices, overlap-heavy (the settings follow real people)
-#: measured 11.20% with the default CAM++ embeddings (GE2E's settings: 4.47%); its two speakers merged: 46.39%
-SAMPLE_BOUND = 0.15
+SIMULATED_BOUND = 0.30  # measured 17.41% (35.17% with GE2E embeddings): synthesizer voices, overlap-heavy
+#: measured 4.83% with the default CAM++ embeddings (11.20% with the tree's labels alone, before each piece moved
+#: to its nearest centroid; GE2E's settings: 4.47%); its two speakers merged: 46.39%
+SAMPLE_BOUND = 0.10
 
 
 def _encoder_or_skip():
@@ -58,7 +59,7 @@ def test_shipped_model_on_simulated_held_out_conversations(held_out):
     assert result.der < SIMULATED_BOUND, result.format()
     n_ref = {u: len({t.speaker for t in ts}) for u, ts in ref.items()}
     n_hyp = {u: len({t.speaker for t in ts}) for u, ts in hyp.items()}
-    # measured: 1 / 1 / 1 speakers for 1 / 2 / 3 (the count errs low: docs/diarization.md); a clustering that
+    # measured: 1 / 2 / 2 speakers for 1 / 2 / 3 (the count errs low: docs/diarization.md); a clustering that
     # over-splits (a speaker per piece, an inverted cut) gives far more than one extra speaker per file
     assert all(1 <= n_hyp[u] <= n_ref[u] + 1 for u in ref), (n_ref, n_hyp)
 

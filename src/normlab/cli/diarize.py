@@ -79,7 +79,8 @@ def _pipeline_options(args: argparse.Namespace) -> dict:
     return {k: v for k, v in (("threshold", args.threshold), ("overlap_threshold", args.overlap_threshold),
                               ("median", args.median), ("speakers", args.local_speakers), ("vad", args.vad),
                               ("whiten", args.whiten), ("clustering", args.clustering), ("flat_db", args.flat_db),
-                              ("fill_gap", args.fill_gap), ("speaker_encoder", args.speaker_encoder))
+                              ("fill_gap", args.fill_gap), ("speaker_encoder", args.speaker_encoder),
+                              ("reassign", args.reassign))
             if v is not None}
 
 
@@ -410,6 +411,9 @@ def add_parsers(sub, name: str) -> None:
                        help="ahc: the speakers are the tree's clusters at the cut; vbx: the cut starts variational "
                        "Bayes under the model file's PLDA model, which decides the count (default: the model "
                        "file's choice)")
+        q.add_argument("--reassign", action=argparse.BooleanOptionalAction, default=None,
+                       help="ahc: last, each piece moves to the speaker whose centroid it is nearest; "
+                       "--no-reassign keeps the tree's labels (default: the model file's, else on)")
         q.add_argument("--flat-db", type=_db, default=None,
                        help="frames whose level varies less than this many dB over the 2 s around them (steady "
                        "noise, hum) are never speech; 0 turns this off (default: the model file's, else 2)")

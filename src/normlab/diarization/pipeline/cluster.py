@@ -65,9 +65,19 @@ def fold_small(x: np.ndarray, labels: np.ndarray, w: np.ndarray, min_weight: flo
     return labels
 
 
+def reassign(x: np.ndarray, labels: np.ndarray, w: np.ndarray, lo: int = 1) -> np.ndarray:
+    """``labels`` with every row of ``x`` (L2-normalized) moved to the cluster of the nearest weighted centroid
+    (cosine); unchanged where that would leave fewer than ``lo`` clusters."""
+    ks = np.unique(labels)
+    if len(ks) < 2:
+        return labels
+    moved = ks[np.argmax(x @ _centroids(x, labels, w).T, axis=1)]
+    return moved if len(np.unique(moved)) >= min(lo, len(ks)) else labels
+
+
 def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | None = None,
             num_speakers: int | None = None, min_speakers: int | None = None, max_speakers: int | None = None,
-            min_weight: float = 0.0, merge: float = 0.0) -> np.ndarray:
+            min_weight: float = 0.0, merge: float = 0.0, to_centroids: bool = True) -> np.ndarray:
     """Cluster labels ``(n,)`` in 0..K-1 for embeddings ``(n, dim)``.
 
     Parameters
@@ -81,6 +91,7 @@ def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | N
         merge (0: never), never below the requested minimum. The tree's average linkage compares every pair
         of pieces, and short pieces' embeddings scatter: one voice can average farther from itself than its
         centroid does; a centroid is the mean of many pieces
+    to_centroids : last, each embedding moves to the cluster of its nearest centroid (``reassign``)
     """
     from scipy.cluster.hierarchy import fcluster, linkage
 
@@ -111,4 +122,6 @@ def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | N
         if dist[i, j] >= merge:
             break
         labels[labels == ks[j]] = ks[i]
+    if to_centroids:
+        labels = reassign(x, labels, w, lo)
     return _relabel(labels, w)

@@ -10,7 +10,7 @@ from ..._checks import BadValue, check_choice
 TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
            "piece", "speakers", "vad", "vad_threshold", "veto_seconds", "weighting", "overlap_threshold",
            "merge_threshold", "whiten", "clustering", "vbx_fa", "vbx_fb", "vbx_dims", "flat_db", "flat_seconds",
-           "fill_gap", "speaker_encoder")
+           "fill_gap", "speaker_encoder", "reassign")
 
 #: the speaker encoders the pipeline can embed with (``models/embed.py``, ``models/campplus.py``)
 SPEAKER_ENCODERS = ("ge2e", "campplus")
@@ -37,6 +37,7 @@ class PipelineConfig:
     max_embed: float = 3.0  # seconds of it used at most (two 1.6 s partials)
     min_cluster: float = 3.0  # seconds: clusters with less speech fold into the nearest larger one (per mode)
     merge_threshold: float = 0.0  # then clusters whose centroids are closer than this cosine distance merge (0: no)
+    reassign: bool = True  # last, each piece moves to the cluster of its nearest centroid (cluster.reassign)
     piece: float = 1.5  # seconds: a local speaker gets one embedding per piece of its window (per mode)
     speakers: str = "speech"  # "speech": the model's speech (any local speaker), cut into pieces, each piece's
     #                           speaker from its embedding; "eend": the model's local speakers (overlap kept)

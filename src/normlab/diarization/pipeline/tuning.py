@@ -48,6 +48,7 @@ STITCH_GRID = {"cluster_threshold": (0.3, 0.35, 0.4, 0.5), "min_cluster": (1.0, 
                "weighting": ("mean", "hamming"), "overlap_threshold": (0.5, 0.6, 0.7), "merge_threshold": (0.0,),
                "whiten": (False,),  # whitening: not in the default grid (docs/diarization.md); --grid whiten=false,true
                "fill_gap": (0.0,),  # filling pauses: not in the default grid (docs/diarization.md)
+               "reassign": (True,),  # each piece to its nearest centroid (docs/diarization.md)
                "clustering": ("ahc",), "vbx_fa": (0.2,), "vbx_fb": (1.0,), "vbx_dims": (64,)}
 #: the axes only VBx reads (clustering="ahc" rows take each one's first value)
 VBX_KEYS = ("vbx_fa", "vbx_fb", "vbx_dims")
@@ -84,8 +85,9 @@ def meaningful(kw: dict, stitch_grid: dict = STITCH_GRID) -> bool:
         return False  # "speech" is a speech-mode reading; eend mode gates with the VAD instead
     if kw.get("clustering", "ahc") != "vbx" and any(kw[k] != stitch_grid[k][0] for k in VBX_KEYS if k in kw):
         return False  # the tree cut alone: VBx's settings do not matter
-    if kw.get("clustering") == "vbx" and kw.get("whiten"):
-        return False  # VBx has its own model of the embeddings
+    if kw.get("clustering") == "vbx" and (kw.get("whiten") or kw.get("reassign", True) != stitch_grid.get(
+            "reassign", (True,))[0]):
+        return False  # VBx has its own model of the embeddings and its own assignment
     first = stitch_grid["overlap_threshold"][0]
     if kw.get("speakers") == "speech" and kw.get("overlap_threshold", first) != first:
         return False  # one speaker at a time: no second speaker to threshold
