@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from normlab.diarization.pipeline.cluster import check_speaker_counts, cluster, reassign
+from normlab.diarization.pipeline.cluster import check_speaker_counts, cluster, nearest_centroid
 from normlab.diarization.pipeline.config import PipelineConfig
 from normlab.diarization.pipeline.segment import Segmentation, window_starts
 from normlab.diarization.pipeline.stitch import stitch
@@ -80,7 +80,7 @@ def test_a_piece_the_tree_chains_to_the_wrong_voice_moves_to_its_nearest_centroi
     centre = lambda rows: rows.mean(0) / np.linalg.norm(rows.mean(0))  # noqa: E731
     assert unit[-1] @ centre(unit[:12]) > unit[-1] @ centre(unit[12:24])  # nearer A's centroid...
     assert (unit[:12] @ unit[-1]).mean() < (unit[12:24] @ unit[-1]).mean()  # ...but nearer B's pieces on average
-    tree = cluster(x, threshold=0.8, to_centroids=False)
+    tree = cluster(x, threshold=0.8, reassign=False)
     moved = cluster(x, threshold=0.8)
     assert len(set(tree.tolist())) == len(set(moved.tolist())) == 2
     assert tree[-1] == tree[12] != tree[0]  # the tree: with B
@@ -94,9 +94,9 @@ def test_reassignment_never_leaves_fewer_clusters_than_asked():
     x = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
     labels = np.array([0, 0, 1, 1, 2, 2])
     w = np.ones(6)
-    assert reassign(x, labels, w, lo=1).tolist() == [0, 0, 1, 1, 0, 1]
-    assert reassign(x, labels, w, lo=3).tolist() == labels.tolist()
-    assert reassign(x, np.zeros(6, dtype=np.int64), w).tolist() == [0] * 6
+    assert nearest_centroid(x, labels, w, lo=1).tolist() == [0, 0, 1, 1, 0, 1]
+    assert nearest_centroid(x, labels, w, lo=3).tolist() == labels.tolist()
+    assert nearest_centroid(x, np.zeros(6, dtype=np.int64), w).tolist() == [0] * 6
 
 
 def test_speaker_count_errors():

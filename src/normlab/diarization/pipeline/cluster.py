@@ -65,7 +65,7 @@ def fold_small(x: np.ndarray, labels: np.ndarray, w: np.ndarray, min_weight: flo
     return labels
 
 
-def reassign(x: np.ndarray, labels: np.ndarray, w: np.ndarray, lo: int = 1) -> np.ndarray:
+def nearest_centroid(x: np.ndarray, labels: np.ndarray, w: np.ndarray, lo: int = 1) -> np.ndarray:
     """``labels`` with every row of ``x`` (L2-normalized) moved to the cluster of the nearest weighted centroid
     (cosine); unchanged where that would leave fewer than ``lo`` clusters."""
     ks = np.unique(labels)
@@ -77,7 +77,7 @@ def reassign(x: np.ndarray, labels: np.ndarray, w: np.ndarray, lo: int = 1) -> n
 
 def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | None = None,
             num_speakers: int | None = None, min_speakers: int | None = None, max_speakers: int | None = None,
-            min_weight: float = 0.0, merge: float = 0.0, to_centroids: bool = True) -> np.ndarray:
+            min_weight: float = 0.0, merge: float = 0.0, reassign: bool = True) -> np.ndarray:
     """Cluster labels ``(n,)`` in 0..K-1 for embeddings ``(n, dim)``.
 
     Parameters
@@ -91,7 +91,7 @@ def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | N
         merge (0: never), never below the requested minimum. The tree's average linkage compares every pair
         of pieces, and short pieces' embeddings scatter: one voice can average farther from itself than its
         centroid does; a centroid is the mean of many pieces
-    to_centroids : last, each embedding moves to the cluster of its nearest centroid (``reassign``)
+    reassign : last, each embedding moves to the cluster of its nearest centroid (``nearest_centroid``)
     """
     from scipy.cluster.hierarchy import fcluster, linkage
 
@@ -122,6 +122,6 @@ def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | N
         if dist[i, j] >= merge:
             break
         labels[labels == ks[j]] = ks[i]
-    if to_centroids:
-        labels = reassign(x, labels, w, lo)
+    if reassign:
+        labels = nearest_centroid(x, labels, w, lo)
     return _relabel(labels, w)

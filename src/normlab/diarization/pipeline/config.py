@@ -37,7 +37,7 @@ class PipelineConfig:
     max_embed: float = 3.0  # seconds of it used at most (two 1.6 s partials)
     min_cluster: float = 3.0  # seconds: clusters with less speech fold into the nearest larger one (per mode)
     merge_threshold: float = 0.0  # then clusters whose centroids are closer than this cosine distance merge (0: no)
-    reassign: bool = True  # last, each piece moves to the cluster of its nearest centroid (cluster.reassign)
+    reassign: bool = True  # last, each piece moves to the cluster of its nearest centroid (cluster.nearest_centroid)
     piece: float = 1.5  # seconds: a local speaker gets one embedding per piece of its window (per mode)
     speakers: str = "speech"  # "speech": the model's speech (any local speaker), cut into pieces, each piece's
     #                           speaker from its embedding; "eend": the model's local speakers (overlap kept)

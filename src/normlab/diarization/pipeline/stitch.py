@@ -34,7 +34,7 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
     else:
         emb = whiten.apply(seg.embeddings, seg.whitening) if cfg.whiten else seg.embeddings
         labels = cluster(emb.numpy(), threshold=cfg.cluster_threshold, weights=seg.weights,
-                         min_weight=cfg.min_cluster, merge=cfg.merge_threshold, to_centroids=cfg.reassign,
+                         min_weight=cfg.min_cluster, merge=cfg.merge_threshold, reassign=cfg.reassign,
                          **counts)
     k_total = max(int(labels.max()) + 1, lo)
     size = seg.probs.shape[1]

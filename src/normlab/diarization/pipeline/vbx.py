@@ -133,7 +133,7 @@ def cluster_vbx(embeddings: np.ndarray, plda: dict, *, threshold: float, fa: flo
     lo, hi = check_speaker_counts(num_speakers, min_speakers, max_speakers)
     x = np.asarray(embeddings, dtype=np.float64)
     w = np.ones(len(x)) if weights is None else np.asarray(weights, dtype=np.float64)
-    init = cluster(x, threshold=threshold, weights=w, to_centroids=False)  # VBx reassigns itself
+    init = cluster(x, threshold=threshold, weights=w, reassign=False)  # VBx reassigns itself
     if len(x) < 2:
         return init
     y, phi = project(x, plda, dims)
@@ -142,5 +142,5 @@ def cluster_vbx(embeddings: np.ndarray, plda: dict, *, threshold: float, fa: flo
     k = len(np.unique(labels))
     if k < lo or (hi is not None and k > hi):
         return cluster(x, threshold=threshold, weights=w, num_speakers=min(max(k, lo), hi or k), min_weight=0.0,
-                       to_centroids=False)
+                       reassign=False)
     return _relabel(labels, w)
