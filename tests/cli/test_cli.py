@@ -42,6 +42,7 @@ def test_version_names_normlab_torch_and_python():
     (["diarize", "run", "x.wav", "--median", "999999999"], "an odd whole number from 1 to 1001"),
     (["diarize", "run", "x.wav", "--fill-gap", "1e308"], "a number of seconds from 0 to 3600"),
     (["diarize", "run", "x.wav", "--flat-db", "inf"], "a number of dB from 0 to 100"),
+    (["diarize", "run", "x.wav", "--offset-threshold", "1.5"], "a number from 0 to 1"),
     (["diarize", "run", "x.wav", "--out", ""], "expected a path, got an empty one"),
     (["diarize", "tune", "--dev", "", "--out", "t.json"], "an empty folder name"),
     (["diarize", "simulate", "--out", "s", "--seed", "-1"], "expected a whole number from 0 to 2**63 - 1"),

@@ -178,6 +178,23 @@ def test_stitch_fills_a_speakers_pauses_shorter_than_fill_gap():
     assert runs(0.5) == [(0.0, 1.5), (2.1, 3.0)]
 
 
+def test_offset_threshold_holds_a_fading_turn_on():
+    """One window, one speaker at 0.9 on frames 0-9, then fading (0.3) on 10-14, then 0.05: at the speech threshold
+    (0.5) alone the turn ends at 1.0 s; held on while above 0.15 (the default) it ends at 1.5 s; 1 turns it off."""
+    probs = torch.full((1, 30, 1), 0.05)
+    probs[0, :10, 0], probs[0, 10:15, 0] = 0.9, 0.3
+    seg = Segmentation("rec", 30, 0.1, [0], probs, [(0, 0, 0, 30, 0)], torch.eye(1, 8), np.array([3.0]))
+
+    def end(**kw):
+        cfg = PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=0.0, **kw)
+        return [(round(t.start, 3), round(t.end, 3)) for t in stitch(seg, cfg)]
+
+    assert end() == [(0.0, 1.5)]
+    assert end(offset_threshold=1.0) == [(0.0, 1.0)]
+    with pytest.raises(ValueError, match="offset_threshold"):
+        PipelineConfig.for_model(None, offset_threshold=1.5)
+
+
 def test_hamming_weighting_trusts_a_window_middle_over_another_window_edge():
     """Frames 10-19 are seen by window 0 (which hears a speaker) and window 1 (which hears nobody). Weighted alike,
     the mean count there is 0.5, rounded up: the speaker talks to frame 19. With Hamming weights each frame goes
@@ -190,7 +207,7 @@ def test_hamming_weighting_trusts_a_window_middle_over_another_window_edge():
     ends = {}
     for w in ("mean", "hamming"):
         turns = stitch(seg, PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=0.0,
-                                           weighting=w))
+                                           weighting=w, offset_threshold=1.0))  # the weighting alone
         ends[w] = max(t.end for t in turns)
     assert ends["mean"] == pytest.approx(2.0)
     assert ends["hamming"] == pytest.approx(1.5)

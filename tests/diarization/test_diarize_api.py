@@ -109,8 +109,9 @@ def test_cli_and_api_build_the_same_pipeline_config(files, tmp_path, monkeypatch
     wav, m, enc, ref = d / "talk.wav", d / "m.pt", d / "enc.pt", tmp_path / "ref.rttm"
     ref.write_text("SPEAKER talk 1 0.000 1.000 <NA> <NA> A <NA> <NA>\n")
     cli_options = {(): {}, ("--threshold", "0.7", "--median", "3", "--local-speakers", "speech", "--vad", "gate",
-                            "--flat-db", "1.5"):
-                   {"threshold": 0.7, "median": 3, "speakers": "speech", "vad": "gate", "flat_db": 1.5}}
+                            "--flat-db", "1.5", "--offset-threshold", "0.3"):
+                   {"threshold": 0.7, "median": 3, "speakers": "speech", "vad": "gate", "flat_db": 1.5,
+                    "offset_threshold": 0.3}}
     for argv, options in cli_options.items():
         built.clear()
         for run in (lambda argv=argv: main(["diarize", str(wav), "--model", str(m), "--embedding", str(enc),
@@ -123,6 +124,7 @@ def test_cli_and_api_build_the_same_pipeline_config(files, tmp_path, monkeypatch
                 run()
         assert len(built) == 4 and built[1:] == built[:-1], (argv, built)
     assert built[0].speakers == "speech" and built[0].threshold == 0.7 and built[0].flat_db == 1.5
+    assert built[0].offset_threshold == 0.3
 
 
 def test_evaluate_prints_what_score_prints(files, tmp_path, capsys):

@@ -4,7 +4,7 @@ import torch
 
 from normlab.diarization.io.rttm import Turn
 from normlab.diarization.models.eend import EENDModel, ModelConfig
-from normlab.diarization.pipeline.postprocess import fill_gaps, median_filter, to_turns
+from normlab.diarization.pipeline.postprocess import fill_gaps, hold, median_filter, to_turns
 from normlab.diarization.training.train import TrainConfig, train
 
 DEBUG = ModelConfig(input_dim=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.1)
@@ -40,6 +40,24 @@ def test_fill_gaps_bridges_a_speakers_short_pauses_only():
     assert fill_gaps(lead, 3)[:, 0].tolist() == [0, 0, 1, 1, 1]  # the start is not a pause
     assert torch.equal(fill_gaps(active, 0), active) and torch.equal(fill_gaps(active, 1), active)
     assert active[:, 0].tolist() == col  # the input is not changed
+
+
+def test_hold_carries_a_turn_through_silence_while_it_stays_likely():
+    """Hysteresis at 0.2: speaker 0's turn (frames 0-2) holds on through 3-5 (0.3), stops at 6 (0.1); 8-9 are above
+    0.2 but touch none of its turns. On 11-13 speaker 1 talks (the count said so, though its probability is low):
+    speaker 0's run there, likelier, is not added (no new overlap). Frame 15 is silent and reached by both
+    speakers' runs: the likelier (speaker 1) takes it."""
+    p0 = [0.9, 0.9, 0.9, 0.3, 0.3, 0.3, 0.1, 0.1, 0.3, 0.3, 0.1, 0.3, 0.3, 0.3, 0.9, 0.3, 0.1]
+    p1 = [0.0] * 11 + [0.1, 0.1, 0.1, 0.0, 0.4, 0.9]
+    a0 = [1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0]
+    a1 = [0] * 11 + [1, 1, 1, 0, 0, 1]
+    probs, active = torch.tensor([p0, p1]).T, torch.tensor([a0, a1], dtype=torch.uint8).T
+    out = hold(active, probs, 0.2)
+    assert out[:, 0].tolist() == [1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0]
+    assert out[:, 1].tolist() == [0] * 11 + [1, 1, 1, 0, 1, 1]
+    assert torch.equal(hold(active, probs, 1.0), active)  # nothing is above 1: off
+    assert active[:, 0].tolist() == a0  # the input is not changed
+    assert hold(active[:0], probs[:0], 0.2).shape == (0, 2)
 
 
 def test_model_shapes_padding_and_save_load(tmp_path):

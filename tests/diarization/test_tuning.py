@@ -74,10 +74,11 @@ def test_dev_choice_is_the_minimum_and_tests_are_scored_with_it(setup):
     root, dev, test = setup
     model, encoder = EENDModel.load(root / "m.pt"), SpeakerEncoder.load(root / "enc.pt")
     threads = torch.get_num_threads()
-    r = tune_pipeline(model, encoder, [dev], {"held": [test]}, segment_grid=SEG, stitch_grid=STITCH)
+    stitch = {**STITCH, "offset_threshold": (1.0, 0.15)}  # the hold off and on
+    r = tune_pipeline(model, encoder, [dev], {"held": [test]}, segment_grid=SEG, stitch_grid=stitch)
     assert torch.is_grad_enabled() and torch.get_num_threads() == threads  # the caller's process as it was
-    # eend: vad off x 2 thresholds x 4 stitch settings; speech: 2 vad x 2 thresholds x 2 (no overlap axis)
-    assert len(r["grid"]) == 2 * 4 + 4 * 2
+    # eend: vad off x 2 thresholds x 8 stitch settings; speech: 2 vad x 2 thresholds x 4 (no overlap axis)
+    assert len(r["grid"]) == 2 * 8 + 4 * 4
     assert len({g["der_0.25"] for g in r["grid"]}) > 2  # the grid has something to choose
     for mode, kw in r["modes"].items():
         rows = [g for g in r["grid"] if g["speakers"] == mode and g["vad"] != "speech"]

@@ -25,6 +25,7 @@ _steps = number(int, lambda v: v >= 0, "a whole number >= 0")  # --warmup
 _odd = number(int, lambda v: 1 <= v <= 1001 and v % 2 == 1, "an odd whole number from 1 to 1001")
 _gap = number(float, lambda v: 0 <= v <= 3600, "a number of seconds from 0 to 3600")  # --fill-gap
 _db = number(float, lambda v: 0 <= v <= 100, "a number of dB from 0 to 100")  # --flat-db
+_unit = number(float, lambda v: 0 <= v <= 1, "a number from 0 to 1")  # --offset-threshold
 
 
 def _read_only(path) -> bool:
@@ -80,7 +81,7 @@ def _pipeline_options(args: argparse.Namespace) -> dict:
                               ("median", args.median), ("speakers", args.local_speakers), ("vad", args.vad),
                               ("whiten", args.whiten), ("clustering", args.clustering), ("flat_db", args.flat_db),
                               ("fill_gap", args.fill_gap), ("speaker_encoder", args.speaker_encoder),
-                              ("reassign", args.reassign))
+                              ("reassign", args.reassign), ("offset_threshold", args.offset_threshold))
             if v is not None}
 
 
@@ -404,6 +405,9 @@ def add_parsers(sub, name: str) -> None:
         q.add_argument("--overlap-threshold", type=float, default=None,
                        help="eend mode: a second speaker at the same time counts above this; higher calls "
                        "less overlap (default: the model's, else --threshold)")
+        q.add_argument("--offset-threshold", type=_unit, default=None,
+                       help="a speaker's turn holds on through frames where nobody talks while its probability "
+                       "stays above this (hysteresis); 1 turns this off (default: the model file's, else 0.15)")
         q.add_argument("--whiten", action=argparse.BooleanOptionalAction, default=None,
                        help="cluster the speaker embeddings mapped by the model file's whitening (normlab "
                        "diarize whiten) or not (default: the model file's choice)")

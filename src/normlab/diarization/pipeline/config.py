@@ -10,7 +10,7 @@ from ..._checks import BadValue, check_choice
 TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
            "piece", "speakers", "vad", "vad_threshold", "veto_seconds", "weighting", "overlap_threshold",
            "merge_threshold", "whiten", "clustering", "vbx_fa", "vbx_fb", "vbx_dims", "flat_db", "flat_seconds",
-           "fill_gap", "speaker_encoder", "reassign")
+           "fill_gap", "speaker_encoder", "reassign", "offset_threshold")
 
 #: the speaker encoders the pipeline can embed with (``models/embed.py``, ``models/campplus.py``)
 SPEAKER_ENCODERS = ("ge2e", "campplus")
@@ -31,6 +31,8 @@ class PipelineConfig:
     overlap_threshold: float | None = None  # eend mode: a window's second (third...) speaker counts above this
     #                                         (None: threshold); higher than threshold, overlap is called less
     median: int = 11  # median filter width, frames (the model file's)
+    offset_threshold: float = 0.15  # then a speaker's turn holds on through frames where nobody talks while its
+    #                                 probability stays above this (hysteresis, postprocess.hold; 1: off)
     fill_gap: float = 0.0  # seconds: a speaker's pauses shorter than this are filled (0: none; per mode)
     cluster_threshold: float = 0.3  # cosine distance where the tree is cut (per mode: MODE_DEFAULTS)
     min_embed: float = 0.5  # seconds of a local speaker's speech needed for its embedding
@@ -152,6 +154,8 @@ class PipelineConfig:
             raise BadValue(f"median must be an odd number of frames from 1 to 1001, got {cfg.median!r}")
         if not cfg.veto_seconds > 0:
             raise BadValue(f"veto_seconds must be > 0, got {cfg.veto_seconds}")
+        if not 0 <= cfg.offset_threshold <= 1:
+            raise BadValue(f"offset_threshold must be in [0, 1] (1: off), got {cfg.offset_threshold}")
         for name in ("threshold", "overlap_threshold", "vad_threshold"):
             value = getattr(cfg, name)
             if value is not None and not 0 <= value < 1:

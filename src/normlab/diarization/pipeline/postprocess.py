@@ -40,6 +40,27 @@ def fill_gaps(active: torch.Tensor, frames: int) -> torch.Tensor:
     return out
 
 
+def hold(active: torch.Tensor, probs: torch.Tensor, low: float) -> torch.Tensor:
+    """``active (frames, speakers)`` (0/1) with each speaker's turns held on through frames where nobody is active
+    while that speaker's probability ``probs`` stays above ``low``: hysteresis (pyannote.audio's ``offset``
+    below its ``onset``). A turn starts where the speaker is active; its run of frames above ``low`` around it
+    is that speaker's, but only the frames no speaker holds are given to it, so a hold never adds overlap; where
+    two speakers' runs reach the same silent frame, the likelier takes it. Runs above ``low`` that touch none of
+    the speaker's active frames add nothing."""
+    if active.shape[0] == 0 or active.shape[1] == 0:
+        return active
+    above = probs > low  # T, S
+    begins = above & ~torch.cat([above.new_zeros(1, above.shape[1]), above[:-1]])
+    run = begins.long().cumsum(0) * above  # T, S: each speaker's runs above low numbered from 1; 0 outside them
+    has_turn = torch.zeros(int(run.max()) + 1, above.shape[1]).scatter_add_(0, run, (active.bool() & above).float())
+    claim = above & (has_turn.gather(0, run) > 0) & (active.sum(1, keepdim=True) == 0)  # T, S
+    likeliest = torch.where(claim, probs, torch.full_like(probs, -1.0)).argmax(1)  # T
+    frames = claim.any(1).nonzero().squeeze(1)
+    out = active.clone()
+    out[frames, likeliest[frames]] = 1
+    return out
+
+
 def to_turns(probs: torch.Tensor, frame_seconds: float, uri: str, *, threshold: float = 0.5, median: int = 11,
              labels: list[str] | None = None) -> list[Turn]:
     """Turns from ``probs (frames, speakers)``: active where ``p > threshold``, smoothed, then runs."""

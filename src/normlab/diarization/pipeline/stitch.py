@@ -8,7 +8,7 @@ from ..io.rttm import Turn
 from . import vbx, whiten
 from .cluster import check_speaker_counts, cluster
 from .config import PipelineConfig
-from .postprocess import fill_gaps, median_filter, to_turns
+from .postprocess import fill_gaps, hold, median_filter, to_turns
 from .segment import Segmentation, segment
 
 
@@ -62,6 +62,8 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
     rank = glob.argsort(dim=1, descending=True).argsort(dim=1)  # T, K: 0 for the likeliest
     active = ((rank < n_active[:, None]) & (glob > 0)).to(torch.uint8)
     active = median_filter(active, cfg.median)
+    if cfg.offset_threshold < 1:  # turns held on through silent frames while still likely (hysteresis)
+        active = hold(active, glob, cfg.offset_threshold)
     active = fill_gaps(active, round(cfg.fill_gap / seg.frame_seconds))
     return to_turns(active.float(), seg.frame_seconds, seg.uri, threshold=0.5, median=1,
                     labels=[f"spk{k}" for k in range(k_total)])
