@@ -69,6 +69,19 @@ def test_user_errors_are_one_line_and_exit_2(argv, message, capsys):
     assert len(err) == 1 and message in err[0] and "Traceback" not in err[0]
 
 
+def test_tune_never_replaces_a_file_it_did_not_write(tmp_path, capsys):
+    """`diarize tune --out` over a user's file stops before any work (it used to replace it at the end)."""
+    from normlab.cli import main
+
+    (tmp_path / "dev").mkdir()
+    notes = tmp_path / "notes.json"
+    notes.write_text("my notes\n")
+    assert main(["diarize", "tune", "--dev", str(tmp_path / "dev"), "--out", str(notes)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "notes.json exists and normlab did not write it" in err[0], err
+    assert notes.read_text() == "my notes\n"
+
+
 def test_a_missing_audio_file_is_still_read_as_audio_not_a_command(capsys):
     from normlab.cli import main
 

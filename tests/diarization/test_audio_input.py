@@ -126,6 +126,24 @@ def test_a_file_holding_nan_or_inf_samples_is_refused(tmp_path, bad):
         read_mono(path, SR)
 
 
+def test_samples_far_beyond_any_audio_scale_are_refused_and_the_rest_read(tmp_path):
+    """A float WAV scaled by 1e20 gave an empty result (its squares overflow float32): refused with its name. Up to
+    32-bit integer full scale (2^31) is read as it is; an empty waveform says so."""
+    x = _tone(200, 2.0)
+    for scale, ok in ((1e20, False), (2.0**31, True), (1e6, True)):
+        path = tmp_path / f"s{scale:g}.wav"
+        sf.write(path, (x * scale).astype(np.float32), SR, subtype="FLOAT")
+        if ok:
+            assert np.isfinite(read_mono(path, SR).numpy()).all()
+        else:
+            with pytest.raises(ValueError, match=r"s1e\+20.wav: samples reach 2e\+19, far beyond any audio scale"):
+                read_mono(path, SR)
+    with pytest.raises(ValueError, match="waveform: samples reach"):
+        as_mono(x * 1e20, SR, SR)
+    with pytest.raises(ValueError, match="waveform has no samples"):
+        as_mono(np.zeros(0, np.float32), SR, SR)
+
+
 @pytest.mark.parametrize("rate", [1, 100, 999])
 def test_a_header_with_an_impossible_sample_rate_is_refused(tmp_path, rate):
     path = tmp_path / "slow.wav"

@@ -231,3 +231,20 @@ def test_overlap_threshold_sets_how_sure_a_second_speaker_must_be():
     assert speakers(0.95) == [("spk0", 0.0, 2.0)]
     with pytest.raises(ValueError, match="overlap_threshold"):
         PipelineConfig.for_model(None, overlap_threshold=1.5)
+
+
+@pytest.mark.parametrize("setting, message", [
+    ({"piece": 0.0}, "piece must be"), ({"piece": float("nan")}, "piece must be"), ({"window": float("inf")}, "window"),
+    ({"min_embed": float("nan")}, "min_embed"), ({"max_embed": 0.0}, "max_embed"), ({"batch": 0}, "batch"),
+    ({"silence_db": float("nan")}, "silence_db"), ({"threshold": "0.5"}, "threshold must be"),
+    ({"whiten": "no"}, "whiten must be True or False"), ({"cluster_threshold": 5.0}, "cluster_threshold"),
+    ({"cluster_threshold": float("nan")}, "cluster_threshold"), ({"min_cluster": -5.0}, "min_cluster"),
+    ({"merge_threshold": float("nan")}, "merge_threshold"), ({"step": 20.0}, "step <= window"),
+])
+def test_each_pipeline_setting_is_checked_where_it_is_made(setting, message):
+    """A setting that cannot work is one clear line, from the API too (they gave empty results, or a NaN or a string
+    failed deep inside segmentation)."""
+    with pytest.raises(ValueError, match=message):
+        PipelineConfig(**setting)
+    with pytest.raises(ValueError, match=message):
+        PipelineConfig.for_model(None, **setting)

@@ -48,6 +48,23 @@ def test_simulation_is_reproducible_and_labels_match_audio(tmp_path):
     assert not train_spk & test_spk
 
 
+def test_a_folder_of_someone_elses_data_is_not_simulated_into(tmp_path):
+    """A folder with a ref.rttm (or wav/ files) but no config.json of normlab's is someone's data: its reference
+    would be replaced and new recordings mixed into it. Refused before anything is written; a folder normlab
+    simulated into (killed or finished) resumes."""
+    theirs = tmp_path / "theirs"
+    (theirs / "wav").mkdir(parents=True)
+    (theirs / "ref.rttm").write_text("mine\n")
+    cfg = SimConfig(n_mixtures=1, n_speakers=2, style="mixture", sources="espeak")
+    with pytest.raises(ValueError, match="was not simulated by normlab"):
+        simulate(theirs, cfg)
+    assert (theirs / "ref.rttm").read_text() == "mine\n" and not (theirs / "config.json").exists()
+    (theirs / "ref.rttm").unlink()
+    (theirs / "wav" / "x.wav").write_bytes(b"")
+    with pytest.raises(ValueError, match="was not simulated by normlab"):
+        simulate(theirs, cfg)
+
+
 def test_frame_labels():
     y = frame_labels([Turn("a", 0.0, 0.25, "x"), Turn("a", 0.2, 0.2, "y")], ["x", "y"], 5, 0.1)
     assert y[:, 0].tolist() == [1, 1, 0, 0, 0] and y[:, 1].tolist() == [0, 0, 1, 1, 0]

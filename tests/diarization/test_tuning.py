@@ -62,7 +62,8 @@ def setup(tmp_path_factory):
 def test_grid_axes_and_meaningless_rows():
     seg, st = parse_grid(["vad=off", "threshold=0.2,0.4"], (SEGMENT_GRID, STITCH_GRID))
     assert seg["vad"] == ("off",) and seg["threshold"] == (0.2, 0.4) and SEGMENT_GRID["vad"] != ("off",)
-    for bad in ("colour=red", "threshold=", "threshold=high"):
+    for bad in ("colour=red", "threshold=", "threshold=high", "cluster_threshold=nan", "piece=0", "piece=inf",
+                "min_cluster=-5", "merge_threshold=nan", "offset_threshold=2"):  # each value checked before any work
         with pytest.raises(UserError, match="grid"):
             parse_grid([bad], (SEGMENT_GRID, STITCH_GRID))
     assert not meaningful({"speakers": "eend", "vad": "speech"})

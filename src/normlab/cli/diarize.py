@@ -168,6 +168,7 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
 def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     import json
 
+    from .. import written
     from .._checks import BadValue, NotFound
     from ..diarization.models.eend import SHIPPED
     from ..diarization.pipeline.api import every_encoder, load_model
@@ -191,6 +192,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     out = pathlib.Path(args.out)
     if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
         raise BadValue(f"--out {out}: cannot write a file there (a folder, or its folder is missing or read-only)")
+    written.check([out], overwrite=args.overwrite, hint="give another --out")
     grids = parse_grid(args.grid, (SEGMENT_GRID, STITCH_GRID))
     # the grid's encoder (GE2E, or --embedding's weights), then every other shipped one on each mode's choice
     model, encoder = load_model(args.model), every_encoder(args.embedding)
@@ -201,7 +203,8 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
 
     result = tune_pipeline(model, encoder, args.dev.split(","), tests, segment_grid=grids[0], stitch_grid=grids[1],
                            jobs=args.jobs, progress=show, incumbent=model.postprocess.get("modes"))
-    pathlib.Path(args.out).write_text(json.dumps({"model": str(args.model or SHIPPED), **result}, indent=1) + "\n")
+    out.write_text(json.dumps({"model": str(args.model or SHIPPED), **result}, indent=1) + "\n")
+    written.record(out)
     if args.save:
         write_pipeline(args.model, result["modes"], result["speakers"],
                        {k: v for k, v in result.items() if k != "grid"}, result["whitened"], result.get("ahc"),
@@ -388,8 +391,8 @@ def add_parsers(sub, name: str) -> None:
         q.add_argument("--model", default=None,
                        help="a model saved by EENDModel.save (default: the model shipped with normlab)")
         q.add_argument("--embedding", default=None, metavar="WEIGHTS",
-                       help="speaker encoder weights, a file written by SpeakerEncoder.save (default: the GE2E "
-                       "weights shipped with normlab, from resemblyzer==0.1.4)")
+                       help="speaker encoder weights for the encoder --speaker-encoder names, a file written by its "
+                       "save() (default: the weights shipped with normlab, CAM++'s or GE2E's)")
         q.add_argument("--speaker-encoder", choices=["ge2e", "campplus"], default=None,
                        help="the speaker embeddings: ge2e (Resemblyzer's GE2E) or campplus (3D-Speaker's CAM++), "
                        "each with the settings chosen for it on the model's dev set (default: the model file's "
@@ -480,6 +483,7 @@ def add_parsers(sub, name: str) -> None:
     tu.add_argument("--jobs", type=positive_int, default=1, help=f"processes segmenting files in parallel {d}")
     tu.add_argument("--out", default="tune.json", help=f"the grid, the choice and the test scores {d}")
     flag(tu, "--save", "store the choice in the --model file (the pipeline's defaults for it)")
+    flag(tu, OVERWRITE, OVERWRITE_HELP)
     tu.set_defaults(func=_cmd_diarize_tune)
 
     wh = dsub.add_parser("whiten", help="fit the speaker embeddings' whitening and PLDA model (--clustering "

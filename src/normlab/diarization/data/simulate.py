@@ -287,8 +287,11 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
 
     out = pathlib.Path(out)
     _same_settings(out, cfg)
+    _not_users(out)
     (out / "wav").mkdir(parents=True, exist_ok=True)
     pool = voices(cfg.split, cfg.sources) if cfg.style != "nonspeech" else []
+    settings = json.dumps({**asdict(cfg), "voices": [v.key for v in pool]}, indent=2) + "\n"
+    (out / "config.json").write_text(settings)  # first: it marks the folder as normlab's (a killed run resumes)
     make = {"conversation": conversation, "mixture": mixture, "nonspeech": sounds_alone}[cfg.style]
     paths = [(out / "wav" / f"{mixture_uri(cfg, i)}.wav", out / "wav" / f"{mixture_uri(cfg, i)}.rttm")
              for i in range(cfg.n_mixtures)]
@@ -317,8 +320,21 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
         uem[uri] = [(0.0, sf.info(str(wav)).duration)]
     write_rttm(all_turns, out / "ref.rttm")
     write_uem(uem, out / "all.uem")
-    (out / "config.json").write_text(json.dumps({**asdict(cfg), "voices": [v.key for v in pool]}, indent=2) + "\n")
+    (out / "config.json").write_text(settings)
     return out
+
+
+def _not_users(out: pathlib.Path) -> None:
+    """A folder without normlab's ``config.json`` that already holds a ``ref.rttm``, an ``all.uem`` or files in
+    ``wav/`` is someone else's data: simulating there would replace its reference and mix new recordings into it."""
+    if (out / "config.json").exists():
+        return
+    wav = out / "wav"
+    theirs = [p for p in (out / "ref.rttm", out / "all.uem") if p.exists()]
+    theirs += sorted(wav.iterdir())[:1] if wav.is_dir() else []
+    if theirs:
+        raise BadValue(f"{out} holds {theirs[0]} but was not simulated by normlab (it has no config.json): simulate "
+                       "into another folder")
 
 
 def _same_settings(out: pathlib.Path, cfg: SimConfig) -> None:

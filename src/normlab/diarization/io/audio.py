@@ -108,6 +108,18 @@ def _read_gsm(path: pathlib.Path) -> np.ndarray:
     return np.frombuffer(run.stdout, dtype="<f4").astype(np.float32)
 
 
+#: the largest sample magnitude read as audio: full scale is 1.0, or 2^31 where a float file holds the values of
+#: 32-bit integer PCM; beyond it the squares behind every level and filterbank overflow float32 (1e20 gave an
+#: empty result) and no recording is stored that way
+MAX_PEAK = float(2**31)
+
+
+def _check_peak(peak: float, what: str) -> None:
+    if peak > MAX_PEAK:
+        raise AudioError(f"{what}: samples reach {peak:.3g}, far beyond any audio scale (full scale is 1.0; at most "
+                         f"{MAX_PEAK:.3g}, 32-bit integer full scale, is read)")
+
+
 def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
     """Mono float32 samples at ``sample_rate`` from a WAV/FLAC/Ogg (or headerless .gsm) file; errors name the file."""
     import soundfile as sf
@@ -122,7 +134,7 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
         if mono.size == 0:
             raise EmptyAudio(f"{path}: no audio samples")
         return _finish(mono, 8000, sample_rate)
-    finite = True
+    finite, peak = True, 0.0
     try:
         with sf.SoundFile(str(path)) as f:
             sr, n = f.samplerate, f.frames
@@ -133,6 +145,7 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
             for block in f.blocks(blocksize=BLOCK_SECONDS * sr, dtype="float32", always_2d=True):
                 mono[pos : pos + block.shape[0]] = block.mean(axis=1)
                 finite = finite and bool(np.isfinite(mono[pos : pos + block.shape[0]]).all())
+                peak = max(peak, float(np.abs(block).max(initial=0.0)))
                 pos += block.shape[0]
             mono = mono[:pos]
     except AudioError:
@@ -143,6 +156,7 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
         raise EmptyAudio(f"{path}: no audio samples")
     if not finite:  # a floating-point file can hold them; every later stage would turn them into silence
         raise AudioError(f"{path}: holds NaN or infinite samples")
+    _check_peak(peak, str(path))
     return _finish(mono, sr, sample_rate)
 
 
@@ -185,11 +199,12 @@ def as_mono(audio, sample_rate: int | None, target: int) -> tuple[torch.Tensor, 
         audio = audio[None]
     if audio.ndim != 2:
         raise BadValue(f"waveform must be (channels, samples) or (samples,), got shape {list(audio.shape)}")
-    if audio.shape[0] > audio.shape[1]:
-        raise BadValue(f"waveform shape {list(audio.shape)} looks like (samples, channels); pass (channels, samples)")
     if audio.shape[1] == 0:
         raise BadValue("waveform has no samples")
+    if audio.shape[0] > audio.shape[1]:
+        raise BadValue(f"waveform shape {list(audio.shape)} looks like (samples, channels); pass (channels, samples)")
     if not np.isfinite(audio).all():
         raise BadValue("waveform contains NaN or Inf")
+    _check_peak(float(np.abs(audio).max()), "waveform")
     mono = audio.astype(np.float32, copy=False).mean(axis=0)  # a new array: the caller's is left as it was
     return _finish(mono, int(sample_rate), target), uri

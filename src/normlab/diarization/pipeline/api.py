@@ -201,6 +201,7 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
     """
     if format not in FORMATS:
         raise BadValue(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    paths = [paths] if isinstance(paths, (str, pathlib.Path)) else list(paths)  # one file, not its characters
     if plot:
         from ..plot import pyplot, timeline_png
 

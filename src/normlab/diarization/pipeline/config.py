@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from ..._checks import BadValue, check_choice
@@ -14,6 +15,33 @@ TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_em
 
 #: the speaker encoders the pipeline can embed with (``models/embed.py``, ``models/campplus.py``)
 SPEAKER_ENCODERS = ("ge2e", "campplus")
+
+
+#: each number's range: (name, lower test, upper test, what the message says it must be)
+_pos = lambda v: v > 0  # noqa: E731
+_any = lambda v: True  # noqa: E731
+_RANGES = (
+    ("window", _pos, lambda v: v <= 3600, "a number of seconds in (0, 3600]"),
+    ("step", _pos, _any, "a number of seconds > 0"),
+    ("threshold", lambda v: v >= 0, lambda v: v < 1, "in [0, 1)"),
+    ("overlap_threshold", lambda v: v >= 0, lambda v: v < 1, "in [0, 1) (or None: the threshold)"),
+    ("offset_threshold", lambda v: v >= 0, lambda v: v <= 1, "in [0, 1] (1: off)"),
+    ("vad_threshold", lambda v: v >= 0, lambda v: v < 1, "in [0, 1)"),
+    ("fill_gap", lambda v: v >= 0, lambda v: v <= 3600, "0 to 3600 seconds"),
+    ("cluster_threshold", lambda v: v >= 0, lambda v: v <= 2, "a cosine distance in [0, 2]"),
+    ("merge_threshold", lambda v: v >= 0, lambda v: v <= 2, "a cosine distance in [0, 2] (0: no merge)"),
+    ("min_embed", _pos, lambda v: v <= 3600, "a number of seconds in (0, 3600]"),
+    ("max_embed", _pos, lambda v: v <= 3600, "a number of seconds in (0, 3600]"),
+    ("min_cluster", lambda v: v >= 0, _any, "a number of seconds >= 0"),
+    ("piece", _pos, lambda v: v <= 3600, "a number of seconds in (0, 3600]"),
+    ("silence_db", _any, lambda v: v <= 0, "a level in dBFS <= 0"),
+    ("silence_range_db", _pos, _any, "a number of dB > 0 (or None: silence_db alone)"),
+    ("flat_db", lambda v: v >= 0, lambda v: v <= 100, "in [0, 100] dB"),
+    ("flat_seconds", _pos, lambda v: v <= 60, "in (0, 60] seconds"),
+    ("veto_seconds", _pos, lambda v: v <= 3600, "a number of seconds in (0, 3600]"),
+    ("vbx_fa", _pos, _any, "a number > 0"),
+    ("vbx_fb", _pos, _any, "a number > 0"),
+)
 
 
 #: each speakers mode's own defaults, tuned on its development data (docs/diarization.md): speech at 0.5 in
@@ -65,6 +93,34 @@ class PipelineConfig:
     weighting: str = "mean"  # how the windows covering a frame are averaged: "hamming" trusts a window's
     #                             middle more than its edges (pyannote's aggregation); "mean" weighs them alike
     batch: int = 16  # windows per model call
+
+    def __post_init__(self):
+        """Each setting on its own: one ``BadValue`` line for the first that cannot work (the combinations, and
+        what the model file must hold for them, are checked by :meth:`for_model`)."""
+        for name in ("whiten", "reassign"):
+            if not isinstance(getattr(self, name), bool):
+                raise BadValue(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if not (isinstance(self.batch, int) and not isinstance(self.batch, bool) and self.batch >= 1):
+            raise BadValue(f"batch must be a whole number >= 1, got {self.batch!r}")
+        if not (isinstance(self.median, int) and 1 <= self.median <= 1001 and self.median % 2 == 1):
+            raise BadValue(f"median must be an odd number of frames from 1 to 1001, got {self.median!r}")
+        if not (isinstance(self.vbx_dims, int) and self.vbx_dims >= 1):
+            raise BadValue(f"vbx_dims must be a whole number >= 1, got {self.vbx_dims!r}")
+        for name, lo, hi, what in _RANGES:
+            value = getattr(self, name)
+            if value is None and name in ("overlap_threshold", "silence_range_db"):
+                continue
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            if not (ok and lo(value) and hi(value)):
+                raise BadValue(f"{name} must be {what}, got {value!r}")
+        if not self.step <= self.window:
+            raise BadValue(f"need 0 < step <= window, got window={self.window}, step={self.step}")
+        check_choice(self.speakers, ("eend", "speech"), "speakers mode")
+        check_choice(self.vad, ("off", "gate", "speech", "union", "veto"), "vad mode")
+        check_choice(self.weighting, ("hamming", "mean"), "window weighting")
+        check_choice(self.clustering, ("ahc", "vbx"), "clustering")
+        check_choice(self.speaker_encoder, SPEAKER_ENCODERS, "speaker encoder")
+
 
     @classmethod
     def for_model(cls, model, **overrides) -> "PipelineConfig":
@@ -119,13 +175,6 @@ class PipelineConfig:
         if unknown:
             raise BadValue(f"unknown pipeline option(s) {sorted(unknown)}")
         cfg = cls(**kw)
-        if cfg.window <= 0 or not 0 < cfg.step <= cfg.window:
-            raise BadValue(f"need 0 < step <= window, got window={cfg.window}, step={cfg.step}")
-        check_choice(cfg.speakers, ("eend", "speech"), "speakers mode")
-        check_choice(cfg.vad, ("off", "gate", "speech", "union", "veto"), "vad mode")
-        check_choice(cfg.weighting, ("hamming", "mean"), "window weighting")
-        check_choice(cfg.clustering, ("ahc", "vbx"), "clustering")
-        check_choice(cfg.speaker_encoder, SPEAKER_ENCODERS, "speaker encoder")
         if cfg.speaker_encoder != "ge2e" and (cfg.whiten or cfg.clustering == "vbx"):
             raise BadValue(f"the model file's whitening and PLDA model were fitted on GE2E embeddings: "
                            f"{'whiten' if cfg.whiten else 'clustering vbx'} needs speaker_encoder 'ge2e', not "
@@ -136,28 +185,10 @@ class PipelineConfig:
                                "MODEL --train DIR)")
             if cfg.whiten:
                 raise BadValue("clustering 'vbx' has its own model of the embeddings: whiten applies to 'ahc' only")
-            if not (cfg.vbx_fa > 0 and cfg.vbx_fb > 0 and cfg.vbx_dims >= 1):
-                raise BadValue(f"vbx needs vbx_fa > 0, vbx_fb > 0 and vbx_dims >= 1, got {cfg.vbx_fa}, "
-                               f"{cfg.vbx_fb}, {cfg.vbx_dims}")
         if cfg.whiten and getattr(model, "whitening", None) is None:
             raise BadValue("whiten is on but the model file holds no embedding whitening (fit one: normlab diarize "
                            "whiten MODEL --train DIR)")
         if cfg.speakers == "eend" and cfg.vad == "speech":
             raise BadValue("vad 'speech' (Silero alone decides speech) reads the model in speakers mode 'speech'; "
                            "with speakers 'eend' use vad 'gate'")
-        if not (0 <= cfg.flat_db <= 100 and 0 < cfg.flat_seconds <= 60):
-            raise BadValue(f"need flat_db in [0, 100] dB and flat_seconds in (0, 60], got {cfg.flat_db}, "
-                           f"{cfg.flat_seconds}")
-        if not 0 <= cfg.fill_gap <= 3600:
-            raise BadValue(f"fill_gap must be 0 to 3600 seconds, got {cfg.fill_gap}")
-        if not (isinstance(cfg.median, int) and 1 <= cfg.median <= 1001 and cfg.median % 2 == 1):
-            raise BadValue(f"median must be an odd number of frames from 1 to 1001, got {cfg.median!r}")
-        if not cfg.veto_seconds > 0:
-            raise BadValue(f"veto_seconds must be > 0, got {cfg.veto_seconds}")
-        if not 0 <= cfg.offset_threshold <= 1:
-            raise BadValue(f"offset_threshold must be in [0, 1] (1: off), got {cfg.offset_threshold}")
-        for name in ("threshold", "overlap_threshold", "vad_threshold"):
-            value = getattr(cfg, name)
-            if value is not None and not 0 <= value < 1:
-                raise BadValue(f"{name} must be in [0, 1), got {value}")
         return cfg

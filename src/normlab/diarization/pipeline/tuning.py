@@ -108,6 +108,8 @@ def parse_grid(items: list[str], grids: tuple[dict, dict]) -> tuple[dict, dict]:
         kind = _flag if isinstance(grid[name][0], bool) else type(grid[name][0])
         try:
             grid[name] = tuple(kind(v) for v in values.split(","))
+            for v in grid[name]:  # each value on its own (a NaN cut would fail after the whole grid has run)
+                PipelineConfig(**{name: v})
         except ValueError as e:
             raise BadValue(f"grid {item!r}: {e}") from None
     return seg, st
@@ -339,6 +341,8 @@ def _other_encoders(model, run, dev_files: list, modes: dict, rows: list, keys: 
             best, tried = None, []
             for piece in grid["piece"]:
                 seg_kw = {**kw, "speaker_encoder": name, "piece": piece}
+                if name != "ge2e":  # the model file's whitening and PLDA model read GE2E embeddings only
+                    seg_kw.update(whiten=False, clustering="ahc")
                 segs = run([w for w, _ in dev_files], PipelineConfig.for_model(model, **seg_kw))
                 for cut, floor in itertools.product(grid["cluster_threshold"], grid["min_cluster"]):
                     setting = {**seg_kw, "cluster_threshold": cut, "min_cluster": floor}
