@@ -146,6 +146,28 @@ def test_evaluate_prints_what_score_prints(files, tmp_path, capsys):
         assert result["files"][0]["collars"][collar]["der"] == result["total"][collar]["der"]
 
 
+def test_evaluate_names_a_failed_file_once_and_says_what_its_failure_scored(files, tmp_path, capsys):
+    """A file that cannot be read: its path once, its error, and whether it was scored (as all missed: in the
+    reference) or not (not in the reference)."""
+    d, audio = files
+    folder = tmp_path / "in"
+    folder.mkdir()
+    sf.write(folder / "talk.wav", audio, SR)
+    (folder / "broken.wav").write_bytes(b"RIFF")
+    (folder / "stray.wav").write_bytes(b"RIFF")
+    ref = tmp_path / "ref.rttm"
+    write_rttm([Turn(u, 0.0, 2.0, "v0") for u in ("talk", "broken")], ref)
+    capsys.readouterr()
+    rc = main(["diarize", "evaluate", str(folder), str(ref), "--model", str(d / "m.pt"), "--embedding",
+               str(d / "enc.pt"), "--out", str(tmp_path / "ev")])
+    out = capsys.readouterr().out.splitlines()
+    broken = [line for line in out if line.startswith(str(folder / "broken.wav"))]
+    stray = [line for line in out if line.startswith(str(folder / "stray.wav"))]
+    assert rc == 1 and len(broken) == len(stray) == 1, out
+    assert broken[0].count("broken.wav") == 1 and broken[0].endswith("(scored as all missed)"), broken
+    assert stray[0].count("stray.wav") == 1 and stray[0].endswith("(not in the reference)"), stray
+
+
 def test_short_silent_and_resampled_audio(files):
     d, audio = files
     short = _turns(d, audio[: 3 * SR], sample_rate=SR)  # shorter than one window

@@ -151,7 +151,8 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
     except AudioError:
         raise
     except Exception as e:  # noqa: BLE001 - libsndfile raises several types
-        raise AudioError(f"{path}: cannot read audio ({e})") from None
+        detail = str(e).replace(f" {str(path)!r}", "").replace(str(path), "the file")  # the path is said once
+        raise AudioError(f"{path}: cannot read audio ({detail})") from None
     if mono.size == 0:
         raise EmptyAudio(f"{path}: no audio samples")
     if not finite:  # a floating-point file can hold them; every later stage would turn them into silence

@@ -144,8 +144,10 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
         files.append(row)
     for c in COLLARS:
         total[f"{c:g}"] = _as_dict(score(ref, hyp, collar=c, uem=regions))
-    result = {"files": files, "total": total, "errors": {k: v for k, v in status.items() if v != "ok"},
-              "out": str(out_dir)}
+    # each failed file's error (its path said once, by the key) and what its failure did to the scores
+    effect = lambda k: "scored as all missed" if reference.get(recording_uri(k)) else "not in the reference"  # noqa: E731
+    errors = {k: f"{v.removeprefix(f'{k}: ')} ({effect(k)})" for k, v in status.items() if v != "ok"}
+    result = {"files": files, "total": total, "errors": errors, "out": str(out_dir)}
     if html is not None:
         from .report_html import write_evaluation_page
 
@@ -167,5 +169,5 @@ def format_evaluation(result: dict) -> str:
         lines.append(f"{row['uri'][:24]:<24s}" + "".join(f"  {100 * row['collars'][c]['der']:8.2f}%" for c in cs))
     lines.append(f"{'TOTAL':<24s}" + "".join(f"  {100 * result['total'][c]['der']:8.2f}%" for c in cs))
     for path, err in result["errors"].items():
-        lines.append(f"{path}: error: {err} (scored as all missed)")
+        lines.append(f"{path}: error: {err}")
     return "\n".join(lines)
