@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 
 from ..._checks import BadValue, check_choice
@@ -110,7 +111,7 @@ class PipelineConfig:
             value = getattr(self, name)
             if value is None and name in ("overlap_threshold", "silence_range_db"):
                 continue
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
             if not (ok and lo(value) and hi(value)):
                 raise BadValue(f"{name} must be {what}, got {value!r}")
         if not self.step <= self.window:
