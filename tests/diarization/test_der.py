@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import torch
 
+from normlab._checks import BadValue
 from normlab.diarization import Turn, diarization_error_rate, pit_bce, read_rttm, read_uem, write_rttm, write_uem
 from normlab.diarization.metrics.der import score
 
@@ -194,3 +196,121 @@ def test_cli_score_refuses_what_it_cannot_score(tmp_path, capsys):
     assert main(["diarize", "score", str(ok), str(ok), str(other)]) == 0
     captured = capsys.readouterr()
     assert "DER: 0.00%" in captured.out and "1 hypothesis recordings are not in the reference" in captured.err
+
+
+def test_cli_score_refuses_a_recording_in_two_files(tmp_path, capsys):
+    """Turns of one recording in two hypothesis (or reference) files are an error naming both, not one merged
+    hypothesis."""
+    from normlab.cli import main
+
+    write_rttm([T(0, 4, "A")], tmp_path / "ref.rttm")
+    write_rttm([T(0, 2, "x")], tmp_path / "h1.rttm")
+    write_rttm([T(2, 4, "y")], tmp_path / "h2.rttm")
+    assert main(["diarize", "score", str(tmp_path / "ref.rttm"), str(tmp_path / "h1.rttm"),
+                 str(tmp_path / "h2.rttm")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'a'" in err[0] and "h1.rttm" in err[0] and "h2.rttm" in err[0], err
+    (tmp_path / "refs").mkdir()  # a folder of references, two of them with recording a
+    write_rttm([T(0, 2, "A")], tmp_path / "refs" / "r1.rttm")
+    write_rttm([T(2, 4, "A")], tmp_path / "refs" / "r2.rttm")
+    assert main(["diarize", "score", str(tmp_path / "refs"), str(tmp_path / "h1.rttm")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "r1.rttm" in err[0] and "r2.rttm" in err[0], err
+    write_rttm([T(0, 4, "x", "b")], tmp_path / "hb.rttm")  # different recordings in several files: fine
+    assert main(["diarize", "score", str(tmp_path / "ref.rttm"), str(tmp_path / "h1.rttm"),
+                 str(tmp_path / "hb.rttm"), "--collar", "0"]) == 0
+    assert capsys.readouterr().out.startswith("DER: 50.00%")
+
+
+def test_read_refuses_absurd_times(tmp_path, capsys):
+    """Finite but absurd times (past 1e7 s, about 116 days) are a corrupt file, not a 300-digit total."""
+    from normlab.cli import main
+
+    for name, text in {"on": "SPEAKER a 1 1e300 1 <NA> <NA> A <NA> <NA>\n",
+                       "dur": "SPEAKER a 1 0 1e300 <NA> <NA> A <NA> <NA>\n"}.items():
+        (tmp_path / f"{name}.rttm").write_text(text)
+        with pytest.raises(BadValue, match=rf"{name}.rttm:1: .*116 days"):
+            read_rttm(tmp_path / f"{name}.rttm")
+    (tmp_path / "far.uem").write_text("a 1 0 1e300\n")
+    with pytest.raises(BadValue, match=r"far.uem:1: .*116 days"):
+        read_uem(tmp_path / "far.uem")
+    (tmp_path / "edge.rttm").write_text("SPEAKER a 1 1e7 1e7 <NA> <NA> A <NA> <NA>\n")
+    assert read_rttm(tmp_path / "edge.rttm") == {"a": [Turn("a", 1e7, 1e7, "A")]}
+    write_rttm([T(0, 4, "A")], tmp_path / "ok.rttm")
+    assert main(["diarize", "score", str(tmp_path / "dur.rttm"), str(tmp_path / "ok.rttm")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "116 days" in err[0], err
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: diarization_error_rate([T(0, 4, "A")], [T(0, 4, "x")], collar=NAN), "collar"),
+    (lambda: diarization_error_rate([T(0, 4, "A")], [T(0, 4, "x")], collar=-1.0), "collar"),
+    (lambda: diarization_error_rate([T(0, 4, "A")], [T(0, 4, "x")], collar=float("inf")), "collar"),
+    (lambda: score({}, {}, collar=NAN), "collar"),  # nothing to score is no reason to accept it
+    (lambda: score({"a": [T(0, 4, "A")]}, {"a": [T(0, 4, "x")]}, collar=-0.5), "collar"),
+    (lambda: diarization_error_rate([Turn("a", NAN, 1.0, "A")], [T(0, 4, "x")]), "start"),
+    (lambda: diarization_error_rate([T(0, 4, "A")], [Turn("a", 0.0, NAN, "x")]), "duration"),
+    (lambda: diarization_error_rate([Turn("a", 1.0, -0.5, "A")], []), "duration"),
+    (lambda: diarization_error_rate([Turn("a", "0", 1.0, "A")], []), "start"),
+    (lambda: diarization_error_rate([T(0, 4, "A")], [T(0, 4, "x")], uem=[(3.0, 1.0)]), "ends before it starts"),
+    (lambda: diarization_error_rate([T(0, 4, "A")], [T(0, 4, "x")], uem=[(0.0, NAN)]), "offset"),
+    (lambda: diarization_error_rate([T(0, 4, "A")], [T(0, 4, "x")], uem={"a": [(0.0, 1.0)]}), "score()"),
+    (lambda: diarization_error_rate([T(0, 4, "A")], [T(0, 4, "x")], uem=[0.0, 1.0]), "pair"),
+    (lambda: diarization_error_rate({"a": [T(0, 4, "A")]}, [T(0, 4, "x")]), "score()"),
+    (lambda: diarization_error_rate([T(0, 4, "A")], [(0.0, 4.0, "x")]), "Turn"),
+    (lambda: diarization_error_rate([T(0, 4, "A"), T(0, 4, "B", "b")], []), "recordings"),
+    (lambda: score([T(0, 4, "A")], {"a": [T(0, 4, "x")]}), "{uri:"),
+    (lambda: score({"a": [T(0, 4, "A")]}, {"a": [T(0, 4, "x")]}, uem=[(0.0, 1.0)]), "{uri:"),
+    (lambda: score({"a": [T(0, 4, "A")]}, {"a": [T(0, 4, "x")]}, uem={"a": [(3.0, 1.0)]}), "ends before"),
+])
+def test_der_refuses_what_it_cannot_score(call, message):
+    with pytest.raises(BadValue, match=re.escape(message)):
+        call()
+
+
+def test_der_scores_one_recording_whatever_the_hypothesis_names_it():
+    """``diarize(waveform)`` names its turns "audio": a hypothesis under another uri than the reference's is
+    still that recording's (the one-recording call scores what it is given)."""
+    ref, hyp = [T(0, 10, "A"), T(10, 20, "B")], [T(0, 8, "s1", "audio"), T(8, 20, "s2", "audio")]
+    assert diarization_error_rate(ref, hyp) == diarization_error_rate(ref, [T(0, 8, "s1"), T(8, 20, "s2")])
+
+
+def test_frame_errors_refuse_a_step_that_is_not_a_number_of_seconds():
+    from normlab.diarization.metrics.frame_errors import frame_errors
+
+    for step in (NAN, float("inf"), 0.0):
+        with pytest.raises(BadValue, match="step"):
+            frame_errors([T(0, 4, "A")], [T(0, 4, "x")], step=step)
+
+
+@pytest.mark.parametrize("turn", [Turn("a", 0.0, NAN, "A"), Turn("a", 0.0, -1.0, "A"), Turn("a", "0", 1.0, "A"),
+                                  Turn("a", 0.0, 1e300, "A")])
+def test_write_rttm_refuses_what_read_rttm_would(tmp_path, turn):
+    with pytest.raises(BadValue, match="start|duration"):
+        write_rttm([T(0, 1, "A"), turn], tmp_path / "x.rttm")
+    assert not (tmp_path / "x.rttm").exists()  # nothing written
+
+
+@pytest.mark.parametrize("regions", [{"a": [(3.0, 1.0)]}, {"a": [(NAN, 1.0)]}, {"a": [(0.0, NAN)]},
+                                     {"a": [(-1.0, 1.0)]}, {"a": [(0.0, 1.0, 2.0)]}, [(0.0, 1.0)]])
+def test_write_uem_refuses_what_read_uem_would(tmp_path, regions):
+    with pytest.raises(BadValue):
+        write_uem(regions, tmp_path / "x.uem")
+    assert not (tmp_path / "x.uem").exists()
+
+
+def test_uem_line_of_the_wrong_number_of_fields_says_so(tmp_path, capsys):
+    from normlab.cli import main
+
+    (tmp_path / "few.uem").write_text("; scored regions\na 1 0\n")
+    with pytest.raises(BadValue, match=r"few.uem:2: .*expected 4 fields \(uri channel onset offset\), got 3"):
+        read_uem(tmp_path / "few.uem")
+    write_rttm([T(1, 4, "A")], tmp_path / "ref.rttm")
+    for uem in ("few.uem", "ref.rttm"):  # an RTTM file given as the UEM: 10 fields
+        assert main(["diarize", "score", str(tmp_path / "ref.rttm"), str(tmp_path / "ref.rttm"),
+                     "--uem", str(tmp_path / uem)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{uem}:" in err[0] and "expected 4 fields" in err[0], err

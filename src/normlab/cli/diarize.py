@@ -35,18 +35,23 @@ def _read_only(path) -> bool:
 
 
 def _read_rttms(paths: list[str]) -> dict:
-    """Turns of RTTM files and of every ``*.rttm`` in folders, by recording."""
-    from .._checks import NotFound
+    """Turns of RTTM files and of every ``*.rttm`` in folders, by recording; a recording with turns in two files
+    is an error (merged, its turns would be counted twice)."""
+    from .._checks import BadValue, NotFound
     from ..diarization.io.rttm import read_rttm
 
     turns: dict = {}
+    origin: dict = {}
     for path in map(pathlib.Path, paths):
         files = sorted(path.glob("*.rttm")) if path.is_dir() else [path]
         if not files:
             raise NotFound(f"{path} has no .rttm files")
         for f in files:
             for uri, ts in read_rttm(f).items():
-                turns.setdefault(uri, []).extend(ts)
+                if uri in origin:
+                    raise BadValue(f"recording {uri!r} has turns in two files, {origin[uri]} and {f}: give each "
+                                   "recording's turns in one file")
+                turns[uri], origin[uri] = ts, f
     return turns
 
 

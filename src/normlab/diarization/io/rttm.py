@@ -28,8 +28,35 @@ class Turn:
 
 
 def _check_token(value: str, what: str) -> None:
-    if not value or any(c.isspace() for c in value):
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
         raise BadValue(f"{what} must be non-empty and without spaces, got {value!r}")
+
+
+#: the latest time read or written, seconds (about 116 days): a later onset, duration or offset is a corrupt file
+MAX_SECONDS = 1e7
+
+
+def check_seconds(value, what: str) -> None:
+    """Raise BadValue unless ``value`` is a number of seconds from 0 to ``MAX_SECONDS`` (NaN is not)."""
+    try:
+        v = math.nan if isinstance(value, (str, bytes, bool)) else float(value)
+    except OverflowError:  # an int beyond float range
+        v = math.inf
+    except (TypeError, ValueError):
+        v = math.nan
+    if not 0 <= v <= MAX_SECONDS:
+        raise BadValue(f"{what} must be a number of seconds from 0 to {MAX_SECONDS:.0e} (about 116 days), "
+                       f"got {value!r}")
+
+
+def check_turn(turn) -> None:
+    """Raise BadValue unless ``turn`` is a ``Turn`` whose start and duration pass ``check_seconds``."""
+    if not isinstance(turn, Turn):
+        raise BadValue(f"expected a Turn, got {type(turn).__name__} {turn!r:.80}")
+    s, d = turn.start, turn.duration
+    if not (type(s) in (float, int) and type(d) in (float, int) and 0 <= s <= MAX_SECONDS and 0 <= d <= MAX_SECONDS):
+        check_seconds(s, f"{turn}: start")  # the message made only here: DER checks every turn of every call
+        check_seconds(d, f"{turn}: duration")
 
 
 #: the RTTM line types other than SPEAKER (NIST's RTTM format): read past, as comments are
@@ -50,10 +77,8 @@ def read_rttm(path: str | pathlib.Path) -> dict[str, list[Turn]]:
             if len(fields) < 8:
                 raise ValueError(f"expected 10 fields, got {len(fields)}")
             start, dur = float(fields[3]), float(fields[4])
-            if not (math.isfinite(start) and math.isfinite(dur)):
-                raise ValueError("onset and duration must be finite numbers")
-            if start < 0 or dur < 0:
-                raise ValueError(f"negative {'onset' if start < 0 else 'duration'} {min(start, dur)}")
+            check_seconds(start, "onset")
+            check_seconds(dur, "duration")
         except ValueError as e:
             raise BadValue(f"{path}:{n}: bad RTTM line ({e}): {line!r}") from None
         turns[fields[1]].append(Turn(fields[1], start, dur, fields[7]))
@@ -61,11 +86,15 @@ def read_rttm(path: str | pathlib.Path) -> dict[str, list[Turn]]:
 
 
 def format_rttm(turns: list[Turn]) -> str:
-    """RTTM text of the turns, sorted, one line each (newline-terminated)."""
-    lines = []
-    for t in sorted(turns):
+    """RTTM text of the turns, sorted, one line each (newline-terminated); BadValue on a turn read_rttm would
+    refuse."""
+    turns = list(turns)
+    for t in turns:  # all checked before sorting (which compares the times)
+        check_turn(t)
         _check_token(t.uri, "uri")
         _check_token(t.speaker, "speaker")
+    lines = []
+    for t in sorted(turns):
         lines.append(f"SPEAKER {t.uri} 1 {t.start:.3f} {t.duration:.3f} <NA> <NA> {t.speaker} <NA> <NA>\n")
     return "".join(lines)
 

@@ -4,11 +4,23 @@
 """
 from __future__ import annotations
 
-import math
 import pathlib
 from collections import defaultdict
 
 from ..._checks import BadValue, read_text_file
+from .rttm import _check_token, check_seconds
+
+
+def check_region(region, what: str = "UEM region") -> None:
+    """Raise BadValue unless ``region`` is an ``(onset, offset)`` pair of seconds (``check_seconds``), in order."""
+    try:
+        on, off = region
+    except (TypeError, ValueError):
+        raise BadValue(f"{what} must be an (onset, offset) pair of seconds, got {region!r}") from None
+    check_seconds(on, f"{what} {region!r}: onset")
+    check_seconds(off, f"{what} {region!r}: offset")
+    if off < on:
+        raise BadValue(f"{what} {region!r} ends before it starts")
 
 
 def read_uem(path: str | pathlib.Path) -> dict[str, list[tuple[float, float]]]:
@@ -20,17 +32,23 @@ def read_uem(path: str | pathlib.Path) -> dict[str, list[tuple[float, float]]]:
             continue
         fields = line.split()
         try:
+            if len(fields) != 4:
+                raise ValueError(f"expected 4 fields (uri channel onset offset), got {len(fields)}")
             on, off = float(fields[2]), float(fields[3])
-            if not (math.isfinite(on) and math.isfinite(off)) or on < 0:
-                raise ValueError("onset and offset must be finite and not negative")
-            if off < on:
-                raise ValueError(f"offset {off} before onset {on}")
-        except (IndexError, ValueError) as e:
+            check_region((on, off), "region")
+        except ValueError as e:
             raise BadValue(f"{path}:{n}: bad UEM line ({e}): {line!r}") from None
         regions[fields[0]].append((on, off))
     return {uri: sorted(r) for uri, r in regions.items()}
 
 
 def write_uem(regions: dict[str, list[tuple[float, float]]], path: str | pathlib.Path) -> None:
+    """Write ``{uri: [(onset, offset), ...]}``; BadValue, before writing, on a region read_uem would refuse."""
+    if not isinstance(regions, dict):
+        raise BadValue(f"UEM regions must be a dict {{uri: [(onset, offset), ...]}}, got a {type(regions).__name__}")
+    for uri, rs in regions.items():
+        _check_token(uri, "uri")
+        for r in rs:
+            check_region(r, f"UEM region of {uri}")
     lines = [f"{uri} 1 {on:.3f} {off:.3f}" for uri in sorted(regions) for on, off in sorted(regions[uri])]
     pathlib.Path(path).write_text("".join(line + "\n" for line in lines))

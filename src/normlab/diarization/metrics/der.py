@@ -14,10 +14,12 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..._checks import BadValue
-from ..io.rttm import Turn
+from ..io.rttm import Turn, check_seconds, check_turn
+from ..io.uem import check_region
 
 Intervals = list[tuple[float, float]]
 
@@ -105,13 +107,46 @@ class DERResult:
         ])
 
 
+def _check_turns(turns, what: str) -> None:
+    """``turns`` must be one recording's: a list of ``Turn`` (``check_turn``) of a single uri."""
+    if not isinstance(turns, (list, tuple)):
+        raise BadValue(f"{what} must be a list of one recording's turns, got a {type(turns).__name__}"
+                       + (" (score() takes {uri: turns})" if isinstance(turns, Mapping) else ""))
+    for t in turns:
+        check_turn(t)
+    uris = sorted({str(t.uri) for t in turns})
+    if len(uris) > 1:
+        raise BadValue(f"{what} has turns of {len(uris)} recordings ({', '.join(uris[:3])}"
+                       f"{', ...' if len(uris) > 3 else ''}): score one at a time, or all with score({{uri: turns}})")
+
+
+def _check_uem(uem) -> None:
+    """``uem`` must be None or a list of ``(start, end)`` regions (``check_region``)."""
+    if uem is None:
+        return
+    if not isinstance(uem, (list, tuple)):
+        raise BadValue(f"uem of one recording must be a list of (start, end) regions, got a {type(uem).__name__}"
+                       + (" (score() takes {uri: regions})" if isinstance(uem, Mapping) else ""))
+    for r in uem:
+        check_region(r, "uem region")
+
+
 def scored_region(reference: list[Turn], hypothesis: list[Turn], *, collar: float = 0.0,
                   skip_overlap: bool = False, uem: Intervals | None = None) -> Intervals:
-    """The time that counts: UEM (or the extent of both), minus collars and (optionally) overlap."""
+    """The time that counts: UEM (or the extent of both), minus collars and (optionally) overlap.
+
+    Raises BadValue unless ``reference`` and ``hypothesis`` are lists of one recording's turns (the uri may
+    differ between them: ``diarize(waveform)`` names its turns "audio"), times in seconds from 0 to 1e7,
+    ``collar`` such a number and ``uem`` None or a list of ``(start, end)`` regions in order.
+    """
+    check_seconds(collar, "collar")
+    _check_turns(reference, "reference")
+    _check_turns(hypothesis, "hypothesis")
+    _check_uem(uem)
     if uem is not None:
         region = merge(uem)
     else:
-        all_turns = reference + hypothesis
+        all_turns = [*reference, *hypothesis]
         region = merge([(min(t.start for t in all_turns), max(t.end for t in all_turns))]) if all_turns else []
     if collar > 0:
         edges = [(b - collar, b + collar) for t in reference for b in (t.start, t.end)]
@@ -146,9 +181,7 @@ def speaker_mapping(reference: list[Turn], hypothesis: list[Turn], *, collar: fl
 
 def diarization_error_rate(reference: list[Turn], hypothesis: list[Turn], *, collar: float = 0.0,
                            skip_overlap: bool = False, uem: Intervals | None = None) -> DERResult:
-    """DER components of one recording (turns of a single uri)."""
-    if collar < 0:
-        raise BadValue(f"collar must be >= 0, got {collar}")
+    """DER components of one recording (turns of a single uri; BadValue on arguments ``scored_region`` refuses)."""
     region = scored_region(reference, hypothesis, collar=collar, skip_overlap=skip_overlap, uem=uem)
     ref = {k: intersect(v, region) for k, v in _by_speaker(reference).items()}
     hyp = {k: intersect(v, region) for k, v in _by_speaker(hypothesis).items()}
@@ -172,7 +205,16 @@ def diarization_error_rate(reference: list[Turn], hypothesis: list[Turn], *, col
 
 def score(reference: dict[str, list[Turn]], hypothesis: dict[str, list[Turn]], *, collar: float = 0.0,
           skip_overlap: bool = False, uem: dict[str, Intervals] | None = None) -> DERResult:
-    """Sum of the per-recording components over every reference uri (a missing hypothesis is all miss)."""
+    """Sum of the per-recording components over every reference uri (a missing hypothesis is all miss).
+
+    ``reference``, ``hypothesis`` and ``uem`` (or None) are ``{uri: ...}``, each value as
+    ``diarization_error_rate`` takes it; BadValue otherwise.
+    """
+    check_seconds(collar, "collar")  # even with nothing to score
+    for what, d in (("reference", reference), ("hypothesis", hypothesis), ("uem", uem)):
+        if not isinstance(d, Mapping) and not (what == "uem" and d is None):
+            raise BadValue(f"score() takes {what} as {{uri: {'regions' if what == 'uem' else 'turns'}}}, got a "
+                           f"{type(d).__name__} (diarization_error_rate scores one recording's list)")
     total = DERResult()
     for uri in sorted(reference):
         total = total + diarization_error_rate(reference[uri], hypothesis.get(uri, []), collar=collar,

@@ -8,6 +8,7 @@ them (``der.speaker_mapping``), per frame with ``r`` reference and ``h`` hypothe
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,8 +50,8 @@ def _activity(turns: list[Turn], centres: np.ndarray) -> dict[str, np.ndarray]:
 def frame_errors(reference: list[Turn], hypothesis: list[Turn], *, step: float = 0.01,
                  uem: Intervals | None = None) -> FrameErrors:
     """Missed, false alarm and confusion per ``step``-second frame of one recording (collar 0)."""
-    if step <= 0:
-        raise BadValue(f"step must be > 0, got {step}")
+    if not 0 < step < math.inf:  # NaN too
+        raise BadValue(f"step must be a finite number of seconds > 0, got {step}")
     region = scored_region(reference, hypothesis, uem=uem)
     mapping = speaker_mapping(reference, hypothesis, uem=uem)
     if not region:
