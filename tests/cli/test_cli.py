@@ -27,6 +27,8 @@ def test_version_names_normlab_torch_and_python():
 
 @pytest.mark.parametrize("argv, message", [
     (["lesson", "--d-model", "0"], "expected a number >= 1"),
+    (["lesson", "--d-model", "1"], "argument --d-model: expected a whole number >= 2 (LayerNorm over one feature "
+                                   "is always 0), got '1'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--norm", "groupnorm"], "invalid choice: 'groupnorm'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--placement", "middle"], "invalid choice: 'middle'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--encoder", "lstm"], "invalid choice: 'lstm'"),

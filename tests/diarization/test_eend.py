@@ -137,3 +137,57 @@ def test_only_rank_0_writes_checkpoints_and_metrics(tmp_path, monkeypatch, rank)
         assert written == ["last.pt", "metrics.csv"] and called == [1, 2, 3, 4]
     else:
         assert written == [] and called == []
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"ckpt_every": 0}, "ckpt_every must be a whole number >= 1, got 0"),  # was ZeroDivisionError in train
+    ({"steps": 0}, "steps must be a whole number >= 1, got 0"),  # was an untrained model.pt
+    ({"steps": 2.5}, "steps must be a whole number >= 1, got 2.5"),
+    ({"warmup": -1}, "warmup must be a whole number >= 0, got -1"),
+    ({"lr": -1.0}, "lr must be a finite number > 0, got -1.0"),  # was left to torch's Adam
+    ({"lr": float("nan")}, "lr must be a finite number > 0, got nan"),
+    ({"lr": float("inf")}, "lr must be a finite number > 0, got inf"),
+    ({"lr": "0.1"}, "lr must be a finite number > 0, got '0.1'"),
+    ({"clip": 0.0}, "clip must be a finite number > 0, got 0.0"),
+    ({"clip": float("nan")}, "clip must be a finite number > 0, got nan"),
+    ({"restart_lr": -1.0}, "restart_lr must be a finite number > 0, got -1.0"),
+])
+def test_train_config_refuses_settings_that_cannot_train(bad, message):
+    from normlab import UserError
+
+    with pytest.raises(UserError) as e:
+        TrainConfig(**{"steps": 10, "warmup": 2, **bad})
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize("bad, message", [({"batch": 0}, "batch must be a whole number >= 1, got 0"),
+                                          ({"frames": -3}, "frames must be a whole number >= 1, got -3")])
+def test_train_run_refuses_an_empty_batch_before_reading_data(tmp_path, bad, message):
+    from normlab import UserError
+    from normlab.diarization.training.train import train_run
+
+    with pytest.raises(UserError, match=message):
+        train_run(tmp_path / "no such data", tmp_path / "out", DEBUG, TrainConfig(steps=2, warmup=1), **bad)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"d_model": 0}, "d_model must be a whole number >= 1, got 0"),  # built, then failed deep in attention
+    ({"n_speakers": 0}, "n_speakers must be a whole number >= 1, got 0"),
+    ({"n_heads": 0}, "n_heads must be a whole number >= 1, got 0"),
+    ({"d_model": 18, "n_heads": 4}, "d_model 18 is not divisible by n_heads 4"),
+    ({"n_layers": 0}, "n_layers must be a whole number >= 1, got 0"),
+    ({"d_ff": 0}, "d_ff must be a whole number >= 1, got 0"),
+    ({"input_dim": 0}, "input_dim must be a whole number >= 1, got 0"),
+    ({"d_model": 16.0}, "d_model must be a whole number >= 1, got 16.0"),
+    ({"dropout": 1.0}, "dropout must be a number in [0, 1), got 1.0"),
+    ({"dropout": -0.1}, "dropout must be a number in [0, 1), got -0.1"),
+    ({"dropout": float("nan")}, "dropout must be a number in [0, 1), got nan"),
+    ({"attn_dropout": 1.5}, "attn_dropout must be a number in [0, 1), got 1.5"),
+])
+def test_model_config_refuses_a_model_that_cannot_be_built(bad, message):
+    from normlab import UserError
+
+    with pytest.raises(UserError) as e:
+        ModelConfig(**{**DEBUG.__dict__, **bad})  # at once, before any model is built
+    assert str(e.value) == message

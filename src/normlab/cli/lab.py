@@ -16,6 +16,15 @@ HELP = {
 }
 
 
+def _features(text: str) -> int:
+    """The lesson's ``--d-model``: at least 2, as LayerNorm over one feature is always 0 (a value minus itself)."""
+    v = positive_int(text)
+    if v < 2:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 2 (LayerNorm over one feature is always 0), "
+                                         f"got {text!r}")
+    return v
+
+
 def _lesson(args: argparse.Namespace) -> int:
     from ..lab.lesson import LessonConfig, format_lesson, run_lesson
 
@@ -100,7 +109,8 @@ def add_parsers(sub, name: str) -> None:
         p = sub.add_parser("lesson", help=HELP["lesson"], description=HELP["lesson"])
         p.add_argument("--batch", type=positive_int, default=2, help="B, recordings (default: %(default)s)")
         p.add_argument("--tokens", type=positive_int, default=4, help="T, frames per recording (default: %(default)s)")
-        p.add_argument("--d-model", type=positive_int, default=6, help="D, features per frame (default: %(default)s)")
+        p.add_argument("--d-model", type=_features, default=6,
+                       help="D, features per frame, at least 2 (default: %(default)s)")
         p.add_argument("--seed", type=seed, default=42, help="torch.manual_seed (default: %(default)s)")
         flag(p, "--json", "print the figures as JSON")
         p.set_defaults(func=_lesson)

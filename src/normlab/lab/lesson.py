@@ -99,6 +99,8 @@ def run_lesson(cfg: LessonConfig = LessonConfig()) -> dict:
     B, T, D = cfg.batch, cfg.tokens, cfg.d_model
     if min(B, T, D) < 1:
         raise BadValue(f"batch, tokens and d_model must be >= 1, got {B}, {T}, {D}")
+    if D < 2:
+        raise BadValue(f"d_model must be >= 2 (LayerNorm over one feature is always 0), got {D}")
     torch.manual_seed(cfg.seed)
     x = torch.randn(B, T, D) * cfg.scale + cfg.shift  # B, T, D   simulated audio frames
 

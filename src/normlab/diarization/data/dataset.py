@@ -1,8 +1,11 @@
 """Simulated mixtures as training batches: features and frame labels, cached per mixture."""
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import pathlib
+from dataclasses import asdict
 
 import torch
 
@@ -21,6 +24,59 @@ def frame_labels(turns, speakers: list[str], frames: int, frame_seconds: float) 
     return y
 
 
+def _digest(wav: pathlib.Path) -> str:
+    """A short digest of the file's bytes."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(wav, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_cache(cache: pathlib.Path, wav: pathlib.Path, cfg: FeatureConfig, stamp: list) -> tuple:
+    """``(features, False)`` if ``cache`` belongs to ``wav`` and ``cfg``; else ``(None, broken)``, broken where the
+    cache cannot be read as one (truncated, foreign, of the wrong shape) rather than stale."""
+    try:
+        blob = torch.load(cache, weights_only=True)
+    except Exception:  # truncated or foreign: torch's errors have many types
+        return None, True
+    if isinstance(blob, (torch.Tensor, tuple)):  # an older cache (features alone, or with labels): tied to no WAV
+        return None, False
+    feats = blob.get("feats") if isinstance(blob, dict) else None
+    if not (isinstance(feats, torch.Tensor) and feats.dtype.is_floating_point and feats.dim() == 2):
+        return None, True
+    if blob.get("features") != asdict(cfg) or (blob.get("stamp") != stamp and blob.get("digest") != _digest(wav)):
+        return None, False  # another feature setup, or another WAV (a copy keeps the digest, not the time)
+    return (feats, False) if feats.shape[1] == cfg.dim else (None, True)
+
+
+def _cached_features(wav: pathlib.Path, cfg: FeatureConfig, broken: list) -> torch.Tensor:
+    """The features of ``wav``, from its cache ``<uri>.feats.pt`` where that belongs to this WAV and ``cfg``.
+
+    The cache keeps the feature setup and the WAV's size, modification time and digest beside the features.
+    Any other cache is rebuilt from the WAV, atomically; one that could not be read is appended to ``broken``.
+    """
+    cache = wav.with_suffix(".feats.pt")
+    st = wav.stat()
+    stamp = [st.st_size, st.st_mtime_ns]
+    if cache.exists():
+        feats, bad = _read_cache(cache, wav, cfg, stamp)
+        if feats is not None:
+            return feats
+        if bad:
+            broken.append(cache)
+    digest = _digest(wav)  # before reading: a WAV changed meanwhile then fails both checks next time
+    feats = extract(read_mono(wav, cfg.sample_rate), cfg)
+    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        torch.save({"feats": feats, "features": asdict(cfg), "stamp": stamp, "digest": digest}, tmp)
+        os.replace(tmp, cache)  # atomic: a reader in another process never sees half a file
+    except OSError:  # a read-only folder or a full disk: the features are used uncached
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+    return feats
+
+
 class MixtureSet:
     """Features ``(T, dim)`` and labels ``(T, n_speakers)`` of every ``wav/<uri>.wav`` in simulated folders."""
 
@@ -35,16 +91,9 @@ class MixtureSet:
             wavs += found
         self.items, self.uris = [], [wav.stem for wav in wavs]
         crowded = 0  # mixtures with more speakers than the model has outputs
+        broken = []  # caches that could not be read, rebuilt
         for wav in wavs:
-            cache = wav.with_suffix(".feats.pt")
-            if cache.exists():
-                feats = torch.load(cache, weights_only=True)
-                feats = feats[0] if isinstance(feats, tuple) else feats  # older caches also held labels
-            else:
-                feats = extract(read_mono(wav, cfg.sample_rate), cfg)
-                tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-                torch.save(feats, tmp)
-                os.replace(tmp, cache)  # atomic: a reader in another process never sees half a file
+            feats = _cached_features(wav, cfg, broken)
             # labels are cheap and depend on n_speakers: made here, never cached
             turns = read_rttm(wav.with_suffix(".rttm")).get(wav.stem, [])
             crowded += len({t.speaker for t in turns}) > n_speakers
@@ -53,9 +102,12 @@ class MixtureSet:
             labels = frame_labels([t for t in turns if t.speaker in speakers], speakers, feats.shape[0],
                                   cfg.frame_seconds)
             self.items.append((feats, labels))
-        if crowded:
-            import warnings
+        import warnings
 
+        if broken:
+            warnings.warn(f"{len(broken)} feature cache{'s' * (len(broken) > 1)} could not be read ({broken[0]}"
+                          f"{', ...' * (len(broken) > 1)}): rebuilt from the WAVs", UserWarning, stacklevel=2)
+        if crowded:
             warnings.warn(f"{crowded} of {len(wavs)} mixtures have more than {n_speakers} speakers: the model has "
                           f"{n_speakers} outputs, so their other speakers are labelled silence (raise n_speakers)",
                           UserWarning, stacklevel=2)

@@ -1,6 +1,7 @@
 """EEND-style model: a normlab encoder over frame features; one sigmoid per speaker, or a powerset softmax."""
 from __future__ import annotations
 
+import numbers
 import pathlib
 import pickle
 from dataclasses import asdict, dataclass
@@ -30,6 +31,21 @@ class ModelConfig:
     attn_dropout: float = 0.0  # on attention probabilities (0: half the training time on CPU)
     head: str = "multilabel"  # one sigmoid per speaker (EEND), or "powerset": a softmax over speaker sets
     max_active: int = 2  # powerset: the most speakers one frame's class can hold
+
+    def __post_init__(self):
+        # numbers a model cannot be built on fail here, not deep in attention at the first step (other types
+        # fail where the model is built, with a TypeError)
+        sizes = ("input_dim", "d_model", "n_heads", "n_layers", "d_ff", "n_speakers")
+        for name in sizes:
+            v = getattr(self, name)
+            if isinstance(v, numbers.Real) and not (isinstance(v, numbers.Integral) and v >= 1):
+                raise BadValue(f"{name} must be a whole number >= 1, got {v!r}")
+        if all(isinstance(getattr(self, name), numbers.Integral) for name in sizes) and self.d_model % self.n_heads:
+            raise BadValue(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        for name in ("dropout", "attn_dropout"):
+            v = getattr(self, name)
+            if isinstance(v, numbers.Real) and not 0 <= v < 1:
+                raise BadValue(f"{name} must be a number in [0, 1), got {v!r}")
 
 
 #: encoders an EEND model can be built on

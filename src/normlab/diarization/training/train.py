@@ -8,6 +8,7 @@ of processes.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import pathlib
 import time
@@ -37,12 +38,21 @@ class TrainConfig:
     restart_lr: float = 3e-4  # ... at this peak (after a warmup of warmup // 4 steps), down to 5% of lr at the end
 
     def __post_init__(self):
+        # the CLI's options are checked as they are parsed; these are the same limits for the Python API
+        for name, least in (("steps", 1), ("ckpt_every", 1), ("warmup", 0), ("restart_at", 0)):
+            v = getattr(self, name)
+            if not (isinstance(v, numbers.Integral) and v >= least):
+                raise BadValue(f"{name} must be a whole number >= {least}, got {v!r}")
+        for name in ("lr", "restart_lr", "clip"):
+            v = getattr(self, name)
+            if not (isinstance(v, numbers.Real) and 0 < v < math.inf):
+                raise BadValue(f"{name} must be a finite number > 0, got {v!r}")
         if self.decay not in ("none", "cosine"):
             raise BadValue(f"decay must be 'none' or 'cosine', got {self.decay!r}")
         if self.restart_at and not (self.decay == "cosine" and self.warmup < self.restart_at < self.steps):
             raise BadValue(f"restart_at needs decay='cosine' and warmup < restart_at < steps, got "
                            f"restart_at={self.restart_at}, warmup={self.warmup}, steps={self.steps}")
-        if self.warmup >= self.steps > 0:
+        if self.warmup >= self.steps:
             import warnings
 
             warnings.warn(f"warmup ({self.warmup} steps) is not shorter than the run ({self.steps} steps): the "
@@ -205,6 +215,9 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
     from ..data.dataset import MixtureSet
     from ..models.eend import EENDModel
 
+    for name, v in (("batch", batch), ("frames", frames)):
+        if not (isinstance(v, numbers.Integral) and v >= 1):
+            raise BadValue(f"{name} must be a whole number >= 1, got {v!r}")
     out = pathlib.Path(out)
     if (out / "model.pt").exists() and not (out / "ckpt" / "last.pt").exists():  # not this training's own model
         raise BadValue(f"{out / 'model.pt'} exists and {out / 'ckpt'} holds no training to resume: training from "
