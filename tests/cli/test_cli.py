@@ -27,6 +27,7 @@ def test_version_names_normlab_torch_and_python():
 
 @pytest.mark.parametrize("argv, message", [
     (["lesson", "--d-model", "0"], "expected a number >= 1"),
+    (["lesson", "--tokens", "1"], "expected a whole number >= 2 (InstanceNorm normalizes over the frames)"),
     (["lesson", "--d-model", "1"], "argument --d-model: expected a whole number >= 2 (LayerNorm over one feature "
                                    "is always 0), got '1'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--norm", "groupnorm"], "invalid choice: 'groupnorm'"),
@@ -58,6 +59,8 @@ def test_version_names_normlab_torch_and_python():
     (["bench", "--shapes", "100000000x100000000", "--ops", "rms_norm", "--dtypes", "float32"], "out of memory"),
     (["diarize", "simulate", "--out", "s", "--beta", "1e308"], "beta (the mean silence, s) must be"),
     (["diarize", "train", "--data", "d", "--out", "o", "--warmup", "-1"], "expected a whole number >= 0, got '-1'"),
+    (["diarize", "train", "--data", "d", "--out", "o", "--d-model", "18"], "a multiple of 4, the encoder's heads"),
+    (["diarize", "recipe", "--out", "r", "--d-model", "15"], "d_model"),
     (["diarize", "tune", "--dev", "/nonexistent"], "/nonexistent: no such folder"),
     (["diarize", "run", "a.wav", "--median", "4"], "expected an odd whole number from 1 to 1001, got '4'"),
     (["diarize", "tunee", "--dev", "d"], "invalid choice: 'tunee'"),  # a mistyped command, not an audio file

@@ -26,6 +26,7 @@ _odd = number(int, lambda v: 1 <= v <= 1001 and v % 2 == 1, "an odd whole number
 _gap = number(float, lambda v: 0 <= v <= 3600, "a number of seconds from 0 to 3600")  # --fill-gap
 _db = number(float, lambda v: 0 <= v <= 100, "a number of dB from 0 to 100")  # --flat-db
 _unit = number(float, lambda v: 0 <= v <= 1, "a number from 0 to 1")  # --offset-threshold
+_width = number(int, lambda v: v >= 4 and v % 4 == 0, "a multiple of 4, the encoder's heads")  # train --d-model
 
 
 def _read_only(path) -> bool:
@@ -374,7 +375,7 @@ def add_parsers(sub, name: str) -> None:
     tr.add_argument("--decay", choices=["none", "cosine"], default="none", help=f"after warmup {d}")
     tr.add_argument("--batch", type=positive_int, default=8, help=f"mixtures per step {d}")
     tr.add_argument("--frames", type=positive_int, default=500, help=f"100 ms frames per training window {d}")
-    tr.add_argument("--d-model", type=positive_int, default=128, help=f"encoder width {d}")
+    tr.add_argument("--d-model", type=_width, default=128, help=f"encoder width, a multiple of its 4 heads {d}")
     tr.add_argument("--n-layers", type=positive_int, default=2, help=f"encoder layers {d}")
     tr.add_argument("--n-speakers", type=positive_int, default=2, help=f"speaker outputs of the model {d}")
     tr.add_argument("--norm", choices=list(NORMS), default="layernorm", help=f"the encoder's norm {d}")

@@ -25,6 +25,16 @@ def _features(text: str) -> int:
     return v
 
 
+def _frames(text: str) -> int:
+    """The lesson's ``--tokens``: at least 2, as InstanceNorm, which the lesson compares, normalizes each feature
+    over a recording's frames."""
+    v = positive_int(text)
+    if v < 2:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 2 (InstanceNorm normalizes over the frames), "
+                                         f"got {text!r}")
+    return v
+
+
 def _lesson(args: argparse.Namespace) -> int:
     from ..lab.lesson import LessonConfig, format_lesson, run_lesson
 
@@ -108,7 +118,8 @@ def add_parsers(sub, name: str) -> None:
     if name == "lesson":
         p = sub.add_parser("lesson", help=HELP["lesson"], description=HELP["lesson"])
         p.add_argument("--batch", type=positive_int, default=2, help="B, recordings (default: %(default)s)")
-        p.add_argument("--tokens", type=positive_int, default=4, help="T, frames per recording (default: %(default)s)")
+        p.add_argument("--tokens", type=_frames, default=4,
+                       help="T, frames per recording, at least 2 (default: %(default)s)")
         p.add_argument("--d-model", type=_features, default=6,
                        help="D, features per frame, at least 2 (default: %(default)s)")
         p.add_argument("--seed", type=seed, default=42, help="torch.manual_seed (default: %(default)s)")

@@ -101,6 +101,8 @@ def run_lesson(cfg: LessonConfig = LessonConfig()) -> dict:
         raise BadValue(f"batch, tokens and d_model must be >= 1, got {B}, {T}, {D}")
     if D < 2:
         raise BadValue(f"d_model must be >= 2 (LayerNorm over one feature is always 0), got {D}")
+    if T < 2:
+        raise BadValue(f"tokens must be >= 2 (InstanceNorm, compared here, normalizes over the frames), got {T}")
     torch.manual_seed(cfg.seed)
     x = torch.randn(B, T, D) * cfg.scale + cfg.shift  # B, T, D   simulated audio frames
 

@@ -121,6 +121,7 @@ class RecipeConfig:
         need(0 <= self.real_p <= 1, "real_p", "in [0, 1]")
         need(0 <= self.dropout < 1, "dropout", "in [0, 1)")
         need(math.isfinite(self.whiten_lam) and self.whiten_lam >= 0, "whiten_lam", "a finite number >= 0")
+        self.model_config(), self.train_config()  # the model and its training, checked as they will be built
         if self.tune_grid != "none":
             parse_grid([g for g in self.tune_grid.split(";") if g.strip()], (SEGMENT_GRID, STITCH_GRID))
         for d in (d for d in self.dev_extra.split(",") if d):
