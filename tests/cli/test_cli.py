@@ -60,7 +60,6 @@ def test_version_names_normlab_torch_and_python():
     (["diarize", "simulate", "--out", "s", "--beta", "1e308"], "beta (the mean silence, s) must be"),
     (["diarize", "train", "--data", "d", "--out", "o", "--warmup", "-1"], "expected a whole number >= 0, got '-1'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--d-model", "18"], "a multiple of 4, the encoder's heads"),
-    (["diarize", "recipe", "--out", "r", "--d-model", "15"], "d_model"),
     (["diarize", "tune", "--dev", "/nonexistent"], "/nonexistent: no such folder"),
     (["diarize", "run", "a.wav", "--median", "4"], "expected an odd whole number from 1 to 1001, got '4'"),
     (["diarize", "tunee", "--dev", "d"], "invalid choice: 'tunee'"),  # a mistyped command, not an audio file
@@ -72,6 +71,16 @@ def test_user_errors_are_one_line_and_exit_2(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0] and "Traceback" not in err[0]
+
+
+def test_the_recipe_checks_its_model_before_it_simulates(tmp_path, capsys):
+    """A width its heads do not divide: one line before any simulation (it failed after minutes of it)."""
+    from normlab.cli import main
+
+    assert main(["diarize", "recipe", "--out", str(tmp_path / "r"), "--d-model", "15"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "d_model 15 is not divisible by n_heads" in err[0], err
+    assert not (tmp_path / "r").exists()
 
 
 def test_tune_never_replaces_a_file_it_did_not_write(tmp_path, capsys):
