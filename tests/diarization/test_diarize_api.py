@@ -333,3 +333,14 @@ def test_a_file_name_with_spaces_is_diarized_and_scored(files, tmp_path, capsys)
     result = json.loads(capsys.readouterr().out)
     assert rc == 0 and [f["uri"] for f in result["files"]] == ["my_talk"] and not result["errors"]
     assert result["total"]["0"]["total"] == pytest.approx(12.0)  # the reference was found and scored
+
+
+def test_outputs_that_cannot_be_written_stop_before_any_work(tmp_path):
+    """An --out that is a file, or a folder where an output would go: one line before the model runs (the first
+    was a bare 'File exists', the second failed after the work)."""
+    (tmp_path / "notes.txt").write_text("mine\n")
+    with pytest.raises(UserError, match="notes.txt is a file, and the outputs go into a folder"):
+        diarize_files([tmp_path / "talk.wav"], tmp_path / "notes.txt")
+    (tmp_path / "out" / "talk.rttm").mkdir(parents=True)
+    with pytest.raises(UserError, match="talk.rttm is a folder where an output would go"):
+        diarize_files([tmp_path / "talk.wav"], tmp_path / "out", overwrite=True)

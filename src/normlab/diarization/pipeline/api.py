@@ -212,7 +212,13 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
         raise BadValue(f"{stems[clash[0]]} inputs named {clash[0]}.* would write the same "
                        f"{pathlib.Path(out_dir) / (clash[0] + FORMATS[format])}: rename one, or diarize them apart")
     out_dir = pathlib.Path(out_dir)
+    blocked = next((d for d in (out_dir, *out_dir.parents) if d.exists() and not d.is_dir()), None)
+    if blocked is not None:  # before any work: the outputs go into a folder
+        raise BadValue(f"--out {out_dir}: {blocked} is a file, and the outputs go into a folder: give another --out")
     outputs = [w for p in paths for w in _outputs(p, out_dir, format, plot)]
+    taken = next((w for w in outputs if w.is_dir()), None)
+    if taken is not None:
+        raise BadValue(f"{taken} is a folder where an output would go: move it away or give another --out")
     # the audio's folder as given and where a link to it leads
     beside = {d for p in paths for d in (pathlib.Path(p).absolute().parent.resolve(), pathlib.Path(p).resolve().parent)}
     kept = [w for w in map(pathlib.Path.resolve, outputs) if w.exists() and w.parent in beside]
