@@ -5,7 +5,10 @@
 Without ``--audio`` it simulates one test-split mixture (espeak-ng) and cuts
 its first 30 s. "command" is the wall time of a fresh ``normlab diarize``
 process (Python and torch start-up included), the number a user waits; the
-stages are timed in this process after one warm-up. Medians of ``repeats``.
+pipeline's stages (loading the model and the speaker encoder, reading the
+audio, segmentation: the EEND model over its windows and the speaker
+embeddings, then clustering and stitching) are timed in this process after
+one warm-up, with the settings ``normlab diarize`` uses. Medians of ``repeats``.
 Writes benchmarks/diarize_latency.json.
 """
 from __future__ import annotations
@@ -22,11 +25,11 @@ import time
 import soundfile as sf
 import torch
 
-from normlab.diarization.io.audio import read_mono as load_audio
-from normlab.diarization.io.features import FeatureConfig, extract
-from normlab.diarization.metrics.evaluate import frame_probs
-from normlab.diarization.models.eend import EENDModel
-from normlab.diarization.pipeline.postprocess import to_turns
+from normlab.diarization.io.audio import SAMPLE_RATE, read_mono
+from normlab.diarization.pipeline.api import load_encoder, load_model
+from normlab.diarization.pipeline.config import PipelineConfig
+from normlab.diarization.pipeline.segment import segment
+from normlab.diarization.pipeline.stitch import stitch
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -59,17 +62,20 @@ def main() -> int:
             subprocess.run([str(exe), "diarize", str(audio), "--out", str(tmp / "rttm")], check=True,
                            capture_output=True)
             command.append(time.perf_counter() - t0)
-        stages: dict[str, list[float]] = {"load model": [], "read + features": [], "model": [], "post-process": []}
-        cfg = FeatureConfig()
+        stages: dict[str, list[float]] = {"load model and encoder": [], "read audio": [],
+                                          "segment (model, embeddings)": [], "cluster and stitch": []}
         for i in range(args.repeats + 1):
             t = [time.perf_counter()]
-            model = EENDModel.load()
+            model = load_model()
+            cfg = PipelineConfig.for_model(model)
+            encoder = load_encoder(None, cfg.speaker_encoder)
             t.append(time.perf_counter())
-            feats = extract(load_audio(audio, cfg.sample_rate), cfg)
+            wave = read_mono(audio, SAMPLE_RATE)
             t.append(time.perf_counter())
-            probs = frame_probs(model, feats)
+            with torch.no_grad():
+                seg = segment(model, encoder, wave, audio.stem, cfg)
             t.append(time.perf_counter())
-            to_turns(probs, cfg.frame_seconds, audio.stem, **model.postprocess)
+            stitch(seg, cfg)
             t.append(time.perf_counter())
             if i:  # the first pass warms up
                 for k, name in enumerate(stages):
@@ -81,7 +87,7 @@ def main() -> int:
     print(f"normlab diarize on {seconds:.1f} s of audio: {result['command_s']:.2f} s wall (fresh process, median of "
           f"{args.repeats})")
     for k, v in result["stages_ms"].items():
-        print(f"  {k:<16s} {v:8.1f} ms")
+        print(f"  {k:<28s} {v:8.1f} ms")
     return 0
 
 
