@@ -195,6 +195,21 @@ def test_offset_threshold_holds_a_fading_turn_on():
         PipelineConfig.for_model(None, offset_threshold=1.5)
 
 
+def test_the_seams_a_hold_makes_are_smoothed_like_the_rest():
+    """Two speakers, a silent gap between them where both stay likely: the first is the likelier on its half of
+    the gap, the second on the other, except one frame each. Held on, each gap frame goes to its likelier
+    speaker, and the filter removes the one-frame blips, as it does the model's own (they were left as turns)."""
+    probs = torch.zeros(1, 30, 2)
+    probs[0, :10, 0] = probs[0, 20:, 1] = 0.9
+    probs[0, 10:20, 0] = torch.tensor([0.3, 0.3, 0.2, 0.3, 0.3, 0.2, 0.2, 0.3, 0.2, 0.2])
+    probs[0, 10:20, 1] = 0.5 - probs[0, 10:20, 0]
+    seg = Segmentation("rec", 30, 0.1, [0], probs, [(0, 0, 0, 30, 0), (0, 1, 0, 30, 1)], torch.eye(2, 8),
+                       np.array([3.0, 2.0]))
+    turns = stitch(seg, PipelineConfig(threshold=0.5, median=3, cluster_threshold=0.5, min_cluster=0.0))
+    assert [(t.speaker, round(t.start, 3), round(t.end, 3)) for t in sorted(turns)] == [
+        ("spk0", 0.0, 1.5), ("spk1", 1.5, 3.0)], turns
+
+
 def test_hamming_weighting_trusts_a_window_middle_over_another_window_edge():
     """Frames 10-19 are seen by window 0 (which hears a speaker) and window 1 (which hears nobody). Weighted alike,
     the mean count there is 0.5, rounded up: the speaker talks to frame 19. With Hamming weights each frame goes

@@ -62,8 +62,8 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
     rank = glob.argsort(dim=1, descending=True).argsort(dim=1)  # T, K: 0 for the likeliest
     active = ((rank < n_active[:, None]) & (glob > 0)).to(torch.uint8)
     active = median_filter(active, cfg.median)
-    if cfg.offset_threshold < 1:  # turns held on through silent frames while still likely (hysteresis)
-        active = hold(active, glob, cfg.offset_threshold)
+    if cfg.offset_threshold < 1:  # turns held on through silent frames while still likely (hysteresis), the
+        active = median_filter(hold(active, glob, cfg.offset_threshold), cfg.median)  # seams it makes smoothed too
     active = fill_gaps(active, round(cfg.fill_gap / seg.frame_seconds))
     return to_turns(active.float(), seg.frame_seconds, seg.uri, threshold=0.5, median=1,
                     labels=[f"spk{k}" for k in range(k_total)])
