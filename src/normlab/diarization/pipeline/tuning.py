@@ -42,7 +42,7 @@ from .stitch import segment, stitch
 #: a 2.5 s window step read worse than 5 s in both modes (eend 14.51% vs 14.06%, speech 14.11% vs 13.48% on
 #: the dev conversations) at twice the cost, so it is not in the default grid either: ``--grid step=5,2.5``
 #: the threshold axis reaches 0.5: the shipped model chose 0.4, the grid's top then; at 0.5 it reads (CAM++)
-#: 17.25% against 18.26% on dev (lower in 93% of resamples, not beyond doubt: it keeps 0.4; docs/diarization.md)
+#: 17.04% against 18.07% on dev (lower in 93% of resamples, not beyond doubt: it keeps 0.4; docs/diarization.md)
 SEGMENT_GRID = {"speakers": ("eend", "speech"), "vad": ("off", "union", "speech"), "threshold": (0.2, 0.3, 0.4, 0.5),
                 "piece": (1.5,), "step": (5.0,)}
 #: the settings tried on each segmentation (clustering and stitching only: cheap)
