@@ -122,7 +122,6 @@ class PipelineConfig:
         check_choice(self.clustering, ("ahc", "vbx"), "clustering")
         check_choice(self.speaker_encoder, SPEAKER_ENCODERS, "speaker encoder")
 
-
     @classmethod
     def for_model(cls, model, **overrides) -> "PipelineConfig":
         """The pipeline's defaults, the model file's ``postprocess``, the mode's, then ``overrides`` (None ignored).
