@@ -43,6 +43,14 @@ def rstd_of(second_moment: torch.Tensor, eps: float) -> torch.Tensor:
     return rstd
 
 
+def variance_of(mean_square: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """The biased variance ``mean_square - c^2`` (deviations about the first pass's mean, ``c`` their mean),
+    clamped at 0; inf where the squares overflow the accumulation dtype (``inf - inf`` gives NaN there: the
+    row's rstd is then 0 and its output the bias, docs/numerics.md; a NaN input keeps its NaN through ``x - m``)."""
+    var = mean_square - c * c  # N, 1
+    return torch.where(var.isnan(), torch.full_like(var, float("inf")), var).clamp_min(0)  # N, 1
+
+
 # ---------------------------------------------------------------- LayerNorm
 
 
@@ -62,7 +70,7 @@ def layer_norm_forward(
     m = xa.mean(dim=-1, keepdim=True)  # N, 1   first pass
     xm = xa - m  # N, D   deviations from the rounded mean
     c = xm.mean(dim=-1, keepdim=True)  # N, 1   second pass: their mean ...
-    var = ((xm * xm).mean(dim=-1, keepdim=True) - c * c).clamp_min(0)  # N, 1   ... and variance, biased
+    var = variance_of((xm * xm).mean(dim=-1, keepdim=True), c)  # N, 1   ... and variance, biased
     rstd = rstd_of(var, eps)  # N, 1   1/sqrt(var + eps)
     mean = m + c  # N, 1
     y = (xm - c) * rstd  # N, D   x_hat: mean 0, variance 1 (for eps -> 0)

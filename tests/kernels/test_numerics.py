@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import ATOL, DTYPES, HALF, max_err
+from conftest import ATOL, DTYPES, HALF, max_err, skip_unsupported
 from normlab import kernels
 from numerics_ops import OPS, grads, has_bias, make_inputs, ours, torchs
 
@@ -105,6 +105,24 @@ def test_a_constant_row_gives_the_bias_where_its_mean_rounds(dtype, impl):
     if kernels.resolve(impl, "layer_norm", x, 1e-5) == "native":
         pytest.skip("torch's own kernel: its mean is not corrected")
     assert max_err(y, b.double().expand(4, 4000)) < (1e-6 if dtype == torch.float32 else 1e-3)
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "add_layer_norm"])
+@pytest.mark.parametrize("dtype, scale", [(torch.float32, 1e30), (torch.float64, 1e300)])
+def test_rows_whose_squares_overflow_give_the_bias(op, dtype, scale, impl):
+    """Deviations past the accumulation dtype's range: the variance is inf, rstd 0, the output the bias and the
+    input's gradient 0 (docs/numerics.md). The squares' sum and the squared mean of the deviations both overflow
+    there, and inf - inf (NaN) was clamped to a variance of 0: rows of about 1e33 came out."""
+    x = (torch.randn(4, 512, generator=torch.Generator().manual_seed(0), dtype=dtype) * scale).requires_grad_()
+    b = torch.linspace(-1, 1, 512, dtype=dtype)
+    r = torch.zeros_like(x) if op == "add_layer_norm" else None
+    skip_unsupported(impl, op, x)
+    if kernels.resolve(impl, op, x, 1e-5) == "native":
+        pytest.skip("torch's own kernel gives NaN there (docs/numerics.md)")
+    y = ours(op, x, None, b, impl=impl, r=r)
+    assert torch.equal(y.detach(), b.expand(4, 512))
+    (dx,) = grads(y, torch.ones_like(y), (x,))
+    assert torch.equal(dx, torch.zeros_like(dx))
 
 
 @pytest.mark.parametrize("op", OPS)

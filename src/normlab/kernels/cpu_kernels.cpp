@@ -511,8 +511,8 @@ static inline void norm_row(const S* si, A first, const A* w, const A* b, T* yi,
       return std::pair<V, V>{e, e * e};
     });
     c = sums.first * inv_d;
-    const A var = sums.second * inv_d - c * c;
-    rs = rstd_of<A>(var > 0 ? var : A(0), eps);
+    const A var = sums.second * inv_d - c * c;  // inf - inf where the squares overflow: then the variance is inf
+    rs = var != var ? A(0) : rstd_of<A>(var > 0 ? var : A(0), eps);  // rstd 0: the bias (NaN input stays NaN via m)
     if (mean) *mean = m + c;
   }
   if (rstd) *rstd = rs;

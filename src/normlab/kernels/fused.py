@@ -24,7 +24,7 @@ import warnings
 import torch
 
 from .._checks import acc_dtype
-from ..reference import rstd_of
+from ..reference import rstd_of, variance_of
 from .base import Kernel, add_residual
 
 #: rows per partial sum of dweight/dbias (fixed: it defines the summation order)
@@ -85,7 +85,7 @@ def stats(s1, e1, e2, d: int, eps: float):
     if s1 is None:
         return None, rstd_of(e2 / d, eps)
     c = e1 / d  # N, 1   the deviations' mean corrects the first pass's
-    return s1 / d + c, rstd_of((e2 / d - c * c).clamp_min(0), eps)
+    return s1 / d + c, rstd_of(variance_of(e2 / d, c), eps)
 
 
 def bwd(dy, x, mean, rstd, w, ds, rms: bool):
