@@ -80,3 +80,30 @@ def test_a_hook_on_every_block_and_norm_fires_once_per_call(kind, placement, nor
         assert fused > 0
         kernel = {"layernorm": "add_layer_norm", "rmsnorm": "add_rms_norm"}.get(norm)
         assert kernel_calls == (Counter({kernel: fused}) if kernel else Counter())
+
+
+def test_a_global_forward_hook_sees_every_submodule_in_inference_too():
+    """``register_module_forward_hook`` watches every module call: the feed-forward's inference fast path (fc1's
+    GEMM with its activation) skipped fc1 under ``no_grad``, so tools built on global hooks missed it."""
+    from torch.nn.modules.module import register_module_forward_hook
+
+    from normlab import TransformerEncoder
+
+    torch.manual_seed(0)
+    enc = TransformerEncoder(16, 2, 1).eval()
+    names = {m: n for n, m in enc.named_modules()}
+    x = torch.randn(2, 5, 16)
+
+    def seen_by_a_global_hook(grad: bool) -> set:
+        seen = set()
+        handle = register_module_forward_hook(lambda m, a, o: seen.add(names.get(m)))
+        try:
+            with torch.set_grad_enabled(grad):
+                enc(x)
+        finally:
+            handle.remove()
+        return seen
+
+    recorded = seen_by_a_global_hook(True)
+    assert any(n and n.endswith("fc1") for n in recorded)
+    assert seen_by_a_global_hook(False) == recorded

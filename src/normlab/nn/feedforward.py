@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as TF
 from torch import nn
+from torch.nn.modules import module as _module
 
 from .._checks import check_choice
 
@@ -12,10 +13,11 @@ ACTIVATIONS = ("gelu", "relu", "swish", "swiglu")
 
 def _fast_inference(x: torch.Tensor, lin: nn.Linear) -> bool:
     """True when ``lin(x)`` may skip its module call: autograd records nothing (inference), no hook watches
-    ``lin``, and no tracer, exporter or compiler is recording (they get the plain ops)."""
+    ``lin`` (its own or a global one), and no tracer, exporter or compiler is recording (they get the plain ops)."""
     if torch.is_grad_enabled() and (x.requires_grad or lin.weight.requires_grad):
         return False
-    if lin._forward_hooks or lin._forward_pre_hooks:
+    if lin._forward_hooks or lin._forward_pre_hooks or _module._global_forward_hooks or \
+            _module._global_forward_pre_hooks:  # its own hooks, or one on every module (register_module_forward_hook)
         return False
     return not (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling())
 
