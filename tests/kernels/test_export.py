@@ -178,3 +178,33 @@ def test_exporting_reads_what_torchs_onnx_flag_says_inside_the_exporter(dynamo, 
     torch.onnx.export(Probe().eval(), (torch.randn(2, 3),), str(tmp_path / "probe.onnx"), dynamo=dynamo)
     assert seen and all(ours == theirs for theirs, ours in seen) and any(theirs for theirs, _ in seen)
     assert not kernels.exporting() and not torch.onnx.is_in_onnx_export()
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"])
+@pytest.mark.parametrize("impl", ["auto", "cpu", "reference"])
+def test_torch_func_transforms_get_the_plain_math(op, impl):
+    """vmap, grad and jacrev over normlab's functions give torch's numbers (float64): the C++ kernels cannot read
+    a transform's storage-less tensors, and an autograd Function needs rules the transforms ask for; both
+    raised before."""
+    from torch.func import grad, jacrev, vmap
+
+    x = torch.randn(4, 3, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    r = torch.randn_like(x)
+    eps = 1e-5 if "layer" in op else torch.finfo(torch.float64).eps
+
+    def ours(t):
+        if op == "layer_norm":
+            return F.layer_norm(t, 8, impl=impl)
+        if op == "rms_norm":
+            return F.rms_norm(t, 8, eps=eps, impl=impl)
+        return getattr(F, op)(t, torch.ones_like(t) if t.dim() < 3 else r[: t.shape[0]], 8, impl=impl)[0]
+
+    def theirs(t):
+        s = t + (torch.ones_like(t) if t.dim() < 3 else r[: t.shape[0]]) if op.startswith("add") else t
+        if "layer" in op:
+            return torch.nn.functional.layer_norm(s, (8,), eps=eps)
+        return torch.nn.functional.rms_norm(s, (8,), eps=eps)
+
+    torch.testing.assert_close(vmap(ours)(x[:, 0]), vmap(theirs)(x[:, 0]))
+    torch.testing.assert_close(grad(lambda t: ours(t).pow(3).sum())(x), grad(lambda t: theirs(t).pow(3).sum())(x))
+    torch.testing.assert_close(jacrev(ours)(x[0, 0]), jacrev(theirs)(x[0, 0]))

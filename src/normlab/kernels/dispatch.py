@@ -4,8 +4,8 @@
 picks a kernel. The decision uses only the call's own arguments and the
 calling context, never a process-wide switch:
 
-* **Export and tracing** (``torch.jit.is_tracing()``, ``torch.jit.is_scripting()``,
-  ``torch.onnx.is_in_onnx_export()``): every impl runs :func:`traceable`, the
+* **Export, tracing and ``torch.func`` transforms** (``torch.jit.is_tracing()``, ``torch.jit.is_scripting()``,
+  ``torch.onnx.is_in_onnx_export()``, ``vmap``, ``grad``...): every impl runs :func:`traceable`, the
   math as plain differentiable torch ops, so the tracer records it. A kernel
   that runs outside torch's op set (ctypes, a compiled graph) would be recorded
   as a constant: the traced model would replay the example input's output.
@@ -96,6 +96,12 @@ def exporting() -> bool:
     # dynamo knows torch's own function (a constant to it), not the flags behind it
     onnx = torch.onnx.is_in_onnx_export if torch.compiler.is_compiling() else _in_onnx_export
     return torch.jit.is_tracing() or torch.jit.is_scripting() or onnx()
+
+
+#: whether a ``torch.func`` transform (vmap, grad, jacrev, jvp...) is running: its tensors are wrappers with no
+#: storage of their own, which a ctypes kernel cannot read, and an autograd Function needs rules the transforms
+#: ask for; the plain ops are what they transform
+_transforming = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
 def get_kernel(name: str) -> Kernel:
@@ -197,7 +203,7 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
         t.reshape(math.prod(t.shape[:t.dim() - len(shape)]), d).contiguous()  # noqa: E731
     w = weight if weight is None or weight.dim() == 1 else weight.reshape(d)
     b = bias if bias is None or bias.dim() == 1 else bias.reshape(d)
-    if exporting():
+    if exporting() or _transforming():
         if impl != "auto":
             get_kernel(impl)  # an unknown name is still an error
         out = traceable(op, rows(x), rows(residual), w, b, eps, s_dtype)
