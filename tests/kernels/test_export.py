@@ -9,6 +9,7 @@ model on a *different* input than the one it was traced with.
 from __future__ import annotations
 
 import importlib
+import warnings
 
 import pytest
 import torch
@@ -208,3 +209,19 @@ def test_torch_func_transforms_get_the_plain_math(op, impl):
     torch.testing.assert_close(vmap(ours)(x[:, 0]), vmap(theirs)(x[:, 0]))
     torch.testing.assert_close(grad(lambda t: ours(t).pow(3).sum())(x), grad(lambda t: theirs(t).pow(3).sum())(x))
     torch.testing.assert_close(jacrev(ours)(x[0, 0]), jacrev(theirs)(x[0, 0]))
+
+
+@pytest.mark.parametrize("make", [lambda: normlab.LayerNorm(6), lambda: normlab.RMSNorm(6),
+                                  lambda: normlab.LayerNorm((2, 3))])
+def test_a_traced_norm_takes_inputs_of_another_rank(make):
+    """Traced on ``[B, T, *shape]``, run on ``[N, *shape]``, ``[B, T, N, *shape]`` (video tokens) and ``shape``
+    alone, as a traced torch LayerNorm is: the rows were made by a reshape to the example's row count."""
+    torch.manual_seed(0)
+    norm = make()
+    shape = tuple(norm.normalized_shape)
+    with warnings.catch_warnings():  # the argument checks' shape comparisons are constants to the tracer
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        traced = torch.jit.trace(norm, torch.randn(2, 3, *shape))
+    for lead in ((6,), (2, 2, 2), ()):
+        x = torch.randn(*lead, *shape)
+        torch.testing.assert_close(traced(x), norm(x))

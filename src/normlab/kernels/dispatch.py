@@ -206,6 +206,10 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
     if exporting() or _transforming():
         if impl != "auto":
             get_kernel(impl)  # an unknown name is still an error
+        if d > 0:  # rows by a reshape of (-1, D) and back by reshape_as: a trace records no batch size or rank
+            flat = lambda t: None if t is None else t.reshape(-1, d)  # noqa: E731
+            out = traceable(op, flat(x), flat(residual), w, b, eps, s_dtype)
+            return out.reshape_as(x) if residual is None else (out[0].reshape_as(x), out[1].reshape_as(x))
         out = traceable(op, rows(x), rows(residual), w, b, eps, s_dtype)
     else:
         if torch.compiler.is_compiling():
