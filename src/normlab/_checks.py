@@ -153,6 +153,33 @@ def check_device(t: torch.Tensor | None, x: torch.Tensor, name: str) -> None:
         raise BadValue(f"{name} is on {t.device} but the input is on {x.device}")
 
 
+def check_count(value, name: str, *, least: int = 1) -> None:
+    """``value`` must be a whole number >= ``least`` (a size, a count of heads or layers)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise BadValue(f"{name} must be a whole number >= {least}, got {value!r}")
+
+
+def check_rate(value, name: str) -> None:
+    """``value`` must be a probability in [0, 1) (a dropout rate)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
+        raise BadValue(f"{name} must be a number in [0, 1), got {value!r}")
+
+
+def check_padding_mask(mask, x: torch.Tensor) -> None:
+    """A padding mask: None, or a bool tensor ``(B, T)`` (True = padding) for ``x`` of shape ``(B, T, ...)``, on
+    ``x``'s device. Checked before any layer reads it (a batchnorm updates its statistics with it)."""
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise BadType(f"the padding mask must be a bool tensor (True = padding), got {what}")
+    if tuple(mask.shape) != tuple(x.shape[:2]):
+        raise BadValue(f"the padding mask has shape {list(mask.shape)}; an input of shape {list(x.shape)} needs "
+                       f"(B, T) = {list(x.shape[:2])}")
+    if mask.device != x.device:
+        raise BadValue(f"the padding mask is on {mask.device}, the input on {x.device}")
+
+
 def env_on(name: str) -> bool:
     """A switch in the environment: on unless ``name`` is set to 0, false, no or off (any case, spaces ignored)."""
     return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")

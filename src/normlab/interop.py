@@ -22,8 +22,8 @@ def _activation_name(layer: nn.TransformerEncoderLayer) -> str:
     act = layer.activation
     if act is TF.relu or isinstance(act, nn.ReLU):
         return "relu"
-    if act is TF.gelu or isinstance(act, nn.GELU):
-        return "gelu"
+    if act is TF.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
+        return "gelu"  # exact (erf), as normlab's
     raise BadValue(f"unsupported activation {act!r}: only relu and gelu map to normlab")
 
 
@@ -54,6 +54,7 @@ def from_torch(layer: nn.TransformerEncoderLayer) -> TransformerBlock:
     slot = "pre_norm" if layer.norm_first else "post_norm"
     getattr(block.attn, slot).load_state_dict(layer.norm1.state_dict())
     getattr(block.ffn, slot).load_state_dict(layer.norm2.state_dict())
+    getattr(block.ffn, slot).eps = layer.norm2.eps  # each norm its own eps (torch's constructor sets one for both)
     return block.train(layer.training)
 
 
@@ -69,6 +70,17 @@ def to_torch(block: TransformerBlock) -> nn.TransformerEncoderLayer:
     norm = getattr(block.attn, slot)
     if type(norm).__name__ != "LayerNorm":
         raise BadValue(f"torch's layer uses LayerNorm, block uses {type(norm).__name__}")
+    if a.causal:
+        raise BadValue("block is causal and torch's layer is not by itself (it takes is_causal=True and a mask at "
+                       "each call): not converted")
+    if a.dropout != block.attn.drop.p:
+        raise BadValue(f"torch's layer has one dropout; block uses {block.attn.drop.p} and {a.dropout} on the "
+                       "attention weights")
+    linear_bias = a.qkv_proj.bias is not None
+    for n in (norm, getattr(block.ffn, slot)):
+        if n.weight is None or (n.bias is not None) != linear_bias:
+            raise BadValue(f"torch's layer norms have a weight, and a bias where its linear maps have one "
+                           f"(bias={linear_bias}); block's norm: {n}")
     w = a.qkv_proj.weight
     layer = nn.TransformerEncoderLayer(
         a.d_model, a.n_heads, ffn.fc1.out_features, dropout=block.attn.drop.p, activation=ffn.activation,

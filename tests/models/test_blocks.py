@@ -140,3 +140,45 @@ def test_video_every_placement_and_norm(placement, norm):
     y = m(torch.randn(2, 4, 3, D), fm)
     assert y.shape == (2, 4, 3, D) and torch.isfinite(y).all()
     y.sum().backward()
+
+
+@pytest.mark.parametrize("make", [lambda: normlab.TransformerEncoder(16, 4, 1, norm="batchnorm"),
+                                  lambda: normlab.ConformerEncoder(16, 4, 1, kernel_size=3)])
+@pytest.mark.parametrize("mask, error", [
+    (torch.zeros(3, 1, dtype=torch.bool), "padding mask has shape \\[3, 1\\]"),  # broadcast: it masked every key
+    (torch.zeros(1, 6, dtype=torch.bool), "padding mask has shape \\[1, 6\\]"),  # broadcast over the batch
+    (torch.zeros(3, 7, dtype=torch.bool), "padding mask has shape"), (torch.zeros(6, dtype=torch.bool), "shape"),
+    (torch.zeros(3, 6), "must be a bool tensor"), (torch.zeros(3, 6, dtype=torch.uint8), "must be a bool tensor"),
+    ([[False] * 6] * 3, "must be a bool tensor"), (torch.zeros(3, 6, dtype=torch.bool, device="meta"), "is on meta"),
+])
+def test_a_padding_mask_that_does_not_fit_is_refused_before_any_layer(make, mask, error):
+    """One clear error, and no statistics updated (a batchnorm in training used a uint8 mask as weights first)."""
+    model = make().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises((ValueError, TypeError), match=error):
+        model(torch.randn(3, 6, 16), mask)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
+@pytest.mark.parametrize("kw, error", [
+    ({"n_heads": 0}, "n_heads"), ({"n_heads": -4}, "n_heads"), ({"n_heads": 2.0}, "n_heads"),
+    ({"d_model": 0}, "d_model"),
+    ({"d_ff": 0}, "d_ff"), ({"d_ff": -5}, "d_ff"), ({"attn_dropout": -0.1}, "attn_dropout"),
+    ({"attn_dropout": 1.5}, "attn_dropout"), ({"dropout": float("nan")}, "dropout"), ({"max_len": 0}, "max_len"),
+    ({"input_dim": 0}, "input_dim"), ({"input_dim": -3}, "input_dim"),
+])
+@pytest.mark.parametrize("encoder", ["TransformerEncoder", "ConformerEncoder"])
+def test_encoder_sizes_are_checked_when_built(kw, error, encoder):
+    args = {"d_model": 16, "n_heads": 4, "n_layers": 1, **kw}
+    with pytest.raises(ValueError, match=error):
+        getattr(normlab, encoder)(args.pop("d_model"), args.pop("n_heads"), args.pop("n_layers"), **args)
+
+
+def test_conformer_kernel_size_and_empty_sequences():
+    with pytest.raises(ValueError, match="kernel_size"):
+        normlab.ConformerEncoder(16, 4, 1, kernel_size=-1)
+    enc = normlab.ConformerEncoder(16, 4, 2, kernel_size=3)
+    for mode in (enc.eval(), enc.train()):
+        assert mode(torch.randn(2, 0, 16)).shape == (2, 0, 16)
+    with pytest.raises(ValueError, match=r"expected input of shape \(B, T, 16\)"):
+        enc(torch.randn(2, 5, 8))

@@ -49,6 +49,24 @@ def test_to_torch_rejects_what_torch_lacks():
         interop.to_torch(normlab.TransformerBlock(8, 2, norm="rmsnorm"))
     with pytest.raises(TypeError):
         interop.from_torch(nn.Linear(2, 2))
+    # what the torch layer would compute differently: refused rather than converted to another function
+    with pytest.raises(ValueError, match="causal"):
+        interop.to_torch(normlab.TransformerBlock(8, 2, causal=True))
+    with pytest.raises(ValueError, match="one dropout"):
+        interop.to_torch(normlab.TransformerBlock(8, 2, dropout=0.1, attn_dropout=0.0))
+    with pytest.raises(ValueError, match="norms have a weight"):
+        interop.to_torch(normlab.TransformerBlock(8, 2, norm_kw={"bias": False}))
+    with pytest.raises(ValueError, match="unsupported activation"):
+        interop.from_torch(nn.TransformerEncoderLayer(8, 2, 16, activation=nn.GELU(approximate="tanh"),
+                                                      batch_first=True))
+
+
+def test_from_torch_keeps_each_norms_eps():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, norm_first=True).eval()
+    layer.norm2.eps = 1.0
+    x = torch.randn(2, 5, 8)
+    torch.testing.assert_close(materialize(*interop.from_torch(layer)(x)), layer(x), rtol=1e-5, atol=1e-5)
 
 
 def _tiny_bert(tmp_path, safe=True, prefix_model=False):

@@ -18,7 +18,7 @@ from ..nn.feedforward import FeedForward
 from ..nn.residual import Carry, add_norm, apply_norm
 from ..registry import make_norm
 from .placement import LayerSpec, init_block, layer_spec
-from .stack import Block, SequenceEncoder
+from .stack import Block, SequenceEncoder, check_sizes
 
 
 class ConvModule(nn.Module):
@@ -26,8 +26,8 @@ class ConvModule(nn.Module):
 
     def __init__(self, d_model: int, kernel_size: int = 15, dropout: float = 0.0, norm: str = "batchnorm"):
         super().__init__()
-        if kernel_size % 2 == 0:
-            raise BadValue(f"kernel_size must be odd (same-length output), got {kernel_size}")
+        if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+            raise BadValue(f"kernel_size must be an odd whole number >= 1 (same-length output), got {kernel_size!r}")
         self.pointwise_in = nn.Linear(d_model, 2 * d_model)
         self.depthwise = nn.Conv1d(d_model, d_model, kernel_size, padding=kernel_size // 2, groups=d_model)
         self.conv_norm = make_norm(norm, d_model)
@@ -35,6 +35,8 @@ class ConvModule(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if x.shape[1] == 0:  # no frames: nothing to convolve (a convolution refuses an input shorter than its kernel)
+            return self.drop(self.pointwise_out(x))  # B, 0, D
         h = TF.glu(self.pointwise_in(x), dim=-1)  # B, T, D
         if key_padding_mask is not None:
             h = h.masked_fill(key_padding_mask[..., None], 0.0)  # padded frames contribute nothing
@@ -75,6 +77,7 @@ class ConformerBlock(Block):
                  dropout: float = 0.0, attn_dropout: float | None = None, norm: str = "layernorm",
                  placement: str = "pre", conv_norm: str = "batchnorm", layer_index: int = 0, n_layers: int = 1,
                  init: str = "torch", norm_kw: dict | None = None, spec: LayerSpec | None = None):
+        check_sizes(d_model, n_heads, d_ff, dropout, attn_dropout)
         alone = spec is None
         super().__init__(spec or layer_spec(placement, layer_index, n_layers, dim=d_model, norm=norm,
                                             norm_kw=norm_kw, init=init))

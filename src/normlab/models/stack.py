@@ -19,6 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from .._checks import BadValue, check_count, check_padding_mask, check_rate
 from ..nn.positional import PositionalEncoding
 from ..nn.residual import Carry, add_norm, materialize
 from .old_keys import refuse_old_keys
@@ -78,6 +79,7 @@ class Stack(nn.Module):
     def run_layers(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, mask_final_norm: bool = True
                    ) -> torch.Tensor:
         """The blocks, then the final norm (given ``mask`` unless ``mask_final_norm`` is False)."""
+        check_padding_mask(mask, x)
         hidden, residual = x, None
         for layer in self.layers:
             hidden, residual = layer(hidden, residual, mask)
@@ -118,17 +120,39 @@ class SequenceEncoder(Stack):
                  norm: str = "layernorm", placement: str = "pre", dropout: float = 0.0, init: str = "torch",
                  norm_kw: dict | None = None, input_dim: int | None = None, pos: str = "sinusoidal",
                  max_len: int = 4096, **block_kw) -> None:
+        check_sizes(d_model, n_heads, d_ff, dropout, block_kw.get("attn_dropout"))
+        check_count(max_len, "max_len")
+        if input_dim is not None:
+            check_count(input_dim, "input_dim")
         inputs = {"input_proj": nn.Linear(input_dim, d_model) if input_dim else None,
                   "pos": PositionalEncoding(pos, d_model, max_len), "drop": nn.Dropout(dropout)}
         super().__init__(n_layers, lambda spec: self.block(d_model, n_heads, d_ff, dropout=dropout, spec=spec,
                                                            **block_kw),
                          dim=d_model, norm=norm, placement=placement, init=init, norm_kw=norm_kw, inputs=inputs)
+        self.pos_dim = d_model  # the width of the blocks' input
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        width = self.input_proj.in_features if self.input_proj is not None else getattr(self, "pos_dim", None)
+        if not (isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[-1] == (width or x.shape[-1])):
+            got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise BadValue(f"expected input of shape (B, T, {width}), got {got}")
+        check_padding_mask(key_padding_mask, x)
         if self.input_proj is not None:
             x = self.input_proj(x)  # B, T, D
         x = self.drop(self.pos(x))  # B, T, D
         return self.run_layers(x, key_padding_mask)  # B, T, D
+
+
+def check_sizes(d_model, n_heads, d_ff=None, dropout=0.0, attn_dropout=None) -> None:
+    """A block's sizes and rates, each one clear ``BadValue`` (they failed deep inside torch, or a ``d_ff`` of 0
+    was quietly read as the default)."""
+    check_count(d_model, "d_model")
+    check_count(n_heads, "n_heads")
+    if d_ff is not None:
+        check_count(d_ff, "d_ff")
+    check_rate(dropout, "dropout")
+    if attn_dropout is not None:
+        check_rate(attn_dropout, "attn_dropout")
 
 
 def compile_blocks(model: nn.Module, **compile_kw) -> nn.Module:

@@ -7,7 +7,7 @@ from ..nn.attention import MultiHeadSelfAttention
 from ..nn.feedforward import FeedForward
 from ..nn.residual import Carry
 from .placement import LayerSpec, init_block, layer_spec
-from .stack import Block, SequenceEncoder
+from .stack import Block, SequenceEncoder, check_sizes
 
 
 class TransformerBlock(Block):
@@ -52,6 +52,7 @@ class TransformerBlock(Block):
         norm_kw: dict | None = None,
         spec: LayerSpec | None = None,
     ) -> None:
+        check_sizes(d_model, n_heads, d_ff, dropout, attn_dropout)
         alone = spec is None
         super().__init__(spec or layer_spec(placement, layer_index, n_layers, dim=d_model, norm=norm,
                                             norm_kw=norm_kw, init=init))
