@@ -27,3 +27,62 @@ def test_an_interrupted_worker_ends_without_a_traceback(tmp_path):
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "the worker ended", r.stderr
     assert "Traceback" not in r.stderr and "KeyboardInterrupt" not in r.stderr, r.stderr
+
+
+ORPHANS = """
+import multiprocessing as mp, os, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from normlab.workers import exit_on_interrupt
+
+def pid_then_sleep():
+    return os.getpid()
+
+def sleep():
+    time.sleep(600)
+
+if __name__ == "__main__":
+    pool = ProcessPoolExecutor(2, mp_context=mp.get_context("spawn"), initializer=exit_on_interrupt)
+    pids = {pool.submit(pid_then_sleep).result() for _ in range(4)}
+    for _ in range(2):
+        pool.submit(sleep)
+    print(" ".join(map(str, pids)), flush=True)
+    time.sleep(600)
+"""
+
+
+def test_workers_end_with_a_parent_that_is_killed(tmp_path):
+    """A parent killed outright (kill -9, a timeout command, out of memory) takes its workers with it: they went on
+    running for nobody, each with its own copy of torch (a killed report left 176 of them)."""
+    import os
+    import platform
+    import signal
+    import time
+
+    import pytest
+
+    if platform.system() != "Linux":
+        pytest.skip("the parent-death signal is Linux's")
+    script = tmp_path / "orphans.py"
+    script.write_text(ORPHANS)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert pids and all(os.path.exists(f"/proc/{p}") for p in pids)
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+    deadline = time.monotonic() + 30
+
+    def alive(pid: int) -> bool:  # a process, not yet a zombie
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [p for p in pids if alive(p)]
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    assert not left, f"workers outlived their killed parent: {left}"

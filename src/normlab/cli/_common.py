@@ -84,6 +84,9 @@ seed = number(int, lambda v: 0 <= v < 2**63, "a whole number from 0 to 2**63 - 1
 _MOST_THREADS = 4 * (os.cpu_count() or 1)
 threads = number(int, lambda v: 1 <= v <= _MOST_THREADS,
                  f"a whole number from 1 to {_MOST_THREADS} (four per core of this machine)")
+#: ``--jobs``: worker processes, each with its own copy of torch (about 150 MB): as many as threads at most
+jobs = number(int, lambda v: 1 <= v <= _MOST_THREADS,
+              f"a whole number from 1 to {_MOST_THREADS} (four per core of this machine)")
 
 
 def positive_int(text: str) -> int:

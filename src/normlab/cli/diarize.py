@@ -10,7 +10,19 @@ import sys
 
 from ..devices import HELP as DEVICE_HELP
 from ..devices import check_spec
-from ._common import OVERWRITE, OVERWRITE_HELP, a_path, flag, number, positive_int, progress, renamed, seed, threads
+from ._common import (
+    OVERWRITE,
+    OVERWRITE_HELP,
+    a_path,
+    flag,
+    jobs,
+    number,
+    positive_int,
+    progress,
+    renamed,
+    seed,
+    threads,
+)
 
 HELP = {"diarize": "speaker diarization: AUDIO... to RTTM, and DER scoring"}
 
@@ -348,7 +360,7 @@ def add_parsers(sub, name: str) -> None:
     si.add_argument("--min-utterances", type=positive_int, default=5, help=f"utterances per speaker, at least {d}")
     si.add_argument("--max-utterances", type=positive_int, default=20, help=f"utterances per speaker, at most {d}")
     si.add_argument("--seed", type=seed, default=0, help=f"random seed {d}")
-    si.add_argument("--jobs", type=positive_int, default=2, help=f"worker processes (the same files for any) {d}")
+    si.add_argument("--jobs", type=jobs, default=2, help=f"worker processes (the same files for any) {d}")
     si.add_argument("--rt60", type=float, nargs=2, metavar=("MIN", "MAX"),
                     help="add reverberation, RT60 drawn from [MIN, MAX] seconds (default: dry)")
     si.add_argument("--sources", choices=["espeak", "all"], default="espeak",
@@ -486,7 +498,7 @@ def add_parsers(sub, name: str) -> None:
     tu.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
                     help="replace one axis of the grid (repeatable), e.g. --grid vad=off,gate (default: the grid "
                     "of normlab.diarization.pipeline.tuning)")
-    tu.add_argument("--jobs", type=positive_int, default=1, help=f"processes segmenting files in parallel {d}")
+    tu.add_argument("--jobs", type=jobs, default=1, help=f"processes segmenting files in parallel {d}")
     tu.add_argument("--out", default="tune.json", help=f"the grid, the choice and the test scores {d}")
     flag(tu, "--save", "store the choice in the --model file (the pipeline's defaults for it)")
     flag(tu, OVERWRITE, OVERWRITE_HELP)
@@ -502,14 +514,14 @@ def add_parsers(sub, name: str) -> None:
                     help="at most this many recordings of each folder, by name (default: all)")
     wh.add_argument("--embedding", default=None, metavar="WEIGHTS",
                     help="speaker encoder weights (default: the shipped GE2E weights)")
-    wh.add_argument("--jobs", type=positive_int, default=1, help=f"processes segmenting files in parallel {d}")
+    wh.add_argument("--jobs", type=jobs, default=1, help=f"processes segmenting files in parallel {d}")
     wh.set_defaults(func=_cmd_diarize_whiten)
 
     rc = dsub.add_parser("recipe", help="simulate, train, tune on dev, score on test: the shipped model's recipe")
     rc.add_argument("--out", required=True, help="writes OUT/model.pt, OUT/results.json (re-running resumes; required)")
     rc.add_argument("--data", default=None, help="folder for the simulated splits (default: OUT/data)")
     rc.add_argument("--threads", type=threads, default=2, help=f"torch threads per process {d}")
-    rc.add_argument("--jobs", type=positive_int, default=2, help=f"simulation worker processes {d}")
+    rc.add_argument("--jobs", type=jobs, default=2, help=f"simulation worker processes {d}")
     add_recipe_options(rc, {"norm": list(NORMS), "placement": list(PLACEMENTS), "encoder": ENCODERS, "head": HEADS,
                             "decay": ["none", "cosine"]})
     rc.set_defaults(func=_cmd_diarize_recipe)
