@@ -26,8 +26,14 @@ def test_version_names_normlab_torch_and_python():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["lesson", "--d-model", "0"], "expected a number >= 1"),
+    (["lesson", "--d-model", "0"], "expected a whole number from 1 to 2**31 - 1"),
     (["lesson", "--tokens", "1"], "expected a whole number >= 2 (InstanceNorm normalizes over the frames)"),
+    (["lesson", "--batch", "99999999999999999999999"], "expected a whole number from 1 to 2**31 - 1"),
+    (["bench", "--out", ""], "expected a path, got an empty one"),
+    (["bench", "--shapes", "4000000000x4000000000"], "has more elements than a tensor can hold"),
+    (["report", "--out", ""], "expected a path, got an empty one"),
+    (["report", "--jobs", "100000"], "four per core of this machine"),
+    (["diarize", "simulate", "--out", "s", "--jobs", "100000"], "four per core of this machine"),
     (["lesson", "--d-model", "1"], "argument --d-model: expected a whole number >= 2 (LayerNorm over one feature "
                                    "is always 0), got '1'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--norm", "groupnorm"], "invalid choice: 'groupnorm'"),
@@ -81,6 +87,19 @@ def test_the_recipe_checks_its_model_before_it_simulates(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "d_model 15 is not divisible by n_heads" in err[0], err
     assert not (tmp_path / "r").exists()
+
+
+def test_bench_never_replaces_a_file_it_did_not_write_and_says_so_before_measuring(tmp_path, capsys):
+    from normlab.cli import main
+
+    (tmp_path / "bench.md").write_text("my notes\n")
+    argv = ["bench", "--shapes", "8x8", "--ops", "layer_norm", "--dtypes", "float32", "--repeats", "1",
+            "--out", str(tmp_path)]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert not out and "bench.md exists and normlab did not write it" in err  # no table: nothing was measured
+    assert (tmp_path / "bench.md").read_text() == "my notes\n"
+    assert main([*argv, "--overwrite"]) == 0 and main(argv) == 0  # then its own output is replaced freely
 
 
 def test_tune_never_replaces_a_file_it_did_not_write(tmp_path, capsys):

@@ -85,7 +85,8 @@ def _out_of_memory(e: Exception) -> bool:
     """Python's MemoryError, or torch's allocators refusing a size (CPU or GPU)."""
     text = str(e)
     return isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and (
-        "not enough memory" in text or "can't allocate memory" in text or "out of memory" in text.lower()))
+        "not enough memory" in text or "can't allocate memory" in text or "out of memory" in text.lower()
+        or "Storage size calculation overflowed" in text))
 
 
 def main(argv: list[str] | None = None) -> int:

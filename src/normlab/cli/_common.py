@@ -33,6 +33,8 @@ def shape(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"shape must look like 8192x768, got {text!r}") from None
     if n < 1 or d < 1:
         raise argparse.ArgumentTypeError(f"shape needs at least 1 row and 1 feature, got {text!r}")
+    if n * d >= 2**62:  # beyond what a tensor's size can count (torch's overflow, not a shortage of memory)
+        raise argparse.ArgumentTypeError(f"shape {text!r} has more elements than a tensor can hold")
     return n, d
 
 

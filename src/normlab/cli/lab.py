@@ -7,7 +7,7 @@ import pathlib
 import sys
 
 from ..devices import check_spec
-from ._common import flag, positive_int, progress, seed, shape, threads
+from ._common import OVERWRITE, OVERWRITE_HELP, a_path, flag, number, positive_int, progress, seed, shape, threads
 
 HELP = {
     "lesson": "reproduce the lessons' LayerNorm exercise and check it",
@@ -16,9 +16,13 @@ HELP = {
 }
 
 
+#: the lesson's sizes: whole numbers a tensor dimension can hold (a larger one overflowed inside torch)
+_size = number(int, lambda v: 1 <= v < 2**31, "a whole number from 1 to 2**31 - 1")
+
+
 def _features(text: str) -> int:
     """The lesson's ``--d-model``: at least 2, as LayerNorm over one feature is always 0 (a value minus itself)."""
-    v = positive_int(text)
+    v = _size(text)
     if v < 2:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 2 (LayerNorm over one feature is always 0), "
                                          f"got {text!r}")
@@ -28,7 +32,7 @@ def _features(text: str) -> int:
 def _frames(text: str) -> int:
     """The lesson's ``--tokens``: at least 2, as InstanceNorm, which the lesson compares, normalizes each feature
     over a recording's frames."""
-    v = positive_int(text)
+    v = _size(text)
     if v < 2:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 2 (InstanceNorm normalizes over the frames), "
                                          f"got {text!r}")
@@ -70,13 +74,14 @@ def _bench(args: argparse.Namespace) -> int:
                        or args.dtypes != list(DTYPES)):
         raise BadValue("--model times the whole encoder: --dispatch, --ops, --shapes, --dtypes and --cold-start "
                        "are for the norms' table")
+    _check_out(args)
     if args.model:
         return _bench_model(args)
     if args.dispatch:
         from ..lab import bench_dispatch
 
         result = bench_dispatch.run(args.ops, args.shapes, args.dtypes, progress=progress("bench --dispatch"))
-        return _write(args.out, "bench-dispatch", result, bench_dispatch.markdown(result))
+        return _write(args, result, bench_dispatch.markdown(result))
     device = resolve(args.device)  # auto: the CPU table, and the GPU section when CUDA is present
     if args.device in ("cpu", "auto"):
         result = bench.run(args.ops, args.shapes, args.dtypes, repeats=args.repeats, progress=progress("bench"))
@@ -89,7 +94,7 @@ def _bench(args: argparse.Namespace) -> int:
         result["gpu"] = {"skipped": bench_gpu.available() or "--device cpu: GPU section skipped"}
     result["provenance"] = provenance.record()
     table = "\n\n".join(([bench.markdown(result)] if result["rows"] else []) + [bench_gpu.markdown(result["gpu"])])
-    return _write(args.out, "bench", result, table)
+    return _write(args, result, table)
 
 
 def _bench_model(args: argparse.Namespace) -> int:
@@ -100,24 +105,39 @@ def _bench_model(args: argparse.Namespace) -> int:
                              progress=progress("bench --model"))
     result["provenance"] = provenance.record()
     table = bench_model.markdown(result)
-    return _write(args.out, "bench-model", result, table)
+    return _write(args, result, table)
 
 
-def _write(out: str, stem: str, result: dict, table: str) -> int:
+def _outputs(args: argparse.Namespace) -> list[pathlib.Path]:
+    """``OUT/<stem>.json`` and ``OUT/<stem>.md`` of this bench."""
+    stem = "bench-model" if args.model else "bench-dispatch" if args.dispatch else "bench"
+    return [pathlib.Path(args.out) / f"{stem}{ext}" for ext in (".json", ".md")]
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """Before any measuring: the folder can be made, and no file there that normlab did not write is replaced."""
+    from .. import written
+
+    written.check(_outputs(args), overwrite=args.overwrite, hint="give another --out")
+    pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
+
+
+def _write(args: argparse.Namespace, result: dict, table: str) -> int:
     """Print ``table``; write ``OUT/<stem>.json`` (the result) and ``OUT/<stem>.md`` (the table)."""
+    from .. import written
+
     print(table)
-    folder = pathlib.Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{stem}.json").write_text(json.dumps(result, indent=2))
-    (folder / f"{stem}.md").write_text(table + "\n")
-    print(f"wrote {folder / (stem + '.json')} and {folder / (stem + '.md')}", file=sys.stderr)
+    data, md = _outputs(args)
+    written.write_text(data, json.dumps(result, indent=2))
+    written.write_text(md, table + "\n")
+    print(f"wrote {data} and {md}", file=sys.stderr)
     return 0
 
 
 def add_parsers(sub, name: str) -> None:
     if name == "lesson":
         p = sub.add_parser("lesson", help=HELP["lesson"], description=HELP["lesson"])
-        p.add_argument("--batch", type=positive_int, default=2, help="B, recordings (default: %(default)s)")
+        p.add_argument("--batch", type=_size, default=2, help="B, recordings (default: %(default)s)")
         p.add_argument("--tokens", type=_frames, default=4,
                        help="T, frames per recording, at least 2 (default: %(default)s)")
         p.add_argument("--d-model", type=_features, default=6,
@@ -158,5 +178,7 @@ def add_parsers(sub, name: str) -> None:
              "activation, optimizer, other) from torch.profiler")
         flag(p, "--dispatch", "instead: which kernel auto runs for each case here, and why (measuring first where "
              "a case is new; writes bench-dispatch.json/.md)")
-        p.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md (default: %(default)s)")
+        p.add_argument("--out", type=a_path, default="bench-out",
+                       help="folder for bench.json and bench.md (default: %(default)s)")
+        flag(p, OVERWRITE, OVERWRITE_HELP)
         p.set_defaults(func=_bench)
