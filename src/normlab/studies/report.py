@@ -36,7 +36,7 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
     ctx = Context(runner, scale, out / "figures", seed_offset=seed_offset)
     studies, t0 = [], time.time()
     try:
-        for name in only or STUDIES:
+        for name in dict.fromkeys(only or STUDIES):  # each once, however often it was named
             t = time.time()
             res = load(name).run(ctx)
             res["seconds"] = round(time.time() - t, 1)
