@@ -30,6 +30,7 @@ def test_version_names_normlab_torch_and_python():
     (["lesson", "--tokens", "1"], "expected a whole number >= 2 (InstanceNorm normalizes over the frames)"),
     (["lesson", "--batch", "99999999999999999999999"], "expected a whole number from 1 to 2**31 - 1"),
     (["bench", "--out", ""], "expected a path, got an empty one"),
+    (["bench", "--repeats", "99999999999999999999999"], "expected a whole number from 1 to 10000"),
     (["bench", "--shapes", "4000000000x4000000000"], "has more elements than a tensor can hold"),
     (["report", "--out", ""], "expected a path, got an empty one"),
     (["report", "--jobs", "100000"], "four per core of this machine"),

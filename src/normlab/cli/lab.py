@@ -7,7 +7,7 @@ import pathlib
 import sys
 
 from ..devices import check_spec
-from ._common import OVERWRITE, OVERWRITE_HELP, a_path, flag, number, positive_int, progress, seed, shape, threads
+from ._common import OVERWRITE, OVERWRITE_HELP, a_path, flag, number, progress, seed, shape, threads
 
 HELP = {
     "lesson": "reproduce the lessons' LayerNorm exercise and check it",
@@ -18,6 +18,10 @@ HELP = {
 
 #: the lesson's sizes: whole numbers a tensor dimension can hold (a larger one overflowed inside torch)
 _size = number(int, lambda v: 1 <= v < 2**31, "a whole number from 1 to 2**31 - 1")
+
+
+#: ``bench --repeats``: a median of up to ten thousand timings per case (more only runs for nobody)
+_repeats = number(int, lambda v: 1 <= v <= 10_000, "a whole number from 1 to 10000")
 
 
 def _features(text: str) -> int:
@@ -81,6 +85,7 @@ def _bench(args: argparse.Namespace) -> int:
         from ..lab import bench_dispatch
 
         result = bench_dispatch.run(args.ops, args.shapes, args.dtypes, progress=progress("bench --dispatch"))
+        result["provenance"] = provenance.record()
         return _write(args, result, bench_dispatch.markdown(result))
     device = resolve(args.device)  # auto: the CPU table, and the GPU section when CUDA is present
     if args.device in ("cpu", "auto"):
@@ -162,7 +167,7 @@ def add_parsers(sub, name: str) -> None:
                        help="NxD rows x features, e.g. 8192x768 (default: the standard set)")
         p.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16", "float16"], default=list(DTYPES),
                        help="dtypes (default: %(default)s)")
-        p.add_argument("--repeats", type=positive_int, default=15, help="timed repeats per case, median reported "
+        p.add_argument("--repeats", type=_repeats, default=15, help="timed repeats per case, median reported "
                        "(default: %(default)s)")
         p.add_argument("--threads", type=threads, default=2, help="torch threads (default: %(default)s)")
         flag(p, "--cold-start", "also time a fresh process with an empty compile cache")
