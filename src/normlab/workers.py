@@ -21,11 +21,8 @@ def exit_on_interrupt() -> None:
     parent's death (SIGTERM, exit status 143)."""
     signal.signal(signal.SIGINT, lambda *_: os._exit(130))
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
-    parent = os.getppid()
     if platform.system() == "Linux":
         try:
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         except (OSError, AttributeError):  # no prctl (not glibc): the workers outlive a killed parent, as before
             pass
-    if os.getppid() != parent:  # the parent died before the request was made
-        os._exit(143)
