@@ -136,7 +136,6 @@ class SequenceEncoder(Stack):
         if not (isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[-1] == (width or x.shape[-1])):
             got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise BadValue(f"expected input of shape (B, T, {width}), got {got}")
-        check_padding_mask(key_padding_mask, x)
         if self.input_proj is not None:
             x = self.input_proj(x)  # B, T, D
         x = self.drop(self.pos(x))  # B, T, D

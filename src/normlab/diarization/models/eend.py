@@ -1,7 +1,6 @@
 """EEND-style model: a normlab encoder over frame features; one sigmoid per speaker, or a powerset softmax."""
 from __future__ import annotations
 
-import numbers
 import pathlib
 import pickle
 from dataclasses import asdict, dataclass
@@ -9,7 +8,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ..._checks import BadValue, NotFound, check_choice
+from ..._checks import BadValue, NotFound, check_choice, check_count, check_rate
 from ...models.conformer import ConformerEncoder
 from ...models.transformer import TransformerEncoder
 from ..io.features import FeatureConfig
@@ -33,19 +32,13 @@ class ModelConfig:
     max_active: int = 2  # powerset: the most speakers one frame's class can hold
 
     def __post_init__(self):
-        # numbers a model cannot be built on fail here, not deep in attention at the first step (other types
-        # fail where the model is built, with a TypeError)
-        sizes = ("input_dim", "d_model", "n_heads", "n_layers", "d_ff", "n_speakers")
-        for name in sizes:
-            v = getattr(self, name)
-            if isinstance(v, numbers.Real) and not (isinstance(v, numbers.Integral) and v >= 1):
-                raise BadValue(f"{name} must be a whole number >= 1, got {v!r}")
-        if all(isinstance(getattr(self, name), numbers.Integral) for name in sizes) and self.d_model % self.n_heads:
+        # sizes and rates a model cannot be built on fail here, not deep in attention at the first step
+        for name in ("input_dim", "d_model", "n_heads", "n_layers", "d_ff", "n_speakers"):
+            check_count(getattr(self, name), name)
+        if self.d_model % self.n_heads:
             raise BadValue(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         for name in ("dropout", "attn_dropout"):
-            v = getattr(self, name)
-            if isinstance(v, numbers.Real) and not 0 <= v < 1:
-                raise BadValue(f"{name} must be a number in [0, 1), got {v!r}")
+            check_rate(getattr(self, name), name)
 
 
 #: encoders an EEND model can be built on

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ... import provenance, tracking
-from ..._checks import BadValue
+from ..._checks import BadValue, check_count
 from ...distributed import mean_over_ranks, shard, world
 from .pit import pit_loss
 
@@ -40,9 +40,7 @@ class TrainConfig:
     def __post_init__(self):
         # the CLI's options are checked as they are parsed; these are the same limits for the Python API
         for name, least in (("steps", 1), ("ckpt_every", 1), ("warmup", 0), ("restart_at", 0)):
-            v = getattr(self, name)
-            if not (isinstance(v, numbers.Integral) and v >= least):
-                raise BadValue(f"{name} must be a whole number >= {least}, got {v!r}")
+            check_count(getattr(self, name), name, least=least)
         for name in ("lr", "restart_lr", "clip"):
             v = getattr(self, name)
             if not (isinstance(v, numbers.Real) and 0 < v < math.inf):
@@ -215,9 +213,8 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
     from ..data.dataset import MixtureSet
     from ..models.eend import EENDModel
 
-    for name, v in (("batch", batch), ("frames", frames)):
-        if not (isinstance(v, numbers.Integral) and v >= 1):
-            raise BadValue(f"{name} must be a whole number >= 1, got {v!r}")
+    check_count(batch, "batch")
+    check_count(frames, "frames")
     out = pathlib.Path(out)
     if (out / "model.pt").exists() and not (out / "ckpt" / "last.pt").exists():  # not this training's own model
         raise BadValue(f"{out / 'model.pt'} exists and {out / 'ckpt'} holds no training to resume: training from "
