@@ -63,6 +63,10 @@ def test_version_names_normlab_torch_and_python():
                                       "diarize run --help)"),
     (["bench", "--model", "--dispatch"], "--model times the whole encoder"),
     (["bench", "--model", "--shapes", "8x8"], "--model times the whole encoder"),
+    (["bench", "--model", "--device", "cuda"], "--model measures on the CPU: --device cuda"),
+    (["bench", "--dispatch", "--device", "auto"], "--dispatch measures on the CPU: --device auto"),
+    (["bench", "--dispatch", "--cold-start"], "--cold-start and --repeats are for the norms' table"),
+    (["bench", "--dispatch", "--repeats", "3"], "--cold-start and --repeats are for the norms' table"),
     (["bench", "--shapes", "100000000x100000000", "--ops", "rms_norm", "--dtypes", "float32"], "out of memory"),
     (["diarize", "simulate", "--out", "s", "--beta", "1e308"], "beta (the mean silence, s) must be"),
     (["diarize", "train", "--data", "d", "--out", "o", "--warmup", "-1"], "expected a whole number >= 0, got '-1'"),
@@ -243,3 +247,25 @@ def test_a_closed_pipe_ends_the_command_quietly():
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141, err
     assert "Traceback" not in err and "internal error" not in err, err
+
+
+def test_ctrl_c_promises_a_resume_only_where_the_command_resumes(monkeypatch, capsys):
+    """`bench` and `count` keep nothing to resume from: their Ctrl-C line says interrupted, no more; `report` and
+    `diarize train` keep finished work and say so. Exit 130 either way, no traceback."""
+    from normlab.cli import diarize as diarize_cli
+    from normlab.cli import main
+    from normlab.cli import report as report_cli
+    from normlab.lab import accounting
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(accounting, "count_preset", stopped)
+    monkeypatch.setattr(report_cli, "_report", stopped)
+    monkeypatch.setattr(diarize_cli, "_cmd_diarize_train", stopped)
+    assert main(["count"]) == 130
+    assert capsys.readouterr().err == "normlab count: interrupted\n"
+    assert main(["report", "--quick"]) == 130
+    assert capsys.readouterr().err == "normlab report: interrupted (finished work is kept; re-run to resume)\n"
+    assert main(["diarize", "train", "--data", "d", "--out", "x"]) == 130
+    assert "re-run to resume" in capsys.readouterr().err

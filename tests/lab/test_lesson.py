@@ -67,6 +67,9 @@ def test_cli_lesson_json(capsys):
     assert main(["lesson", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["passed"] and out["config"]["seed"] == 42
+    assert out["provenance"]["torch"] == torch.__version__ and out["provenance"]["normlab"]
+    assert main(["count", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["provenance"]["torch"] == torch.__version__
 
 
 def test_cli_lesson_text_and_error(capsys):

@@ -93,6 +93,20 @@ def test_unreachable_ray_address_is_one_line_and_leaves_the_store(tmp_path, caps
                  "--out", str(tmp_path / "rep")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "cannot reach a Ray cluster" in err
+    assert not (tmp_path / "rep").exists()  # said before the report made its folder and store
+
+
+def test_a_report_on_ray_without_ray_says_so_before_it_makes_its_store(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from normlab.cli import main
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a))
+    code = main(["report", "--executor", "ray", "--only", "invariance", "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err
+    assert code == 2 and err == "normlab report: error: --executor ray needs Ray: pip install 'normlab[scale]'\n"
+    assert not (tmp_path / "rep").exists()
 
 
 DRIVER = """

@@ -117,7 +117,9 @@ def _run(args) -> int:
     try:
         return args.func(args)
     except KeyboardInterrupt:
-        print(f"normlab {args.command}: interrupted (finished work is kept; re-run to resume)", file=sys.stderr)
+        # only the commands that keep finished work (their parsers set ``resumes``) promise a resume
+        again = " (finished work is kept; re-run to resume)" if getattr(args, "resumes", False) else ""
+        print(f"normlab {args.command}: interrupted{again}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader of our output went away (`normlab ... | head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail again

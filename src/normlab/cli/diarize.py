@@ -373,7 +373,7 @@ def add_parsers(sub, name: str) -> None:
     flag(si, "--augment", "perturb: speaker warps and levels, rooms, noise types, telephone, gain")
     flag(si, "--beta-by-count", "more speakers, longer silences (EEND-EDA: beta x1, x1, x2.5, x4.5 for 1-4 speakers)")
     renamed(si, n="--n-mixtures", speakers="--n-speakers")
-    si.set_defaults(func=_cmd_diarize_simulate)
+    si.set_defaults(func=_cmd_diarize_simulate, resumes=True)
 
     tr = dsub.add_parser("train", help="train an EEND model on simulated mixtures (resumes from OUT/ckpt)",
                          description="Train an EEND model on simulated mixtures; resumes from OUT/ckpt. Data-parallel "
@@ -403,7 +403,7 @@ def add_parsers(sub, name: str) -> None:
                     help="also log loss, lr and gradient norm for TensorBoard in DIR (needs normlab[scale]; "
                     "default: no log)")
     renamed(tr, layers="--n-layers", speakers="--n-speakers")
-    tr.set_defaults(func=_cmd_diarize_train)
+    tr.set_defaults(func=_cmd_diarize_train, resumes=True)
 
     def pipeline_options(q):
         q.add_argument("--model", default=None,
@@ -524,4 +524,4 @@ def add_parsers(sub, name: str) -> None:
     rc.add_argument("--jobs", type=jobs, default=2, help=f"simulation worker processes {d}")
     add_recipe_options(rc, {"norm": list(NORMS), "placement": list(PLACEMENTS), "encoder": ENCODERS, "head": HEADS,
                             "decay": ["none", "cosine"]})
-    rc.set_defaults(func=_cmd_diarize_recipe)
+    rc.set_defaults(func=_cmd_diarize_recipe, resumes=True)

@@ -22,6 +22,7 @@ _size = number(int, lambda v: 1 <= v < 2**31, "a whole number from 1 to 2**31 - 
 
 #: ``bench --repeats``: a median of up to ten thousand timings per case (more only runs for nobody)
 _repeats = number(int, lambda v: 1 <= v <= 10_000, "a whole number from 1 to 10000")
+REPEATS = 15  # timed repeats per case, the median reported
 
 
 def _features(text: str) -> int:
@@ -43,12 +44,19 @@ def _frames(text: str) -> int:
     return v
 
 
+def _json(result: dict) -> str:
+    """``--json``: the figures with the versions and machine that made them, as every artifact records."""
+    from .. import provenance
+
+    return json.dumps({**result, "provenance": provenance.record()}, indent=2)
+
+
 def _lesson(args: argparse.Namespace) -> int:
     from ..lab.lesson import LessonConfig, format_lesson, run_lesson
 
     cfg = LessonConfig(batch=args.batch, tokens=args.tokens, d_model=args.d_model, seed=args.seed)
     result = run_lesson(cfg)
-    print(json.dumps(result, indent=2) if args.json else format_lesson(result))
+    print(_json(result) if args.json else format_lesson(result))
     return 0 if result["passed"] else 1
 
 
@@ -56,7 +64,7 @@ def _count(args: argparse.Namespace) -> int:
     from ..lab.accounting import count_preset, format_count
 
     result = count_preset(args.preset)
-    print(json.dumps(result, indent=2) if args.json else format_count(result))
+    print(_json(result) if args.json else format_count(result))
     return 0
 
 
@@ -78,6 +86,13 @@ def _bench(args: argparse.Namespace) -> int:
                        or args.dtypes != list(DTYPES)):
         raise BadValue("--model times the whole encoder: --dispatch, --ops, --shapes, --dtypes and --cold-start "
                        "are for the norms' table")
+    # the encoder and the dispatch table are measured on the CPU only; the dispatch table times its own samples
+    for on, name in ((args.model, "--model"), (args.dispatch, "--dispatch")):
+        if on and args.device != "cpu":
+            raise BadValue(f"{name} measures on the CPU: --device {args.device} is for the norms' table")
+    if args.dispatch and (args.cold_start or args.repeats != REPEATS):
+        raise BadValue("--dispatch reports auto's decisions, each timed on its own sample: --cold-start and "
+                       "--repeats are for the norms' table")
     _check_out(args)
     if args.model:
         return _bench_model(args)
@@ -167,7 +182,7 @@ def add_parsers(sub, name: str) -> None:
                        help="NxD rows x features, e.g. 8192x768 (default: the standard set)")
         p.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16", "float16"], default=list(DTYPES),
                        help="dtypes (default: %(default)s)")
-        p.add_argument("--repeats", type=_repeats, default=15, help="timed repeats per case, median reported "
+        p.add_argument("--repeats", type=_repeats, default=REPEATS, help="timed repeats per case, median reported "
                        "(default: %(default)s)")
         p.add_argument("--threads", type=threads, default=2, help="torch threads (default: %(default)s)")
         flag(p, "--cold-start", "also time a fresh process with an empty compile cache")

@@ -59,9 +59,9 @@ def add_parsers(sub, name: str) -> None:
         p = sub.add_parser("report", help=HELP["report"], description=HELP["report"])
         _common(p)
         p.add_argument("--only", nargs="+", choices=STUDIES, help="run only these studies (default: all)")
-        p.set_defaults(func=_report)
+        p.set_defaults(func=_report, resumes=True)
     elif name == "study":
         p = sub.add_parser("study", help=HELP["study"], description=HELP["study"])
         p.add_argument("name", choices=STUDIES, help="the study to run")
         _common(p)
-        p.set_defaults(func=_study)
+        p.set_defaults(func=_study, resumes=True)

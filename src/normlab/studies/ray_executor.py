@@ -34,17 +34,25 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
         raise Unreachable(f"cannot reach a Ray cluster at {address}: {e.strerror or e}") from None
 
 
+def check_ready(address: str | None) -> None:
+    """Ray is installed and ``address`` (``HOST:PORT``) answers, or one line saying which is not: checked before
+    a report makes its folder and store, and again when the executor starts."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise MissingDependency("--executor ray needs Ray: pip install 'normlab[scale]'")
+    if address not in (None, "auto"):
+        _check_reachable(address)
+
+
 class RayExecutor:
     """Submits cells as Ray tasks and yields their results as they finish."""
 
     def __init__(self, address: str | None = None, jobs: int = 1):
-        try:
-            import ray
-        except ImportError:
-            raise MissingDependency("--executor ray needs Ray: pip install 'normlab[scale]'") from None
+        check_ready(address)
+        import ray
+
         self.ray = ray
-        if address not in (None, "auto"):
-            _check_reachable(address)
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         kwargs = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
         self._owns = not ray.is_initialized()

@@ -25,6 +25,10 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
     ``overwrite``.
     """
     out = pathlib.Path(out)
+    if executor == "ray":  # before the folder and its store are made
+        from .ray_executor import check_ready
+
+        check_ready(address)
     written.check([out / "results.json", out / "index.html"], overwrite=overwrite,
                   hint="give --out another folder")
     out.mkdir(parents=True, exist_ok=True)
