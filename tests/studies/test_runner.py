@@ -1,6 +1,7 @@
 """Study runner: versioned cell keys, kept divergences, metrics beside the store, the Ray executor and resume."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -47,6 +48,27 @@ def test_a_diverged_cell_is_a_result_kept_across_resumes(tmp_path):
     second = again.map("demo", counted_cell, cfgs)
     assert again.ran == 0 and second == first
     assert executions(log) == {1: 1, 2: 1}  # the diverged cell was not trained again
+
+
+@pytest.mark.parametrize("content", ["text", "sqlite"])
+def test_a_file_of_the_users_under_the_stores_name_is_refused_and_left_as_it_was(tmp_path, content):
+    """A text file, or someone's own SQLite database, named runs.sqlite: one line, and the file unchanged (the
+    store added its tables to a database of the user's)."""
+    from normlab._checks import BadValue
+
+    db = tmp_path / "runs.sqlite"
+    if content == "text":
+        db.write_text("my notes")
+    else:
+        with contextlib.closing(sqlite3.connect(db)) as con, con:
+            con.execute("CREATE TABLE expenses (item TEXT, cost REAL)")
+    before = db.read_bytes()
+    with pytest.raises(BadValue, match="runs.sqlite is not a normlab store"):
+        Store(str(db))
+    assert db.read_bytes() == before
+    empty = tmp_path / "new.sqlite"
+    Store(str(empty)).put("k", "s", "f", {}, {"v": 1}, 0.0)
+    assert Store(str(empty)).get("k") == {"status": "ok", "v": 1}  # normlab's own store opens again
 
 
 def test_cell_key_follows_source_and_version(tmp_path, monkeypatch):

@@ -198,3 +198,11 @@ def test_report_writes_html_and_json(tmp_path):
     assert "passed" in verdict_table(result)
     again = run_studies(tmp_path, scale="test", only=["lesson_stats", "invariance"], progress=False)
     assert again["cells_computed"] == 0  # everything came from the store
+    # its own figures are replaced on that rerun; a picture of the user's under a figure's name is not
+    from normlab._checks import BadValue
+
+    figure = sorted((tmp_path / "figures").glob("*.png"))[0]
+    figure.write_bytes(b"my picture")
+    with pytest.raises(BadValue, match=f"{figure.name} exists and normlab did not write it"):
+        run_studies(tmp_path, scale="test", only=["lesson_stats"], progress=False)
+    assert figure.read_bytes() == b"my picture"

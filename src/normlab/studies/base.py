@@ -8,6 +8,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .. import written
 from .runner import Runner
 
 SCALES = ("test", "quick", "full")
@@ -143,6 +144,10 @@ def finish(ctx: Context, fig, name: str, title: str, claims: list[dict]) -> dict
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(ctx.figure(name), bbox_inches="tight")
+    path = ctx.figure(name)
+    if path.is_symlink():  # never write through a link into a file elsewhere
+        path.unlink()
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
+    written.record(path)  # the report's next run may replace it (run_studies checks the folder first)
     return {"name": name, "title": title, "claims": claims, "figure": f"{name}.png"}

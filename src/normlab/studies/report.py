@@ -29,8 +29,8 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
         from .ray_executor import check_ready
 
         check_ready(address)
-    written.check([out / "results.json", out / "index.html"], overwrite=overwrite,
-                  hint="give --out another folder")
+    written.check([out / "results.json", out / "index.html", *sorted((out / "figures").glob("*.png"))],
+                  overwrite=overwrite, hint="give --out another folder")
     out.mkdir(parents=True, exist_ok=True)
     store = Store(str(out / "runs.sqlite"))
     runner = Runner(store, jobs=jobs, progress=Progress(enabled=None if progress else False), executor=executor,

@@ -19,6 +19,7 @@ The rows a training cell logs (``tracking.log_step``) are written to
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -81,6 +82,10 @@ class Store:
     def __init__(self, path: str):
         self.path = path
         try:
+            with contextlib.closing(sqlite3.connect(path, timeout=60)) as db:  # read before anything is changed
+                tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and not {"cells", "sessions"} <= tables:  # someone's own database under the store's name
+                raise sqlite3.DatabaseError(f"it holds tables {', '.join(sorted(tables))}")
             with self._connect() as db:
                 db.execute(
                     "CREATE TABLE IF NOT EXISTS cells (key TEXT PRIMARY KEY, study TEXT, fn TEXT, config TEXT,"
