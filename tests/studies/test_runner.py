@@ -118,6 +118,40 @@ def test_unreachable_ray_address_is_one_line_and_leaves_the_store(tmp_path, caps
     assert not (tmp_path / "rep").exists()  # said before the report made its folder and store
 
 
+@pytest.mark.parametrize("reply", [b"HTTP/1.1 400 Bad Request\r\n\r\n", b"SSH-2.0-OpenSSH_9.2\r\n", None])
+def test_an_address_that_is_not_a_ray_cluster_is_one_line_not_minutes_of_retries(reply, capsys):
+    """A web server, an SSH daemon, a port that accepts and says nothing: Ray's own client retried for minutes,
+    printing a warning every few seconds; now one line before Ray starts."""
+    import threading
+
+    from normlab.studies import ray_executor
+
+    server = socket.create_server(("127.0.0.1", 0))
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+
+    def answer():
+        conn, _ = server.accept()
+        with conn:
+            if reply is not None:
+                conn.sendall(reply)
+            conn.recv(1024)
+
+    threading.Thread(target=answer, daemon=True).start()
+    with server, pytest.raises(ConnectionError, match=f"{address} answers, but not as a Ray cluster's head") as e:
+        ray_executor._check_reachable(address, timeout=1.0)
+    assert "\n" not in str(e.value)
+
+
+def test_a_ray_clusters_head_passes_the_address_check():
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'normlab[scale]')")
+    script = ("import ray\nfrom normlab.studies.ray_executor import _check_reachable\n"
+              "ray.init(num_cpus=1, include_dashboard=False)\n"
+              "_check_reachable(ray.get_runtime_context().gcs_address)\nprint('joined')\nray.shutdown()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    assert done.returncode == 0 and done.stdout.strip().endswith("joined"), done.stderr[-2000:]
+
+
 def test_a_report_on_ray_without_ray_says_so_before_it_makes_its_store(tmp_path, monkeypatch, capsys):
     import importlib.util
 

@@ -21,17 +21,39 @@ from collections.abc import Callable, Iterator
 
 from .._checks import BadValue, MissingDependency, Unreachable
 
+#: an HTTP/2 client's first bytes: the connection preface and an empty SETTINGS frame (RFC 9113, 3.4)
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _speaks_grpc(sock: socket.socket) -> bool:
+    """Whether the server on ``sock`` answers an HTTP/2 preface with its SETTINGS frame, as the gRPC server of
+    a Ray cluster's head (its GCS) does; a web server, an SSH daemon or a silent port does not."""
+    sock.sendall(_HTTP2_HELLO)
+    head = b""
+    while len(head) < 9:  # a frame header: length (3), type (1: SETTINGS is 4), flags (1), stream (4)
+        chunk = sock.recv(9 - len(head))
+        if not chunk:
+            return False
+        head += chunk
+    return head[3] == 0x04
+
 
 def _check_reachable(address: str, timeout: float = 5.0) -> None:
-    """A one-line ConnectionError when nothing listens at ``HOST:PORT`` (before Ray retries for minutes)."""
+    """A one-line ConnectionError when nothing listens at ``HOST:PORT``, or something that is not a Ray
+    cluster's head does (Ray itself would retry for minutes, printing a warning every few seconds)."""
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise BadValue(f"--address must be auto or HOST:PORT, got {address!r}")
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            pass
+        with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+            grpc = _speaks_grpc(sock)
+    except TimeoutError:
+        grpc = False
     except OSError as e:
         raise Unreachable(f"cannot reach a Ray cluster at {address}: {e.strerror or e}") from None
+    if not grpc:
+        raise Unreachable(f"{address} answers, but not as a Ray cluster's head (give the address `ray start "
+                          "--head` printed, port 6379 by default)")
 
 
 def check_ready(address: str | None) -> None:
