@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import pathlib
+import re
 import socket
 
 import pytest
@@ -178,6 +179,9 @@ def test_torchrun_rank_death_stops_the_run_naming_it_and_a_restart_resumes(tmp_p
     log = run.communicate(timeout=120)[0]
     assert run.returncode != 0
     assert "rank" in log and ("rank      : 1" in log or "rank: 1" in log or "rank 1" in log), log[-3000:]
+    # the surviving rank says it stopped in one line (it printed a traceback and "a bug in normlab")
+    assert "internal error" not in log and "Traceback" not in log.split("stopped at step")[0][-2000:], log[-3000:]
+    assert "normlab diarize: error: rank 0 of 2 stopped at step" in log, log[-3000:]
     step = torch.load(last, weights_only=False)["step"]
     assert step >= 2 and torch.load(last, weights_only=False)["world_size"] == 2
     # restarted alone (one process), it resumes from the checkpoint and finishes
@@ -204,3 +208,125 @@ def test_tensorboard_gets_the_rows_of_metrics_csv(tmp_path):
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [(1, 0.5), (2, pytest.approx(0.4))]
     assert [e.value for e in events.Scalars("train/grad_norm")] == [0.25, 0.125]
+
+
+def _train_args(data: pathlib.Path, out: pathlib.Path, steps: int = 2) -> list[str]:
+    return ["diarize", "train", "--data", str(data), "--out", str(out), "--d-model", "16", "--n-layers", "1",
+            "--batch", "2", "--frames", "30", "--warmup", "1", "--ckpt-every", "1", "--threads", "1", "--device",
+            "cpu", "--steps", str(steps)]
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"WORLD_SIZE": "2"}, "WORLD_SIZE=2 but RANK, MASTER_ADDR, MASTER_PORT not set"),
+    ({"WORLD_SIZE": "two"}, "the launcher's WORLD_SIZE='two' is not a whole number >= 1"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "99999"},
+     "MASTER_PORT='99999' is not a whole number from 1 to 65535"),
+    ({"WORLD_SIZE": "2", "RANK": "5", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
+     "RANK='5' is not a whole number from 0 to 1"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "free", "NORMLAB_JOIN_TIMEOUT": "2"},
+     "rank 0 of 2 could not join the others at 127.0.0.1:"),
+])
+def test_a_launch_that_cannot_form_its_ranks_is_one_line(env, message, tmp_path, monkeypatch, capsys):
+    """Torch's tracebacks (and "a bug in normlab") for a launcher's variables that are wrong; a rank started
+    alone with WORLD_SIZE=2 waited ten minutes in silence: now NORMLAB_JOIN_TIMEOUT (120 s by default)."""
+    import time
+
+    from normlab.cli import main
+
+    _noise_mixtures(tmp_path / "data")
+    for k, v in env.items():
+        monkeypatch.setenv(k, str(free_port()) if v == "free" else v)
+    t0 = time.monotonic()
+    assert main(_train_args(tmp_path / "data", tmp_path / "run")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and time.monotonic() - t0 < 60, err
+
+
+def test_one_training_per_folder_and_a_resume_checks_the_data(tmp_path, capsys):
+    """Two runs into one --out trained side by side (each replacing the other's checkpoint); the same data
+    folder written another way was refused, and other data simulated into it was trained on silently."""
+    from normlab.cli import main
+    from normlab.diarization.training import provenance
+    from normlab.diarization.training.train import run_lock
+
+    _noise_mixtures(tmp_path / "data")
+    out = tmp_path / "run"
+    with run_lock(out / "ckpt"):
+        assert main(_train_args(tmp_path / "data", out)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{out} is being trained by process {os.getpid()}" in err, err
+    assert main(_train_args(tmp_path / "data", out)) == 0
+    capsys.readouterr()
+    meta = provenance.read(out / "model.pt")  # what made the model file, in the file
+    assert meta["steps"] == 2 and meta["training"]["batch"] == 2 and meta["world_size"] == 1
+    assert meta["training"]["data"] == [str(tmp_path / "data")] and meta["versions"]["torch"] == torch.__version__
+    os.chdir(tmp_path)  # the same folder, written as a relative path with a trailing slash
+    assert main(_train_args(pathlib.Path("data/"), out, steps=3)) == 0
+    capsys.readouterr()
+    (tmp_path / "data" / "wav" / "m0.rttm").write_text("SPEAKER m0 1 0.00 4.00 <NA> <NA> c <NA> <NA>\n")
+    assert main(_train_args(tmp_path / "data", out, steps=4)) == 2
+    assert "other settings (data_digest:" in capsys.readouterr().err
+
+
+def test_a_checkpoint_normlab_cannot_resume_is_one_line(tmp_path):
+    cfg = TrainConfig(steps=2, ckpt_every=1)
+    train(tiny_model(), tiny_batches(), cfg, tmp_path, config={"tiny": True})
+    state = torch.load(tmp_path / "last.pt", weights_only=False)
+    assert state["format"] == 1
+    for change, message in [(lambda s: s.pop("gen"), "lacks gen: not a checkpoint normlab can resume"),
+                            (lambda s: s.update(format=99), "written by a newer normlab (checkpoint format 99"),
+                            (lambda s: s.update(config=None), "does not record the settings it was trained with")]:
+        broken = dict(state)
+        change(broken)
+        torch.save(broken, tmp_path / "last.pt")
+        with pytest.raises(ValueError, match=re.escape(message)):
+            train(tiny_model(), tiny_batches(), TrainConfig(steps=3), tmp_path, config={"tiny": True})
+    (tmp_path / "metrics.csv").write_text("epoch,accuracy\n1,0.5\n")  # someone's own file under the name
+    torch.save(state, tmp_path / "last.pt")
+    with pytest.raises(ValueError, match="metrics.csv is not a normlab metrics file"):
+        train(tiny_model(), tiny_batches(), TrainConfig(steps=3), tmp_path, config={"tiny": True})
+
+
+def _dropout_rank(rank: int, world: int, port: int, ckpt: str, steps: int, out: str) -> None:
+    from normlab.distributed import process_group
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    with process_group(torch.device("cpu")) as _:
+        torch.manual_seed(0)
+        model = EENDModel(ModelConfig(**{**TINY.__dict__, "dropout": 0.3}))
+        losses = train(model, tiny_batches(), TrainConfig(steps=steps, lr=3e-3, warmup=2, ckpt_every=2), ckpt,
+                       config={"tiny": True})
+    pathlib.Path(out, f"rank{rank}-{steps}.json").write_text(json.dumps(losses))
+
+
+def test_a_resume_with_two_ranks_ends_where_the_uninterrupted_run_ends(tmp_path):
+    """Rank 1's dropout was reseeded from the resume step only: its masks after a resume were not the
+    uninterrupted run's (rank 0's random state is in the checkpoint; rank 1's is drawn from the step)."""
+    torch.set_num_threads(1)
+    tmp_mp.spawn(_dropout_rank, args=(2, free_port(), str(tmp_path / "whole"), 6, str(tmp_path)), nprocs=2)
+    tmp_mp.spawn(_dropout_rank, args=(2, free_port(), str(tmp_path / "parts"), 4, str(tmp_path)), nprocs=2)
+    tmp_mp.spawn(_dropout_rank, args=(2, free_port(), str(tmp_path / "parts"), 6, str(tmp_path)), nprocs=2)
+    whole = json.loads((tmp_path / "rank0-6.json").read_text())
+    assert json.loads((tmp_path / "rank1-6.json").read_text()) == whole
+    # the last spawn wrote rank*-6.json again: the resumed run's losses
+    assert torch.load(tmp_path / "parts" / "last.pt", weights_only=False)["losses"] == whole
+    whole_state = torch.load(tmp_path / "whole" / "last.pt", weights_only=False)["model"]
+    parts_state = torch.load(tmp_path / "parts" / "last.pt", weights_only=False)["model"]
+    assert all(torch.equal(whole_state[k], parts_state[k]) for k in whole_state)
+
+
+def test_tensorboard_holds_each_step_once_after_a_resume(tmp_path):
+    pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'normlab[scale]')")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with tracking.MetricsLog(tmp_path / "metrics.csv", tensorboard=tmp_path / "tb") as m:
+        for s in range(1, 6):
+            m.log(s, 1.0 / s, 1e-3, 0.5, float(s))
+    with tracking.MetricsLog(tmp_path / "metrics.csv", resume_step=3, tensorboard=tmp_path / "tb") as m:
+        for s in (4, 5, 6):  # steps 4 and 5 came after the checkpoint at 3: trained, and logged, again
+            m.log(s, 0.1, 1e-3, 0.5, float(s))
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4, 5, 6]

@@ -29,13 +29,74 @@ def world() -> tuple[int, int]:
 
 
 def launched() -> bool:
-    """True when a launcher started this process as one of several ranks."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    """True when a launcher started this process as one of several ranks (``WORLD_SIZE`` above 1)."""
+    return _whole("WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"), least=1) > 1
+
+
+#: seconds a rank waits for the others to join (``NORMLAB_JOIN_TIMEOUT``); collectives keep ``timeout_s``
+JOIN_TIMEOUT_S = 120.0
+
+
+def _whole(name: str, text: str, least: int = 0, most: int | None = None) -> int:
+    from ._checks import BadValue
+
+    try:
+        v = int(text)
+    except ValueError:
+        v = None
+    if v is None or v < least or (most is not None and v > most):
+        bound = f"from {least} to {most}" if most is not None else f">= {least}"
+        raise BadValue(f"the launcher's {name}={text!r} is not a whole number {bound}")
+    return v
+
+
+def launch_settings() -> dict:
+    """``rank, world, host, port`` from the launcher's environment, checked: one line naming what is wrong (a
+    launch with ``WORLD_SIZE`` but no ``RANK``, a port that is not a port) instead of torch's traceback."""
+    from ._checks import BadValue
+
+    world_size = _whole("WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"), least=1)
+    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]
+    if missing:
+        raise BadValue(f"WORLD_SIZE={world_size} but {', '.join(missing)} not set: start the ranks with torchrun "
+                       "(it sets them all), or unset WORLD_SIZE to run alone")
+    rank = _whole("RANK", os.environ["RANK"], most=world_size - 1)
+    port = _whole("MASTER_PORT", os.environ["MASTER_PORT"], least=1, most=65535)
+    return {"rank": rank, "world": world_size, "host": os.environ["MASTER_ADDR"], "port": port}
+
+
+def _join_timeout() -> float:
+    text = os.environ.get("NORMLAB_JOIN_TIMEOUT")
+    return JOIN_TIMEOUT_S if text is None else float(_whole("NORMLAB_JOIN_TIMEOUT", text, least=1))
+
+
+def _join(settings: dict, join_timeout: float, timeout_s: float):
+    """The ranks' store as ``env://`` makes it (rank 0 serves it, or torchrun's agent does), waiting at most
+    ``join_timeout`` s for every rank; then ``timeout_s`` for what the ranks do together."""
+    import torch.distributed as dist
+    from torch.distributed.rendezvous import rendezvous
+
+    from ._checks import Unreachable
+
+    rank, world_size, host, port = settings["rank"], settings["world"], settings["host"], settings["port"]
+    try:
+        store, _, _ = next(rendezvous("env://", timeout=datetime.timedelta(seconds=join_timeout)))
+    except (RuntimeError, ValueError, OSError) as e:  # DistStoreError / DistNetworkError are RuntimeErrors
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise Unreachable(f"rank {rank} of {world_size} could not join the others at {host}:{port} "
+                          f"({reason[:200]}): start every rank (torchrun sets them up), or "
+                          "unset WORLD_SIZE to run alone") from None
+    store.set_timeout(datetime.timedelta(seconds=timeout_s))
+    return dist.PrefixStore("default_pg", store)  # as init_process_group keys its own store
 
 
 @contextlib.contextmanager
 def process_group(device, timeout_s: float = 600.0):
-    """Join the ranks (gloo on CPU, nccl on CUDA) for the block; yields ``(rank, world size)``."""
+    """Join the ranks (gloo on CPU, nccl on CUDA) for the block; yields ``(rank, world size)``.
+
+    The launcher's variables are checked first, the join waits :data:`JOIN_TIMEOUT_S` (a rank started alone
+    waited ``timeout_s``, ten minutes, in silence), and a rank ends when the launcher that started it dies (a
+    ``kill -9`` of torchrun left its ranks training, and a rerun trained beside them)."""
     if not launched():
         yield 0, 1
         return
@@ -43,13 +104,18 @@ def process_group(device, timeout_s: float = 600.0):
     import torch.distributed as dist
 
     from ._checks import Unavailable
+    from .workers import die_with_parent
 
     if not dist.is_available():
         raise Unavailable("this torch build has no torch.distributed: run with one process")
+    settings = launch_settings()
+    die_with_parent()
     backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    store = _join(settings, _join_timeout(), timeout_s)
+    dist.init_process_group(backend, store=store, rank=settings["rank"], world_size=settings["world"],
+                            timeout=datetime.timedelta(seconds=timeout_s))
     done = False
     try:
         yield dist.get_rank(), dist.get_world_size()

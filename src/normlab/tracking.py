@@ -22,16 +22,22 @@ COLUMNS = ("step", "loss", "lr", "grad_norm", "seconds")
 _collector: list | None = None  # rows of the cell running in this process, when the runner collects them
 
 
-def _writer(tensorboard: str | os.PathLike | None):
-    if tensorboard is None:
-        return None
+def check_tensorboard():
+    """TensorBoard's ``SummaryWriter``, or one line saying how to install it (checked before a run starts)."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         from ._checks import MissingDependency
 
         raise MissingDependency("--tensorboard needs the tensorboard package (pip install 'normlab[scale]')") from None
-    return SummaryWriter(str(tensorboard))
+    return SummaryWriter
+
+
+def _writer(tensorboard: str | os.PathLike | None, resume_step: int = 0):
+    if tensorboard is None:
+        return None
+    # a resumed run trains the steps after its checkpoint again: TensorBoard drops what it logged for them
+    return check_tensorboard()(str(tensorboard), purge_step=resume_step + 1 if resume_step else None)
 
 
 class MetricsLog:
@@ -58,7 +64,7 @@ class MetricsLog:
             os.replace(tmp, self.path)
         self._file = open(self.path, "a", newline="")
         self._csv = csv.writer(self._file)
-        self._tb = _writer(tensorboard)
+        self._tb = _writer(tensorboard, resume_step)
 
     def log(self, step: int, loss: float, lr: float, grad_norm: float, seconds: float) -> None:
         self._csv.writerow([step, f"{loss:.6g}", f"{lr:.6g}", f"{grad_norm:.6g}", f"{seconds:.3f}"])
@@ -82,7 +88,16 @@ class MetricsLog:
 def read(path: str | os.PathLike) -> list[dict]:
     """Rows of a metrics.csv as dicts (``step`` int, the rest float)."""
     with open(path, newline="") as f:
-        return [{c: int(r[c]) if c == "step" else float(r[c]) for c in COLUMNS} for r in csv.DictReader(f)]
+        rows = csv.DictReader(f)
+        try:
+            if not set(COLUMNS) <= set(rows.fieldnames or ()):
+                raise ValueError(f"columns {', '.join(rows.fieldnames or ())}")
+            return [{c: int(r[c]) if c == "step" else float(r[c]) for c in COLUMNS} for r in rows]
+        except (ValueError, TypeError) as e:  # a file of someone else's under the name, or edited by hand
+            from ._checks import BadValue
+
+            raise BadValue(f"{path} is not a normlab metrics file ({str(e)[:100]}; normlab writes "
+                           f"{', '.join(COLUMNS)}): move it away") from None
 
 
 def write(path: str | os.PathLike, rows: list[dict]) -> None:

@@ -21,8 +21,18 @@ def exit_on_interrupt() -> None:
     parent's death (SIGTERM, exit status 143)."""
     signal.signal(signal.SIGINT, lambda *_: os._exit(130))
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
-    if platform.system() == "Linux":
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        except (OSError, AttributeError):  # no prctl (not glibc): the workers outlive a killed parent, as before
-            pass
+    die_with_parent()
+
+
+def die_with_parent() -> None:
+    """Ask the kernel for SIGTERM when this process's parent dies (Linux; elsewhere nothing): a pool worker, or
+    a rank whose launcher was killed, does not go on working for nobody."""
+    if platform.system() != "Linux":
+        return
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl (not glibc): the process outlives a killed parent, as before
+        return
+    if os.getppid() != parent:  # the parent died before the request: no signal will come
+        os.kill(os.getpid(), signal.SIGTERM)

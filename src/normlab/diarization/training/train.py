@@ -7,10 +7,13 @@ of processes.
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
 import numbers
 import os
 import pathlib
+import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ... import provenance, tracking
-from ..._checks import BadValue, check_count
+from ..._checks import BadValue, Unavailable, UserError, check_count
 from ...distributed import mean_over_ranks, shard, world
 from .pit import pit_loss
 
@@ -84,10 +87,22 @@ def read_checkpoint(path: pathlib.Path) -> dict:
     if not isinstance(state, dict) or "step" not in state:
         raise BadValue(f"{path} is not a normlab training checkpoint: move it away to start over, or give "
                        "another --out")
+    if state.get("format", 1) > CHECKPOINT_FORMAT:
+        raise BadValue(f"{path} was written by a newer normlab (checkpoint format {state['format']}, this one "
+                       f"reads up to {CHECKPOINT_FORMAT}): resume it with that version, or give another --out")
+    missing = [k for k in CHECKPOINT_KEYS if k not in state]
+    if missing:
+        raise BadValue(f"{path} lacks {', '.join(missing)}: not a checkpoint normlab can resume; move it away to "
+                       "start over, or give another --out")
     return state
 
+
+#: what a checkpoint holds (``format`` counts changes to it; files before it had none and read as 1)
+CHECKPOINT_FORMAT = 1
+CHECKPOINT_KEYS = ("model", "optimizer", "step", "losses", "gen", "torch_rng")
+
 def _save(path: pathlib.Path, state: dict) -> None:
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # this process's own: never another's half-written file
     torch.save(state, tmp)
     os.replace(tmp, path)  # atomic: a kill never leaves a half-written checkpoint
 
@@ -136,7 +151,11 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
     step, losses, seconds = 0, [], 0.0
     if last.exists():
         state = read_checkpoint(last)
-        if config is not None and state.get("config") is not None and state["config"] != config:
+        if config is not None and state.get("config") is None:
+            raise BadValue(f"{last} does not record the settings it was trained with (an older normlab, or the "
+                           "Python API without config=): a resume cannot be checked; move it away to start over, "
+                           "or give another --out")
+        if config is not None and state["config"] != config:
             diff = _config_diff(state["config"], config)
             raise BadValue(f"{last} was trained with other settings ({'; '.join(diff[:3])}"
                              f"{'; ...' if len(diff) > 3 else ''}): use the same options, or another --out")
@@ -145,8 +164,7 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
         gen.set_state(state["gen"])
         torch.set_rng_state(state["torch_rng"])
         step, losses, seconds = state["step"], state["losses"], state.get("seconds", 0.0)
-    if rank:  # dropout masks differ per rank (each rank sees other sequences)
-        torch.manual_seed(cfg.seed + 1_000_003 * rank + step)
+    saved = step  # the step of the checkpoint a rerun resumes from
     net = model
     if size > 1:
         net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
@@ -159,6 +177,8 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
             lr = cfg.lr_at(step)
             for g in opt.param_groups:
                 g["lr"] = lr
+            if rank:  # dropout masks differ per rank, drawn from the step: a resume is bitwise on every rank
+                torch.manual_seed(cfg.seed + 1_000_003 * rank + step)
             global_batch = batches(gen)
             if size > 1 and global_batch[0].shape[0] % size:
                 raise BadValue(f"the batch ({global_batch[0].shape[0]} sequences) must be a multiple of the "
@@ -175,24 +195,62 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
             if metrics is not None:
                 metrics.log(step, losses[-1], lr, grad_norm, elapsed)
             tracking.log_step(step, losses[-1], lr, grad_norm, elapsed)
-            if rank == 0 and (step % cfg.ckpt_every == 0 or step == cfg.steps):
-                _save(last, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                             "losses": losses, "gen": gen.get_state(), "torch_rng": torch.get_rng_state(),
-                             "seconds": elapsed, "config": config, "world_size": size,
-                             "provenance": provenance.record()})
+            if step % cfg.ckpt_every == 0 or step == cfg.steps:
+                saved = step
+                if rank == 0:
+                    _save(last, {"format": CHECKPOINT_FORMAT, "model": model.state_dict(),
+                                 "optimizer": opt.state_dict(), "step": step, "losses": losses, "gen": gen.get_state(),
+                                 "torch_rng": torch.get_rng_state(), "seconds": elapsed, "config": config,
+                                 "world_size": size, "provenance": provenance.record()})
             if progress and rank == 0:
                 progress(step, cfg.steps, losses[-1])
     except RuntimeError as e:
-        if size == 1:
+        if size == 1 or isinstance(e, UserError):
             raise
-        done = (step // cfg.ckpt_every) * cfg.ckpt_every
-        raise RuntimeError(f"rank {rank} of {size} stopped at step {step + 1}: {str(e).splitlines()[0]} (a rank "
-                           f"that died is named by the launcher); run the same command again to resume from the "
-                           f"checkpoint at step {done}") from e
+        # a peer that vanished (killed, out of memory): the collective fails here; one line, not a bug
+        raise Unavailable(f"rank {rank} of {size} stopped at step {step + 1}: {str(e).splitlines()[0]} (a rank "
+                          "that died is named by the launcher); run the same command again to resume from "
+                          + (f"the checkpoint at step {saved}" if saved else "the start")) from e
     finally:
         if metrics is not None:
             metrics.close()
     return losses
+
+
+def data_digest(folders: list[pathlib.Path]) -> str:
+    """SHA-256 over each data folder's ``config.json`` and references (``ref.rttm``, else every ``.rttm``): what a
+    resume must train on again (the audio follows from them, or its references change)."""
+    h = hashlib.sha256()
+    for d in folders:
+        refs = [d / "ref.rttm"] if (d / "ref.rttm").is_file() else sorted([*d.glob("*.rttm"), *d.glob("wav/*.rttm")])
+        for f in [d / "config.json", *refs]:
+            h.update(f.name.encode() + (f.read_bytes() if f.is_file() else b"-"))
+    return h.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def run_lock(folder: pathlib.Path):
+    """Hold ``folder/.lock`` (an exclusive ``flock``) for the block: a second training into the same folder stops
+    with one line instead of training beside the first (the two replaced each other's checkpoints)."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise BadValue(f"{folder.parent} is being trained by {holder}: wait for it to finish (or stop it), "
+                           "or give another --out") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"process {os.getpid()} on {platform.node()}")
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, batch: int = 8, frames: int = 500,
@@ -212,6 +270,7 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
     from ...distributed import process_group
     from ..data.dataset import MixtureSet
     from ..models.eend import EENDModel
+    from . import provenance as model_provenance
 
     check_count(batch, "batch")
     check_count(frames, "frames")
@@ -219,16 +278,20 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
     if (out / "model.pt").exists() and not (out / "ckpt" / "last.pt").exists():  # not this training's own model
         raise BadValue(f"{out / 'model.pt'} exists and {out / 'ckpt'} holds no training to resume: training from "
                        "scratch would replace it; give another --out, or move it away first")
+    if tensorboard is not None:
+        tracking.check_tensorboard()  # before any rank starts (one rank alone failing left the others a traceback)
     dev = resolve(device)
-    with process_group(dev) as (rank, size):
+    folders = [pathlib.Path(d) for d in (data if isinstance(data, (list, tuple)) else [data])]
+    with process_group(dev) as (rank, size), (run_lock(out / "ckpt") if rank == 0 else contextlib.nullcontext()):
         mixtures = MixtureSet(data, n_speakers=model_cfg.n_speakers)
         torch.manual_seed(cfg.seed)
         model = EENDModel(model_cfg).to(dev)
         model.features = mixtures.cfg
-        settings = {"model": asdict(model_cfg), "data": [str(d) for d in (data if isinstance(data, (list, tuple))
-                                                                          else [data])],
-                    "batch": batch, "frames": frames, "seed": cfg.seed, "lr": cfg.lr, "warmup": cfg.warmup,
-                    "decay": cfg.decay, "clip": cfg.clip}
+        # the data by where it is (however the path was written) and what it holds (simulated again into the
+        # same folder, it is other data)
+        settings = {"model": asdict(model_cfg), "data": [os.path.abspath(d) for d in folders],
+                    "data_digest": data_digest(folders), "batch": batch, "frames": frames, "seed": cfg.seed,
+                    "lr": cfg.lr, "warmup": cfg.warmup, "decay": cfg.decay, "clip": cfg.clip}
         last = out / "ckpt" / "last.pt"
         start = read_checkpoint(last)["step"] if last.exists() else 0
         t0 = time.perf_counter()
@@ -236,7 +299,14 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
                        config=settings, tensorboard=tensorboard if rank == 0 else None)
         seconds = time.perf_counter() - t0
         if rank == 0:
-            model.save(out / "model.pt")
+            tmp = out / ".model.pt.tmp"
+            model.save(tmp)
+            state = read_checkpoint(last)
+            model_provenance.write(tmp, {  # what made it, readable with training.provenance.read
+                "max_local_speakers": model_cfg.n_speakers, "window_frames": frames, "training": settings,
+                "steps": state["step"], "world_size": size, "train_seconds": round(state.get("seconds", 0.0), 1),
+                "versions": model_provenance.versions()})
+            os.replace(tmp, out / "model.pt")
     steps = len(losses) - start
     return {"rank": rank, "world_size": size, "device": str(dev), "losses": losses, "mixtures": len(mixtures.items),
             "steps": steps, "seconds": seconds, "samples_per_s": batch * steps / seconds if steps else 0.0}
