@@ -201,6 +201,7 @@ class ScaleNorm(_AddThenNorm, nn.Module):
 
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
         check_input(x, self.normalized_shape)
+        check_eps(self.eps)  # as LayerNorm and RMSNorm do: an eps set after construction is checked too
         dims = tuple(range(-len(self.normalized_shape), 0))
         xa = x.to(acc_dtype(x.dtype))  # *, D   float32 (float64) arithmetic
         norm = torch.linalg.vector_norm(xa, dim=dims, keepdim=True).clamp(min=self.eps)  # *, 1

@@ -211,6 +211,59 @@ def test_torch_func_transforms_get_the_plain_math(op, impl):
     torch.testing.assert_close(jacrev(ours)(x[0, 0]), jacrev(theirs)(x[0, 0]))
 
 
+PAIRS = {"layer_norm": (lambda d: normlab.LayerNorm(d), lambda d: torch.nn.LayerNorm(d)),
+         "rms_norm": (lambda d: normlab.RMSNorm(d), lambda d: torch.nn.RMSNorm(d))}
+
+
+@pytest.mark.parametrize("op", list(PAIRS))
+@pytest.mark.parametrize("d", [8, 768])  # 768: the C++ kernels' rows (below 512 auto may run torch's LayerNorm)
+@pytest.mark.parametrize("frozen", [True, False])
+def test_forward_mode_ad_gives_torchs_tangents(op, d, frozen):
+    """``forward_ad.dual_level``: with nothing requiring grad the tangent came back None (read as zero, silently);
+    with trainable weights NormFunction raised for want of a jvp. The plain ops carry the tangents."""
+    import torch.autograd.forward_ad as fwAD
+
+    ours, theirs = (make(d).double() for make in PAIRS[op])
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for m in (ours, theirs):
+            m.weight.copy_(torch.randn(d, generator=torch.Generator().manual_seed(1), dtype=torch.float64))
+            m.requires_grad_(not frozen)
+    x, t = (torch.randn(3, d, generator=g, dtype=torch.float64) for _ in range(2))
+    with fwAD.dual_level():
+        got = fwAD.unpack_dual(ours(fwAD.make_dual(x, t))).tangent
+        want = fwAD.unpack_dual(theirs(fwAD.make_dual(x, t))).tangent
+    assert got is not None
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("op", list(PAIRS))
+@pytest.mark.parametrize("d", [8, 768])
+def test_batched_backward_gives_torchs_gradients(op, d):
+    """``grad(..., is_grads_batched=True)`` and ``jacobian(..., vectorize=True)`` vmap over the backward: the
+    C++ backward was handed storage-less batched gradients and raised."""
+    ours, theirs = (make(d).double() for make in PAIRS[op])
+    x = torch.randn(3, d, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    v = torch.randn(4, 3, d, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    got, want = (torch.autograd.grad(m(xx := x.clone().requires_grad_()), xx, v, is_grads_batched=True)[0]
+                 for m in (ours, theirs))
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.functional.jacobian(ours, x[:1], vectorize=True),
+                               torch.autograd.functional.jacobian(theirs, x[:1], vectorize=True))
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"])
+def test_meta_tensors_get_their_shapes(op):
+    """A model built on the meta device (shapes without memory, to size it): RMSNorm went to the compiled kernel
+    and failed inside inductor; every op now gives meta outputs of the input's shape, as torch's norms do."""
+    x = torch.empty(3, 5, 768, device="meta")
+    out = getattr(F, op)(x, x, 768) if op.startswith("add") else getattr(F, op)(x, 768)
+    for y in out if isinstance(out, tuple) else (out,):
+        assert y.is_meta and y.shape == x.shape
+    norm = normlab.RMSNorm(768, device="meta") if "rms" in op else normlab.LayerNorm(768, eps=0.0, device="meta")
+    assert norm(x).is_meta
+
+
 @pytest.mark.parametrize("make", [lambda: normlab.LayerNorm(6), lambda: normlab.RMSNorm(6),
                                   lambda: normlab.LayerNorm((2, 3))])
 def test_a_traced_norm_takes_inputs_of_another_rank(make):

@@ -79,6 +79,10 @@ def test_rmsnorm_default_eps_is_what_torch_computes(dtype):
 def test_bad_eps_in_modules(cls, eps):
     with pytest.raises(ValueError, match="eps"):
         cls(8, eps=eps)
+    m = cls(8)
+    m.eps = eps  # set after construction: checked when it is used (ScaleNorm gave NaN rows silently)
+    with pytest.raises(ValueError, match="eps"):
+        m(torch.randn(2, 8) * 1e-8)
 
 
 def test_module_wrong_input_shape():

@@ -39,7 +39,9 @@ class NormFunction(torch.autograd.Function):
         s, weight, mean, rstd = ctx.saved_tensors
         need = ctx.needs_input_grad
         x_dt, r_dt, w_dt, b_dt = ctx.dtypes
-        if torch.is_grad_enabled():  # create_graph=True: a backward autograd can differentiate
+        # create_graph=True: a backward autograd can differentiate; under vmap (is_grads_batched, a vectorized
+        # jacobian) the gradients are batched wrappers without storage, which only torch operations can read
+        if torch.is_grad_enabled() or _batched(dy):
             dsum, dw, db = _differentiable_bwd(dy, s, weight, ds, ctx.eps, ctx.rms)
             dsum2 = dsum
         else:
@@ -61,6 +63,15 @@ class NormFunction(torch.autograd.Function):
             None,
             None,
         )
+
+
+_legacy_batched = getattr(torch._C._functorch, "is_legacy_batchedtensor", lambda t: False)
+
+
+def _batched(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a vmap wrapper (``torch.func`` transforms, or the vmap of ``is_grads_batched`` and
+    ``jacobian(vectorize=True)``): a tensor without storage of its own."""
+    return torch._C._are_functorch_transforms_active() or _legacy_batched(t)
 
 
 def _differentiable_bwd(dy, s, weight, ds, eps: float, rms: bool):

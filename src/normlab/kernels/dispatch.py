@@ -104,6 +104,12 @@ def exporting() -> bool:
 _transforming = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
+def _dual() -> bool:
+    """Whether forward-mode AD (``torch.autograd.forward_ad.dual_level``) is on: its dual tensors carry tangents
+    that neither a ctypes kernel nor ``NormFunction`` (no ``jvp``) propagates; the plain ops do."""
+    return torch.autograd.forward_ad._current_level >= 0
+
+
 def get_kernel(name: str) -> Kernel:
     """The kernel registered under ``name`` (not ``"auto"``; see :func:`resolve`)."""
     try:
@@ -203,7 +209,8 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
         t.reshape(math.prod(t.shape[:t.dim() - len(shape)]), d).contiguous()  # noqa: E731
     w = weight if weight is None or weight.dim() == 1 else weight.reshape(d)
     b = bias if bias is None or bias.dim() == 1 else bias.reshape(d)
-    if exporting() or _transforming():
+    # tracers, torch.func transforms, forward-mode AD and meta tensors (shapes only) get the plain ops
+    if exporting() or _transforming() or _dual() or x.is_meta:
         if impl != "auto":
             get_kernel(impl)  # an unknown name is still an error
         if d > 0:  # rows by a reshape of (-1, D) and back by reshape_as: a trace records no batch size or rank
