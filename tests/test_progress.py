@@ -1,0 +1,54 @@
+"""Progress in a log: a line now and then for a long task, nothing for a short one, no carriage returns."""
+from __future__ import annotations
+
+import io
+
+from normlab import progress
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_long_task_in_a_log_writes_a_line_every_interval_and_one_at_the_end(monkeypatch):
+    """Piped to a file, a training run wrote nothing until it ended (an hour looked like a hang)."""
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    log = io.StringIO()
+    p = progress.Progress(stream=log)
+    for step in range(1, 101):
+        clock.now += 1.0  # one second a step: a line every 30 steps, then the last
+        p.show("train", step, 100, f"loss {1 / step:.3f}")
+    lines = log.getvalue().splitlines()
+    # the task starts at its first report (step 1): 30 s later is step 31
+    assert lines == ["train: 31/100 (loss 0.032) after 0:00:30", "train: 61/100 (loss 0.016) after 0:01:00",
+                     "train: 91/100 (loss 0.011) after 0:01:30", "train: 100/100 (loss 0.010) after 0:01:39"]
+    assert "\r" not in log.getvalue()
+
+
+def test_a_short_task_in_a_log_writes_nothing_and_off_is_off(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    log = io.StringIO()
+    for enabled in (None, False):
+        p = progress.Progress(enabled=enabled, stream=log)
+        for i in range(10):
+            clock.now += 1.0 if enabled is None else 100.0
+            p.callback("simulate")(i, 10, f"m{i}")
+    assert log.getvalue() == ""
+
+
+def test_a_terminal_gets_a_bar():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Terminal()
+    p = progress.Progress(stream=out)
+    for i in range(5):
+        p.show("bench", i + 1, 5)
+    assert "bench" in out.getvalue() and "5/5" in out.getvalue()
