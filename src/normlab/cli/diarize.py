@@ -176,8 +176,10 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
                   progress=lambda step, total, loss: bar(step - 1, total, f"loss {loss:.4f}"))
     if r["rank"] == 0:
         losses = r["losses"]
+        speed = (f"{r['samples_per_s']:.1f} sequences/s" if r["steps"] else
+                 "no step left to train: the checkpoint had reached --steps")
         print(f"trained {len(losses)} steps on {r['mixtures']} mixtures ({r['world_size']} process"
-              f"{'es' if r['world_size'] > 1 else ''}, {r['device']}; {r['samples_per_s']:.1f} sequences/s); "
+              f"{'es' if r['world_size'] > 1 else ''}, {r['device']}; {speed}); "
               f"final loss {sum(losses[-20:]) / len(losses[-20:]):.4f}; wrote {out / 'model.pt'} and "
               f"{out / 'ckpt' / 'metrics.csv'}")
     return 0
