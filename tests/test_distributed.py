@@ -332,3 +332,26 @@ def test_tensorboard_holds_each_step_once_after_a_resume(tmp_path):
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_ranks_share_the_cores_by_default(tmp_path, monkeypatch, capsys):
+    """Under a launcher with 4 ranks on an 8-core machine each rank takes 2 threads (it took 2 whatever the
+    ranks: 2 ranks oversubscribed a 2-core machine); alone, 2; --threads decides where given."""
+    from normlab.cli import main
+
+    _noise_mixtures(tmp_path / "data")
+    before = torch.get_num_threads()
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    try:
+        for local, given, want in (("4", [], 2), ("2", [], 4), (None, [], 2), ("4", ["--threads", "3"], 3)):
+            if local is None:
+                monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+            else:
+                monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
+            args = _train_args(tmp_path / "data", tmp_path / f"r{local}{given}", steps=1)
+            i = args.index("--threads")
+            del args[i : i + 2]
+            assert main([*args, *given]) == 0 and torch.get_num_threads() == want, (local, given)
+    finally:
+        torch.set_num_threads(before)
+    capsys.readouterr()

@@ -157,13 +157,22 @@ def _cmd_diarize_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rank_threads() -> int:
+    """``diarize train``'s default threads: 2, or under a launcher the cores shared among this machine's ranks
+    (2 each oversubscribed a 2-core machine running 2 ranks)."""
+    import os
+
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    return max(1, (os.cpu_count() or 1) // int(local)) if local.isdigit() and int(local) > 1 else 2
+
+
 def _cmd_diarize_train(args: argparse.Namespace) -> int:
     import torch
 
     from ..diarization.models.eend import ModelConfig
     from ..diarization.training.train import TrainConfig, train_run
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or _rank_threads())
     model_cfg = ModelConfig(d_model=args.d_model, n_layers=args.n_layers, d_ff=4 * args.d_model,
                             n_speakers=args.n_speakers,
                             norm=args.norm, placement=args.placement, encoder=args.encoder, head=args.head)
@@ -398,7 +407,8 @@ def add_parsers(sub, name: str) -> None:
     tr.add_argument("--head", choices=HEADS, default="multilabel",
                     help=f"output head: one sigmoid per speaker, or a softmax over sets of speakers {d}")
     tr.add_argument("--ckpt-every", type=positive_int, default=100, help=f"steps between checkpoints {d}")
-    tr.add_argument("--threads", type=threads, default=2, help=f"torch threads per process {d}")
+    tr.add_argument("--threads", type=threads, default=None, help="torch threads per process (default: 2; under "
+                    "torchrun the machine's cores shared among its ranks)")
     tr.add_argument("--seed", type=seed, default=0, help=f"random seed {d}")
     tr.add_argument("--device", type=check_spec, default="cpu", help=f"{DEVICE_HELP} {d}")
     tr.add_argument("--tensorboard", default=None, metavar="DIR",
