@@ -283,6 +283,8 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
     dev = resolve(device)
     folders = [pathlib.Path(d) for d in (data if isinstance(data, (list, tuple)) else [data])]
     with process_group(dev) as (rank, size), (run_lock(out / "ckpt") if rank == 0 else contextlib.nullcontext()):
+        if batch % size:  # before the data is read (train checks each batch it draws too)
+            raise BadValue(f"the batch ({batch} sequences) must be a multiple of the number of processes ({size})")
         mixtures = MixtureSet(data, n_speakers=model_cfg.n_speakers)
         torch.manual_seed(cfg.seed)
         model = EENDModel(model_cfg).to(dev)
