@@ -71,6 +71,8 @@ _legacy_batched = getattr(torch._C._functorch, "is_legacy_batchedtensor", lambda
 def _batched(t: torch.Tensor) -> bool:
     """Whether ``t`` is a vmap wrapper (``torch.func`` transforms, or the vmap of ``is_grads_batched`` and
     ``jacobian(vectorize=True)``): a tensor without storage of its own."""
+    if torch.compiler.is_compiling():  # dynamo traces the backward: no vmap there, and it cannot trace these
+        return False
     return torch._C._are_functorch_transforms_active() or _legacy_batched(t)
 
 
