@@ -104,10 +104,13 @@ def exporting() -> bool:
 _transforming = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
+_forward_ad = torch.autograd.forward_ad
+
+
 def _dual() -> bool:
     """Whether forward-mode AD (``torch.autograd.forward_ad.dual_level``) is on: its dual tensors carry tangents
     that neither a ctypes kernel nor ``NormFunction`` (no ``jvp``) propagates; the plain ops do."""
-    return torch.autograd.forward_ad._current_level >= 0
+    return _forward_ad._current_level >= 0
 
 
 def get_kernel(name: str) -> Kernel:
