@@ -242,7 +242,7 @@ def test_a_launch_that_cannot_form_its_ranks_is_one_line(env, message, tmp_path,
     assert err.count("\n") == 1 and message in err and time.monotonic() - t0 < 60, err
 
 
-def test_one_training_per_folder_and_a_resume_checks_the_data(tmp_path, capsys):
+def test_one_training_per_folder_and_a_resume_checks_the_data(tmp_path, monkeypatch, capsys):
     """Two runs into one --out trained side by side (each replacing the other's checkpoint); the same data
     folder written another way was refused, and other data simulated into it was trained on silently."""
     from normlab.cli import main
@@ -262,7 +262,7 @@ def test_one_training_per_folder_and_a_resume_checks_the_data(tmp_path, capsys):
     meta = provenance.read(out / "model.pt")  # what made the model file, in the file
     assert meta["steps"] == 2 and meta["training"]["batch"] == 2 and meta["world_size"] == 1
     assert meta["training"]["data"] == [str(tmp_path / "data")] and meta["versions"]["torch"] == torch.__version__
-    os.chdir(tmp_path)  # the same folder, written as a relative path with a trailing slash
+    monkeypatch.chdir(tmp_path)  # the same folder, written as a relative path with a trailing slash
     assert main(_train_args(pathlib.Path("data/"), out, steps=3)) == 0
     capsys.readouterr()
     (tmp_path / "data" / "wav" / "m0.rttm").write_text("SPEAKER m0 1 0.00 4.00 <NA> <NA> c <NA> <NA>\n")

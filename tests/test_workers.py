@@ -54,6 +54,7 @@ def test_workers_end_with_a_parent_that_is_killed(tmp_path):
     """A parent killed outright (kill -9, a timeout command, out of memory) takes its workers with it: they went on
     running for nobody, each with its own copy of torch (a killed report left 176 of them)."""
     import os
+    import pathlib
     import platform
     import signal
     import time
@@ -65,9 +66,13 @@ def test_workers_end_with_a_parent_that_is_killed(tmp_path):
     script = tmp_path / "orphans.py"
     script.write_text(ORPHANS)
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    children: set[int] = set()
     try:
         pids = [int(p) for p in parent.stdout.readline().split()]
         assert pids and all(os.path.exists(f"/proc/{p}") for p in pids)
+        time.sleep(0.5)  # the pool may still be starting a spare worker: it is the parent's child too
+        for task in pathlib.Path(f"/proc/{parent.pid}/task").iterdir():
+            children |= {int(c) for c in (task / "children").read_text().split()}
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=30)
@@ -83,6 +88,6 @@ def test_workers_end_with_a_parent_that_is_killed(tmp_path):
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     left = [p for p in pids if alive(p)]
-    for p in left:
+    for p in {*left, *(c for c in children if alive(c))}:  # nothing of this test's outlives it
         os.kill(p, signal.SIGKILL)
     assert not left, f"workers outlived their killed parent: {left}"
