@@ -126,6 +126,23 @@ def process_group(device, timeout_s: float = 600.0):
             # its connections: a rank that left while rank 0 still worked aborted once in a full test run
             dist.barrier()
         dist.destroy_process_group()
+        if done:
+            _leave_together(store, settings["rank"], settings["world"])
+
+
+def _leave_together(store, rank: int, world_size: int, wait_s: float = 60.0) -> None:
+    """Rank 0 (whose process serves the ranks' store, unless torchrun's agent does) stays until every rank has
+    torn down its process group: a rank still tearing down when the store vanished aborted ("terminate called
+    without an active exception")."""
+    import time
+
+    try:
+        store.add("normlab/left", 1)
+        deadline = time.monotonic() + wait_s
+        while rank == 0 and store.add("normlab/left", 0) < world_size and time.monotonic() < deadline:
+            time.sleep(0.01)
+    except RuntimeError:  # the store is gone already (the agent's, after the others left): nothing to wait for
+        pass
 
 
 def shard(batch, rank: int, world: int):
