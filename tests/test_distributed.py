@@ -166,8 +166,11 @@ def test_torchrun_rank_death_stops_the_run_naming_it_and_a_restart_resumes(tmp_p
             "--device", "cpu"]
     tag = f"{os.getpid()}-{time.monotonic_ns()}"
     env = dict(os.environ, NORMLAB_TEST_TAG=tag, OMP_NUM_THREADS="1")
+    # torchrun polls its ranks every 0.1 s by default and ends the survivors with SIGTERM, which on a busy machine
+    # can come before rank 0 has seen its peer vanish; a 5 s poll leaves rank 0 the time to say it stopped
     run = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                            "--master_port", str(free_port()), "-m", "normlab", *args, "--steps", "100000"],
+                            "--monitor-interval", "5", "--master_port", str(free_port()), "-m", "normlab", *args,
+                            "--steps", "100000"],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     last = out / "ckpt" / "last.pt"
     deadline = time.monotonic() + 180
