@@ -107,3 +107,26 @@ def test_a_global_forward_hook_sees_every_submodule_in_inference_too():
     recorded = seen_by_a_global_hook(True)
     assert any(n and n.endswith("fc1") for n in recorded)
     assert seen_by_a_global_hook(False) == recorded
+
+
+#: modules that are containers and never called: torch's own encoders hold their layers the same way
+CONTAINERS = (torch.nn.ModuleList, torch.nn.ModuleDict)
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_a_hook_on_any_submodule_fires_in_train_and_eval_with_and_without_grad(kind):
+    """Every submodule but the containers is called as a module in every mode, so a hook on it fires: the
+    dropouts were skipped where they change nothing (eval mode, p = 0), and a hook on one never fired."""
+    model, shape = _build(kind, "layernorm", "pre")
+    watched = {m: n for n, m in model.named_modules() if n and not isinstance(m, CONTAINERS)}
+    x = torch.randn(shape)
+    for training in (True, False):
+        for grad in (True, False):
+            calls = Counter()
+            handles = [m.register_forward_hook(lambda m, a, o, calls=calls: calls.update([m])) for m in watched]
+            with torch.set_grad_enabled(grad):
+                model.train(training)(x)
+            for h in handles:
+                h.remove()
+            silent = sorted(n for m, n in watched.items() if not calls[m])
+            assert not silent, f"{kind}, training={training}, grad={grad}: hooks that never fired on {silent}"

@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as TF
 from torch import nn
-from torch.nn.modules import module as _module
 
 from .._checks import check_choice
+from .hooks import watched
 
 ACTIVATIONS = ("gelu", "relu", "swish", "swiglu")
 
@@ -16,8 +16,7 @@ def _fast_inference(x: torch.Tensor, lin: nn.Linear) -> bool:
     ``lin`` (its own or a global one), and no tracer, exporter or compiler is recording (they get the plain ops)."""
     if torch.is_grad_enabled() and (x.requires_grad or lin.weight.requires_grad):
         return False
-    if lin._forward_hooks or lin._forward_pre_hooks or _module._global_forward_hooks or \
-            _module._global_forward_pre_hooks:  # its own hooks, or one on every module (register_module_forward_hook)
+    if watched(lin):
         return False
     return not (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling())
 
@@ -66,7 +65,7 @@ class FeedForward(nn.Module):
                 h = TF.silu(h)
             else:
                 h = TF.silu(h) * self.gate(x)
-        if self.drop.p and self.training:
+        if (self.drop.p and self.training) or watched(self.drop):
             h = self.drop(h)
         return self.fc2(h)  # B, T, D
 
