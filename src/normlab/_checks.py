@@ -76,6 +76,9 @@ def as_shape(normalized_shape: ShapeLike) -> tuple[int, ...]:
     """Turn an int, list, tuple or ``torch.Size`` into a tuple of ints."""
     if type(normalized_shape) is int and normalized_shape > 0:  # the common call, checked in ~0.1 µs
         return (normalized_shape,)
+    if type(normalized_shape) is tuple and len(normalized_shape) == 1 and type(normalized_shape[0]) is int \
+            and normalized_shape[0] > 0:  # a module's own (D,): 0.15 µs where the general path takes 0.8
+        return normalized_shape
     if isinstance(normalized_shape, (bool, str, bytes, float)):
         raise BadType(f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
     if isinstance(normalized_shape, int):
