@@ -48,7 +48,10 @@ def variance_of(mean_square: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     clamped at 0; inf where the squares overflow the accumulation dtype (``inf - inf`` gives NaN there: the
     row's rstd is then 0 and its output the bias, docs/numerics.md; a NaN input keeps its NaN through ``x - m``)."""
     var = mean_square - c * c  # N, 1
-    return torch.where(var.isnan(), torch.full_like(var, float("inf")), var).clamp_min(0)  # N, 1
+    # where(), not clamp_min(0): exported, clamp_min is ONNX's Clip, whose default upper bound is the float
+    # maximum, so an overflowing row's inf became 3.4e38 there and its output values instead of the bias
+    nan_or_negative = torch.where(var.isnan(), torch.full_like(var, float("inf")), torch.zeros_like(var))
+    return torch.where(var > 0, var, nan_or_negative)  # N, 1
 
 
 # ---------------------------------------------------------------- LayerNorm

@@ -278,3 +278,22 @@ def test_a_traced_norm_takes_inputs_of_another_rank(make):
     for lead in ((6,), (2, 2, 2), ()):
         x = torch.randn(*lead, *shape)
         torch.testing.assert_close(traced(x), norm(x))
+
+
+def test_an_exported_layer_norm_gives_the_bias_where_a_rows_squares_overflow(tmp_path):
+    """A float32 row whose squared deviations overflow gives the bias (docs/numerics.md). The math clamped its
+    variance with ``clamp_min(0)``, which exports as ONNX ``Clip`` with the float maximum as its default upper
+    bound: the variance's inf became 3.4e38 in onnxruntime and the row gave values, not the bias."""
+    pytest.importorskip("onnx", reason="onnx missing: pip install 'normlab[export]'")
+    m = normlab.LayerNorm(8).eval().requires_grad_(False)
+    with torch.no_grad():
+        m.bias.copy_(torch.arange(8) / 10.0)
+    path = tmp_path / "ln.onnx"
+    torch.onnx.export(m, (torch.randn(2, 8),), str(path), dynamo=False, input_names=["x"],
+                      dynamic_axes={"x": {0: "rows"}})
+    x = torch.tensor([[3e20, -1e20, 2e20, 0.0, 1e20, -2e20, 5e19, 1.0], [1.0, 2, 3, 4, 5, 6, 7, 8]])
+    (got,) = _ort(path, {"x": x})
+    with torch.no_grad():
+        want = m(x)
+    torch.testing.assert_close(want[0], m.bias)  # eager: the bias
+    torch.testing.assert_close(torch.from_numpy(got), want, rtol=1e-5, atol=1e-5)

@@ -252,3 +252,24 @@ def test_a_cell_runs_deterministic_and_leaves_the_settings_as_it_found_them():
     result, _, _ = runner_mod._call(__name__, "threads_cell", {}, threads=1)
     assert result == {"threads": 1, "deterministic": True}
     assert torch.get_num_threads() == threads and not torch.are_deterministic_algorithms_enabled()
+
+
+def dispatch_cell(cfg: dict) -> dict:
+    """Which kernel ``auto`` gives a cell for a float32 LayerNorm of rows of 64, and why."""
+    import torch
+
+    dispatch = importlib.import_module("normlab.kernels.dispatch")  # the module (kernels.dispatch is its function)
+    dec = dispatch.decide("auto", "layer_norm", torch.randn(4, 64), 1e-5)
+    return {"impl": dec.impl, "why": dec.why}
+
+
+def test_a_cell_runs_on_the_fixed_dispatch_table_and_leaves_autotune_as_it_was(monkeypatch):
+    """``auto`` times two kernels where both can run a call and keeps the faster; a tie goes either way with the
+    machine's load, and the kernels round differently, so a cell's numbers could change from run to run on one
+    machine. A cell uses the fixed table."""
+    from normlab.kernels import autotune
+
+    monkeypatch.setattr(autotune, "_enabled", True)
+    result, _, _ = runner_mod._call(__name__, "dispatch_cell", {}, threads=1)
+    assert result["why"].startswith("fixed table"), result
+    assert autotune.enabled()

@@ -66,7 +66,7 @@ def cell_key(fn: Callable, config: dict, device: str = "cpu", threads: int = 1) 
     (other than the CPU) the device and (other than 1) the number of torch threads it runs with: float
     results depend on the thread count (docs/studies.md, Reproducibility), so a store never mixes them."""
     what = {"fn": f"{fn.__module__}.{fn.__qualname__}", "source": source_hash(fn), "normlab": __version__,
-            "torch": _torch_version(), "config": config}
+            "torch": _torch_version(), "config": config, "kernels": "fixed table"}  # see _call
     if str(device) != "cpu":
         what["device"] = str(device)
     if threads != 1:
@@ -134,13 +134,17 @@ class Store:
 def _call(module: str, name: str, config: dict, threads: int, device: str = "cpu") -> tuple[dict, float, list[dict]]:
     """Run one cell (in a worker, a Ray task or in-process) on ``device``: ``(result, seconds, metrics rows)``.
 
-    The cell runs with ``threads`` torch threads and torch's deterministic algorithms (on a GPU, atomics-based
-    kernels such as the embedding's backward would otherwise reorder sums from run to run); the caller's
-    settings are restored afterwards. Exceptions become an ``error`` result.
+    The cell runs with ``threads`` torch threads, torch's deterministic algorithms (on a GPU, atomics-based
+    kernels such as the embedding's backward would otherwise reorder sums from run to run) and the norms'
+    fixed dispatch table (``auto``'s measured choice between two kernels follows the machine's timing, a tie can
+    go either way from run to run, and the two kernels round differently; the diarization placement claims
+    turn on such rounding at this size, docs/studies.md); the caller's settings are restored afterwards.
+    Exceptions become an ``error`` result.
     """
     import torch
 
     from ..devices import default_device
+    from ..kernels import autotune
 
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (read at its first use)
     fn = getattr(importlib.import_module(module), name)
@@ -148,6 +152,7 @@ def _call(module: str, name: str, config: dict, threads: int, device: str = "cpu
               torch.is_deterministic_algorithms_warn_only_enabled())
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True, warn_only=True)  # an op without a deterministic kernel warns
+    tuned = autotune.set_autotune(False)
     t0 = time.perf_counter()
     try:
         with tracking.collect() as rows, default_device(device):
@@ -159,6 +164,7 @@ def _call(module: str, name: str, config: dict, threads: int, device: str = "cpu
     finally:
         torch.set_num_threads(before[0])
         torch.use_deterministic_algorithms(before[1], warn_only=before[2])
+        autotune.set_autotune(tuned)
     return result, time.perf_counter() - t0, rows
 
 
