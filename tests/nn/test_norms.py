@@ -127,3 +127,17 @@ def test_modules_train_a_step():
         x = torch.randn(4, 8)
         (m(x) * torch.randn(4, 8)).sum().backward()
         assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in m.parameters())
+
+
+def test_masked_batchnorm_in_training_refuses_fewer_than_two_valid_frames_eagerly():
+    """One valid frame has no variance to estimate (the unbiased running variance would divide by 0): a clear
+    error eagerly (a tracer or exporter skips the check, as it cannot read the count)."""
+    from normlab._checks import BadValue
+    from normlab.registry import MaskedBatchNorm
+
+    bn = MaskedBatchNorm(4).train()
+    x = torch.randn(1, 3, 4)
+    mask = torch.tensor([[False, True, True]])  # one valid frame
+    with pytest.raises(BadValue, match="at least 2 valid frames"):
+        bn(x, mask)
+    bn(x, torch.tensor([[False, False, True]]))  # two: fine
