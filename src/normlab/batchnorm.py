@@ -49,7 +49,7 @@ class MaskedBatchNorm(nn.Module):
                 m = padding_mask.reshape(*padding_mask.shape, *([1] * (x.dim() - 1 - padding_mask.dim())))
                 valid = (~m).expand(x.shape[:-1]).reshape(-1, 1).to(xa.dtype)  # M, 1
             count = valid.sum()
-            # the check reads the count's value: a tracer or exporter cannot (torch.export refused the whole model)
+            # the check reads the count's value, which torch.compile and torch.export cannot (export refused the model)
             if not torch.compiler.is_compiling() and count < 2:
                 raise BadValue("MaskedBatchNorm in training needs at least 2 valid frames per batch")
             mean = (xa * valid).sum(0) / count  # D

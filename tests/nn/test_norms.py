@@ -131,7 +131,7 @@ def test_modules_train_a_step():
 
 def test_masked_batchnorm_in_training_refuses_fewer_than_two_valid_frames_eagerly():
     """One valid frame has no variance to estimate (the unbiased running variance would divide by 0): a clear
-    error eagerly (a tracer or exporter skips the check, as it cannot read the count)."""
+    error eagerly (torch.compile and torch.export skip the check: they cannot read the count)."""
     from normlab._checks import BadValue
     from normlab.registry import MaskedBatchNorm
 
