@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import time
 
 
 def world() -> tuple[int, int]:
@@ -134,8 +135,6 @@ def _leave_together(store, rank: int, world_size: int, wait_s: float = 60.0) -> 
     """Rank 0 (whose process serves the ranks' store, unless torchrun's agent does) stays until every rank has
     torn down its process group: a rank still tearing down when the store vanished aborted ("terminate called
     without an active exception")."""
-    import time
-
     try:
         store.add("normlab/left", 1)
         deadline = time.monotonic() + wait_s
