@@ -24,6 +24,13 @@ import torch
 from ._checks import acc_dtype, eps_vanishes
 
 
+def to_acc(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in its accumulation dtype, and ``x`` itself where it already is: a tracer then records no cast, so
+    a norm traced in float32 runs a float64 input in float64 (``torch.jit.trace`` records a cast's dtype)."""
+    ad = acc_dtype(x.dtype)
+    return x if x.dtype == ad else x.to(ad)
+
+
 class NormCache(NamedTuple):
     """What the forward pass keeps for the backward pass."""
 
@@ -69,7 +76,7 @@ def layer_norm_forward(
     away from it. The deviations ``x - m`` are exact where they are small, and their mean ``c`` corrects it:
     ``mean = m + c``, ``var = mean((x - m)^2) - c^2``, ``x_hat = ((x - m) - c) * rstd``.
     """
-    xa = x.to(acc_dtype(x.dtype))  # N, D   statistics in float32 (float64 for float64)
+    xa = to_acc(x)  # N, D   statistics in float32 (float64 for float64)
     m = xa.mean(dim=-1, keepdim=True)  # N, 1   first pass
     xm = xa - m  # N, D   deviations from the rounded mean
     c = xm.mean(dim=-1, keepdim=True)  # N, 1   second pass: their mean ...
@@ -81,7 +88,7 @@ def layer_norm_forward(
         y = y * weight  # N, D   gamma, broadcast over rows
     if bias is not None:
         y = y + bias  # N, D   beta
-    return y.to(x.dtype), NormCache(x, weight, mean, rstd)  # N, D
+    return y.type_as(x), NormCache(x, weight, mean, rstd)  # N, D   type_as: a trace follows the input's dtype
 
 
 def layer_norm_backward(
@@ -120,13 +127,13 @@ def rms_norm_forward(
     x: torch.Tensor, weight: torch.Tensor | None, eps: float
 ) -> tuple[torch.Tensor, NormCache]:
     """y = x / sqrt(mean(x^2) + eps) * weight, over the last dim (no centring).   (5)"""
-    xa = x.to(acc_dtype(x.dtype))  # N, D
+    xa = to_acc(x)  # N, D
     ms = (xa * xa).mean(dim=-1, keepdim=True)  # N, 1   mean square
     rstd = rstd_of(ms, eps)  # N, 1   1/rms
     y = xa * rstd  # N, D   x_hat: unit root-mean-square
     if weight is not None:
         y = y * weight  # N, D
-    return y.to(x.dtype), NormCache(x, weight, None, rstd)
+    return y.type_as(x), NormCache(x, weight, None, rstd)
 
 
 def rms_norm_backward(

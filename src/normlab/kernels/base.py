@@ -54,8 +54,14 @@ class Kernel:
     name = "reference"
 
     def supports(self, op: str, x: Tensor, eps: float) -> bool:
-        """Whether this kernel implements ``op`` for ``x`` under the numerics contract."""
+        """Whether this kernel implements ``op`` for ``x`` under the numerics contract, here and now."""
         return True
+
+    def accepts(self, op: str, x: Tensor, eps: float) -> bool:
+        """Whether ``op`` on ``x`` is a call this kernel is defined for, whether or not this machine can run it
+        now: what a forced ``impl`` is checked against under a tracer or compiler, where the plain or the
+        fused math runs instead (a kernel that needs a build or inductor is not ready there)."""
+        return self.supports(op, x, eps)
 
     def fwd(self, x: Tensor, residual: Opt, w: Opt, b: Opt, eps: float, *, rms: bool,
             s_dtype: torch.dtype | None = None) -> tuple[Tensor, Opt, Opt, Tensor]:
@@ -65,7 +71,7 @@ class Kernel:
             y, cache = reference.rms_norm_forward(s, w, eps)
         else:
             y, cache = reference.layer_norm_forward(s, w, b, eps)
-        return y.to(x.dtype), (None if residual is None else s), cache.mean, cache.rstd
+        return y.type_as(x), (None if residual is None else s), cache.mean, cache.rstd
 
     def infer(self, x: Tensor, residual: Opt, w: Opt, b: Opt, eps: float, *, rms: bool,
               s_dtype: torch.dtype | None = None) -> tuple[Tensor, Opt]:
