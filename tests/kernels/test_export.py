@@ -311,3 +311,64 @@ def test_torch_export_of_a_training_conformer_block_with_its_masked_batchnorm():
     for a, b in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
         if a is not None:
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"])
+@pytest.mark.parametrize("traced_in,run_in", [(torch.float32, torch.float64), (torch.float64, torch.float32),
+                                              (torch.float16, torch.bfloat16)])
+def test_a_traced_norm_follows_the_dtype_it_is_run_in(op, traced_in, run_in):
+    """A traced torch LayerNorm returns what it is given; normlab's traced math did not: its casts to the
+    accumulation dtype and back were recorded with the example's dtype, so a norm traced in float32 returned
+    float32 for a float64 input, with float32 statistics."""
+    call = getattr(F, op)
+    eps = 1e-6  # an explicit eps: the default RMSNorm eps is a constant of the traced dtype (docs/performance.md)
+
+    def f(x, r, w, b, impl="auto"):  # traced: the reference's math, whatever impl says
+        if op.startswith("add"):
+            return call(x, r, D, w, eps=eps, impl=impl) if "rms" in op else call(x, r, D, w, b, eps=eps, impl=impl)
+        return call(x, D, w, eps=eps, impl=impl) if "rms" in op else call(x, D, w, b, eps=eps, impl=impl)
+
+    def inputs(dtype, seed):
+        g = torch.Generator().manual_seed(seed)
+        return tuple((k * torch.randn(3, 4, D, generator=g) + 0.5).to(dtype) for k in (1, 1)) + tuple(
+            (1 + 0.3 * torch.randn(D, generator=g)).to(dtype) for _ in range(2))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        traced = torch.jit.trace(f, inputs(traced_in, 0), check_trace=False)
+    args = inputs(run_in, 1)
+    got, want = traced(*args), f(*args, impl="reference")
+    for a, b in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        assert a.dtype == b.dtype == run_in
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+class _Forced(torch.nn.Module):
+    def __init__(self, op: str, impl: str):
+        super().__init__()
+        self.op, self.impl = op, impl
+
+    def forward(self, x):
+        return getattr(F, self.op)(x, D, impl=self.impl)
+
+
+@pytest.mark.parametrize("impl", ["compiled", "cpu", "reference"])
+def test_a_forced_impl_that_runs_eagerly_exports(impl):
+    """``impl="compiled"`` forced under ``torch.export`` was refused: whether inductor is available is not
+    asked while compiling (the answer would be about the tracer, not the machine), so it read as missing."""
+    if not kernels.get_kernel(impl).supports("layer_norm", _inputs(0), 1e-5):
+        pytest.skip(f"{impl} kernels unavailable here")
+    m = _Forced("layer_norm", impl)
+    ep = torch.export.export(m, (_inputs(0),))
+    x = _inputs(1)
+    torch.testing.assert_close(ep.module()(x), F.layer_norm(x, D, impl="reference"))
+
+
+@pytest.mark.parametrize("trace", ["jit.trace", "torch.export"])
+def test_a_forced_impl_refused_eagerly_is_refused_when_traced(trace):
+    """``rms_norm(impl="native")`` (torch has no RMSNorm kernel) is an error eagerly; a tracer took it."""
+    m = _Forced("rms_norm", "native")
+    with pytest.raises(ValueError, match="'native' does not support rms_norm"):
+        m(_inputs(0))
+    with pytest.raises(ValueError, match="'native' does not support rms_norm"):
+        torch.jit.trace(m, (_inputs(0),)) if trace == "jit.trace" else torch.export.export(m, (_inputs(0),))

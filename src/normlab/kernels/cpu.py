@@ -312,6 +312,9 @@ class CpuKernel(Kernel):
     def supports(self, op: str, x: torch.Tensor, eps: float) -> bool:
         return x.device.type == "cpu" and x.dtype in dtypes()
 
+    def accepts(self, op: str, x: torch.Tensor, eps: float) -> bool:
+        return x.device.type == "cpu" and x.dtype.is_floating_point
+
     def fwd(self, x, residual, w, b, eps, *, rms, s_dtype=None, stats=True):
         if residual is not None and (residual.dtype != x.dtype or (s_dtype or x.dtype) != x.dtype):
             s = add_residual(x, residual, s_dtype or x.dtype)  # N, D   e.g. a float32 s of half x (residual_in_fp32)

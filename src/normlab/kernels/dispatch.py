@@ -143,12 +143,16 @@ def _fixed(op: str, x: Tensor, eps: float, d: int) -> str:
     return "reference"
 
 
+def _unsupported(impl: str, op: str, x: Tensor, eps: float) -> BadValue:
+    return BadValue(f"impl {impl!r} does not support {op} for {x.dtype} on {x.device.type} with eps={eps}")
+
+
 def decide(impl: str, op: str, x: Tensor, eps: float, d: int | None = None) -> autotune.Decision:
     """Which kernel runs ``op`` on ``x`` eagerly, and why (see :func:`resolve`)."""
     d = x.shape[-1] if d is None else d
     if impl != "auto":
         if not get_kernel(impl).supports(op, x, eps):
-            raise BadValue(f"impl {impl!r} does not support {op} for {x.dtype} on {x.device.type} with eps={eps}")
+            raise _unsupported(impl, op, x, eps)
         return autotune.Decision(impl, "forced")
     if not autotune.enabled():
         return autotune.Decision(_fixed(op, x, eps, d), "fixed table (autotune off)")
@@ -190,6 +194,14 @@ def _eager(impl: str, op: str, x: Tensor, eps: float, d: int) -> str:
     return name
 
 
+def _check_forced(impl: str, op: str, x: Tensor, eps: float) -> None:
+    """A forced ``impl`` under a tracer, exporter, transform or compiler: refused where it is eagerly (an unknown
+    name; a call outside the kernel's contract, e.g. ``native`` for RMSNorm), but not for what the machine
+    cannot do while tracing (build the C++ kernels, run inductor): the plain or the fused math runs there."""
+    if impl != "auto" and not get_kernel(impl).accepts(op, x, eps):
+        raise _unsupported(impl, op, x, eps)
+
+
 def traceable(op: str, x: Tensor, r: Tensor | None, w, b, eps: float, s_dtype: torch.dtype | None = None):
     """The op as plain torch ops on ``N, D`` rows (autograd differentiates them): what tracers record.
 
@@ -214,8 +226,7 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
     b = bias if bias is None or bias.dim() == 1 else bias.reshape(d)
     # tracers, torch.func transforms, forward-mode AD and meta tensors (shapes only) get the plain ops
     if exporting() or _transforming() or _dual() or x.is_meta:
-        if impl != "auto":
-            get_kernel(impl)  # an unknown name is still an error
+        _check_forced(impl, op, x, eps)
         if d > 0:  # rows by a reshape of (-1, D) and back by reshape_as: a trace records no batch size or rank
             flat = lambda t: None if t is None else t.reshape(-1, d)  # noqa: E731
             out = traceable(op, flat(x), flat(residual), w, b, eps, s_dtype)
@@ -224,9 +235,8 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
     else:
         if torch.compiler.is_compiling():
             # dynamo cannot trace a ctypes call; it inlines the fused math into the user's graph instead
+            _check_forced(impl, op, x, eps)
             kernel = get_kernel("compiled" if impl in ("auto", "cpu") else impl)
-            if impl not in ("auto", "cpu"):
-                decide(impl, op, x, eps, d)  # a forced impl that cannot run the call is an error, as eagerly
         else:
             kernel = get_kernel(_eager(impl, op, x, eps, d))
         spec, s_dt = OP_SPECS[op], s_dtype or x.dtype

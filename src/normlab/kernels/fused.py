@@ -198,6 +198,9 @@ class CompiledKernel(Kernel):
     def supports(self, op: str, x: torch.Tensor, eps: float) -> bool:
         return available()
 
+    def accepts(self, op: str, x: torch.Tensor, eps: float) -> bool:
+        return True
+
     def fwd(self, x, residual, w, b, eps, *, rms, s_dtype=None):
         y, s, s1, e1, e2 = _run(fwd, _label(rms, residual is not None, "fwd"), x, residual, w, b, eps, rms,
                                 s_dtype or x.dtype)
