@@ -218,10 +218,10 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
     Returns ``y``, or ``(y, s)`` for the add ops, shaped like ``x``.
     """
     d = math.prod(shape)
-    # N, D rows; each reshape is a torch call of a few µs, so tensors already in shape pass as they are
-    # (N counted, not inferred: with D = 0 a reshape cannot infer it)
+    # N, D rows; each reshape is a torch call of about a µs, so tensors already in shape pass as they are
+    # (with D = 0 a reshape cannot infer N: then it is counted)
     rows = lambda t: t if t is None or (t.dim() == 2 and t.shape[1] == d and t.is_contiguous()) else \
-        t.reshape(math.prod(t.shape[:t.dim() - len(shape)]), d).contiguous()  # noqa: E731
+        (t.reshape(-1, d) if d else t.reshape(math.prod(t.shape[:t.dim() - len(shape)]), 0)).contiguous()  # noqa: E731
     w = weight if weight is None or weight.dim() == 1 else weight.reshape(d)
     b = bias if bias is None or bias.dim() == 1 else bias.reshape(d)
     # tracers, torch.func transforms, forward-mode AD and meta tensors (shapes only) get the plain ops
@@ -248,7 +248,7 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
         else:  # nothing for autograd to record: the kernel alone (an autograd Function costs ~50 µs a call)
             y, s = kernel.infer(rows(x), rows(residual), w, b, eps, rms=spec.rms, s_dtype=s_dt)
             out = y if s is None else (y, s)
-    shaped = lambda t: t if t.shape == x.shape else t.reshape(x.shape)  # noqa: E731
+    shaped = lambda t: t if t.shape == x.shape else t.reshape_as(x)  # noqa: E731   (reshape(x.shape): 1 µs more)
     if residual is None:
         return shaped(out)
     return shaped(out[0]), shaped(out[1])
