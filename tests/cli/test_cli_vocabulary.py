@@ -128,6 +128,8 @@ def test_recipe_options_explain_every_field():
     recipe = dict(PARSERS)["normlab diarize recipe"]
     augment = next(a for a in recipe._actions if "--augment" in a.option_strings)
     assert isinstance(augment, argparse.BooleanOptionalAction) and "--no-augment" in augment.option_strings
+    for argv, on in ((["--augment", "--out", "o"], True), (["--out", "o", "--no-augment"], False)):
+        assert recipe.parse_args(argv).augment is on
 
 
 @pytest.mark.parametrize("argv, new", [
@@ -136,6 +138,8 @@ def test_recipe_options_explain_every_field():
     (["diarize", "simulate", "--out", "o", "--n", "3"], "--n-mixtures"),
     (["diarize", "simulate", "--out", "o", "--speakers", "3"], "--n-speakers"),
     (["diarize", "recipe", "--out", "o", "--speakers", "3"], None),  # never a recipe option: argparse's own error
+    (["diarize", "recipe", "--out", "o", "--augment", "0"], "--augment or --no-augment"),  # was --augment 0|1
+    (["diarize", "recipe", "--augment", "1", "--out", "o"], "--augment or --no-augment"),
 ])
 def test_old_spellings_stop_with_the_new_name(argv, new, capsys):
     assert main(argv) == 2

@@ -44,10 +44,27 @@ OVERWRITE_HELP = ("replace output files that exist and were not written by norml
                   "(without it such a file stops the command before any work)")
 
 
-def flag(parser: argparse.ArgumentParser, name: str, help: str, default: bool = False) -> None:
-    """An on/off option ``--name/--no-name`` (off by default)."""
-    parser.add_argument(name, action=argparse.BooleanOptionalAction, default=default,
+def flag(parser: argparse.ArgumentParser, name: str, help: str, default: bool = False, *,
+         was_valued: bool = False) -> None:
+    """An on/off option ``--name/--no-name`` (off by default). ``was_valued``: the option once took a value
+    (``--name 0|1``), which now stops with one line naming the new spelling; only for commands without
+    positional arguments, which such an option could take for its value."""
+    parser.add_argument(name, action=_ValuedOnce if was_valued else argparse.BooleanOptionalAction, default=default,
                         help=f"{help} (default: {name if default else '--no-' + name[2:]})")
+
+
+class _ValuedOnce(argparse.BooleanOptionalAction):
+    """``--name/--no-name`` where ``--name 0|1`` was the old spelling: a value is a usage error naming the new."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, **kw)
+        self.nargs = "?"
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values is not None:
+            on = option_string if not option_string.startswith("--no-") else "--" + option_string[5:]
+            parser.error(f"{option_string} {values} is now {on} or --no-{on[2:]}")
+        super().__call__(parser, namespace, None, option_string)
 
 
 class Renamed(argparse.Action):

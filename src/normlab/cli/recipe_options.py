@@ -76,7 +76,7 @@ def add_recipe_options(parser: argparse.ArgumentParser, choices: dict[str, list]
     for f in dataclasses.fields(RecipeConfig):
         name, what = f"--{f.name.replace('_', '-')}", HELP.get(f.name, "")
         if f.name in FLAGS:
-            flag(parser, name, what, default=bool(f.default))
+            flag(parser, name, what, default=bool(f.default), was_valued=True)  # was --augment 0|1
         else:
             parser.add_argument(name, type=type(f.default), default=f.default, choices=choices.get(f.name),
                                 help=f"{what} (default: %(default)s)")

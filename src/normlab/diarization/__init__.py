@@ -4,8 +4,9 @@ Laid out by role (as pyannote.audio):
 
 * ``io``: audio files and waveforms (``audio``), EEND features (``features``), RTTM and UEM files;
 * ``data``: base voices, perturbations, simulated conversations and the training set made of them;
-* ``models``: the EEND segmentation model (``eend``), the GE2E speaker encoder (``embed``), the
-  Silero VAD (``vad``) and the lookup of weight files in installed packages (``weights``);
+* ``models``: the EEND segmentation model (``eend``) and its powerset head (``powerset``), the CAM++ and
+  GE2E speaker encoders (``campplus``, ``embed``), the Silero VAD (``vad``) and the lookup of weight files
+  in installed packages (``weights``);
 * ``training``: the PIT loss (``pit``, ``permutation``), the training loop (``train``) and the
   one-command recipe that trains the model shipped in the package (``recipe``, ``provenance``);
 * ``pipeline``: audio to turns for any number of speakers (``api.diarize``): EEND on short windows
