@@ -84,6 +84,27 @@ def test_cell_key_follows_source_and_version(tmp_path, monkeypatch):
     assert cell_key(counted_cell, {"x": 1}) != before  # nor does a new normlab version
 
 
+def test_cell_key_follows_the_code_the_cell_calls(tmp_path, monkeypatch):
+    """A cell's own source does not show an edit to the model or kernel it calls: normlab's source is keyed too
+    (an edited helper reused every stored result while the version string stayed the same)."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "a.py").write_text("X = 1\n")
+    (pkg / "sub" / "k.cpp").write_text("int f() { return 1; }\n")
+    (pkg / "notes.md").write_text("not code\n")
+    first = runner_mod.code_digest(pkg)
+    (pkg / "notes.md").write_text("edited, still not code\n")
+    runner_mod.code_digest.cache_clear()
+    assert runner_mod.code_digest(pkg) == first
+    (pkg / "sub" / "k.cpp").write_text("int f() { return 2; }\n")
+    runner_mod.code_digest.cache_clear()
+    assert runner_mod.code_digest(pkg) != first
+    runner_mod.code_digest.cache_clear()
+    before = cell_key(counted_cell, {"x": 1})
+    monkeypatch.setattr(runner_mod, "code_digest", lambda: "another build")
+    assert cell_key(counted_cell, {"x": 1}) != before
+
+
 def test_training_rows_are_written_beside_the_store(tmp_path):
     r = Runner(Store(str(tmp_path / "runs.sqlite")))
     r.map("demo", counted_cell, [{"x": 3, "log": str(tmp_path / "log")}])

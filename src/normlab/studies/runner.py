@@ -2,9 +2,10 @@
 
 A *cell* is a pure function ``fn(config) -> JSON-able dict`` with its seed in
 its config. :meth:`Runner.map` looks each cell up in the store by its key (a
-hash of the function's name and source, the normlab and torch versions, the
-config, the device and the torch thread count: an upgrade or an edited cell
-never reuses stale results, and a cell is bitwise repeatable for its key on
+hash of the function's name and source, of normlab's own source (what the
+cell calls: models, norms, kernels), the normlab and torch versions, the
+config, the device and the torch thread count: an upgrade, an edited cell or
+an edit to anything it calls never reuses stale results, and a cell is bitwise repeatable for its key on
 one kind of CPU, docs/studies.md, Reproducibility), runs only the
 missing cells, and the driver writes each result as soon as it finishes: a
 sweep killed at any moment loses at most the cells in flight, and re-running
@@ -51,6 +52,21 @@ def source_hash(fn: Callable) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+#: normlab's source files, whose bytes a cell's key covers
+_PACKAGE = pathlib.Path(__file__).resolve().parent.parent
+_CODE_SUFFIXES = (".py", ".cpp")
+
+
+@functools.lru_cache(maxsize=None)
+def code_digest(root: pathlib.Path = _PACKAGE) -> str:
+    """Hash of every source file under ``root`` (normlab itself by default): a cell's own source does not cover
+    the model, the norms, the kernels or the recipe it calls, and the version string does not change with them."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.suffix in _CODE_SUFFIXES and p.is_file()):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=1)
 def _torch_version() -> str:
     from importlib import metadata
@@ -62,10 +78,12 @@ def _torch_version() -> str:
 
 
 def cell_key(fn: Callable, config: dict, device: str = "cpu", threads: int = 1) -> str:
-    """Stable hash of a cell: the function's name and source, the normlab and torch versions, the config,
+    """Stable hash of a cell: the function's name and source, normlab's source, the normlab and torch versions,
+    the config,
     (other than the CPU) the device and (other than 1) the number of torch threads it runs with: float
     results depend on the thread count (docs/studies.md, Reproducibility), so a store never mixes them."""
-    what = {"fn": f"{fn.__module__}.{fn.__qualname__}", "source": source_hash(fn), "normlab": __version__,
+    what = {"fn": f"{fn.__module__}.{fn.__qualname__}", "source": source_hash(fn), "code": code_digest(),
+            "normlab": __version__,
             "torch": _torch_version(), "config": config, "kernels": "fixed table"}  # see _call
     if str(device) != "cpu":
         what["device"] = str(device)
