@@ -206,3 +206,24 @@ def test_report_writes_html_and_json(tmp_path):
     with pytest.raises(BadValue, match=f"{figure.name} exists and normlab did not write it"):
         run_studies(tmp_path, scale="test", only=["lesson_stats"], progress=False)
     assert figure.read_bytes() == b"my picture"
+
+
+def test_the_diarization_study_simulates_one_folder_per_recipe(tmp_path):
+    """A folder keeps every mixture simulated into it and the study reads them all: a recipe with fewer
+    conversations must not land in the folder of a larger one (it trained on 1040 where its key said 140)."""
+    from normlab.studies.diarization import data_folder
+
+    recipe = {"n_train": 140, "n_test": 20, "seed": 0}
+    here = data_folder(tmp_path, "quick", True, recipe)
+    assert here == data_folder(tmp_path, "quick", True, dict(reversed(recipe.items())))  # the same recipe
+    assert here != data_folder(tmp_path, "quick", True, {**recipe, "n_train": 1040})
+    assert here != data_folder(tmp_path, "quick", False, recipe) != data_folder(tmp_path, "full", True, recipe)
+    assert here.parent == tmp_path / "diarization-data"
+
+
+def test_d1_never_passes_a_diverged_pre_ln():
+    from normlab.studies.diarization import no_worse
+
+    assert no_worse(0.20, 0.195, 0.01) and not no_worse(0.30, 0.20, 0.01)
+    assert not no_worse(math.inf, math.inf, 0.01) and not no_worse(math.inf, 0.2, 0.01)
+    assert no_worse(0.25, math.inf, 0.01)

@@ -70,6 +70,7 @@ CRITERIA: dict[str, Criterion] = {
     "G2": C("lr x depth grid, a cell counts as trained if a majority of seeds reach loss < {trained}: "
             "no norm trains in fewer cells than Pre", trained=0.5),
     "D1": C("mean test DER (collar 0.25 s) over seeds, on each test set (unheard synthesizer voices; unheard real "
-            "persons where installed): Pre-LN <= Post-LN + {margin} point", margin=1),
+            "persons where installed): Pre-LN <= Post-LN + {margin} point, Pre-LN's finite (a diverged seed makes "
+            "its mean inf, which never passes)", margin=1),
     "D2": C("mean test DER (collar 0.25 s) over seeds, on each test set: no norm > Pre-LN"),
 }
