@@ -119,7 +119,10 @@ def test_init_gradient_directions(test_scale_results):
     assert abs(per_pos["post"] - 1) < 0.15  # flat in depth
     tb = c["4"]["measured"]["expected gradient, mean(top third)/mean(bottom third)"]
     assert tb["post/L12"] > 1.1 and tb["post/L12"] > tb["post/L6"]  # larger near the output, more so deeper
-    assert tb["pre/L12"] < 0.9 and 0.8 <= tb["deepnorm/L12"] <= 1.25
+    assert tb["pre/L12"] < 0.9 and 0.8 <= tb["deepnorm/L12"] <= 1.25  # Pre-LN falls toward the output (not flat)
+    flat = all(0.8 <= tb[f"{p}/L{n}"] <= 1.25 for p in ("pre", "deepnorm") for n in (6, 12))
+    larger = all(tb[f"post/L{n}"] > 1.1 for n in (6, 12))
+    assert c["4"]["verdict"] == ("PASS" if flat and larger else "FAIL")
     b = c["10"]["measured"]
     assert abs(b["post mean"] - b["predicted"]) < 0.03 and b["pre last"] < b["post mean"] / 5
 

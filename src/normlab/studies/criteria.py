@@ -45,8 +45,8 @@ CRITERIA: dict[str, Criterion] = {
     "3": C("RMS over positions of one position's loss gradient of the last W2, mean of {seeds} seeds: "
            "Pre g{top}/g6 <= {pre_max}; Post g{top}/g6 >= {post_min}", seeds=20, top=24, pre_max=0.75, post_min=0.8),
     "4": C("||E[dL/dW2]||_F over {batches} batches, mean of {seeds} seeds, mean(top third)/mean(bottom third) at "
-           "L = {depths}: Post > {post_min}, Pre < {pre_max}, DeepNorm in [{deep_lo}, {deep_hi}] at every depth",
-           batches=16, seeds=20, depths=(6, 12, 24), post_min=1.1, pre_max=0.9, deep_lo=0.8, deep_hi=1.25),
+           "L = {depths}: Post > {post_min}; Pre and DeepNorm flat, in [{flat_lo}, {flat_hi}], at every depth",
+           batches=16, seeds=20, depths=(6, 12, 24), post_min=1.1, flat_lo=0.8, flat_hi=1.25),
     "10": C("FFN units, L = {layers}, mean of seeds: Post mean over layers within {post_pred} +- {post_tol} "
             "(Xavier + ReLU prediction, d_ff = 128); Pre last layer < {pre_max}",
             layers=24, post_pred=round(branch_ratio_prediction(), 3), post_tol=0.03, pre_max=0.15),
