@@ -5,8 +5,9 @@ its config. :meth:`Runner.map` looks each cell up in the store by its key (a
 hash of the function's name and source, of normlab's own source (what the
 cell calls: models, norms, kernels), the normlab and torch versions, the
 config, the device and the torch thread count: an upgrade, an edited cell or
-an edit to anything it calls never reuses stale results, and a cell is bitwise repeatable for its key on
-one kind of CPU, docs/studies.md, Reproducibility), runs only the
+an edit to anything it calls never reuses stale results, and a cell is
+bitwise repeatable for its key on one kind of CPU, docs/studies.md,
+Reproducibility), runs only the
 missing cells, and the driver writes each result as soon as it finishes: a
 sweep killed at any moment loses at most the cells in flight, and re-running
 skips the finished ones. Cells run in ``jobs`` local worker processes
@@ -79,12 +80,11 @@ def _torch_version() -> str:
 
 def cell_key(fn: Callable, config: dict, device: str = "cpu", threads: int = 1) -> str:
     """Stable hash of a cell: the function's name and source, normlab's source, the normlab and torch versions,
-    the config,
-    (other than the CPU) the device and (other than 1) the number of torch threads it runs with: float
-    results depend on the thread count (docs/studies.md, Reproducibility), so a store never mixes them."""
+    the config, (other than the CPU) the device and (other than 1) the number of torch threads it runs with:
+    float results depend on the thread count (docs/studies.md, Reproducibility), so a store never mixes them."""
     what = {"fn": f"{fn.__module__}.{fn.__qualname__}", "source": source_hash(fn), "code": code_digest(),
-            "normlab": __version__,
-            "torch": _torch_version(), "config": config, "kernels": "fixed table"}  # see _call
+            "normlab": __version__, "torch": _torch_version(), "config": config,
+            "kernels": "fixed table"}  # see _call
     if str(device) != "cpu":
         what["device"] = str(device)
     if threads != 1:
