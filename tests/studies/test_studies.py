@@ -11,6 +11,7 @@ import pytest
 from normlab.studies import STUDIES, load
 from normlab.studies.base import Context
 from normlab.studies.criteria import CRITERIA
+from normlab.studies.init_depth import gradient_claim_holds
 from normlab.studies.runner import Runner, Store, cell_key
 from normlab.studies.task import CHANCE, final_loss, train_cell
 
@@ -108,6 +109,7 @@ def test_exact_claims_pass_at_test_size(test_scale_results):
     c = _claims(test_scale_results[0])
     for cid in ("1", "8", "14", "15", "L1", "L2", "L3", "L4", "2", "11"):
         assert c[cid]["verdict"] == "PASS", (cid, c[cid]["measured"])
+    assert set(c["8"]["measured"]["alpha"]) == {"attn", "ffn"}  # both residual units' alpha are checked
 
 
 def test_init_gradient_directions(test_scale_results):
@@ -117,6 +119,10 @@ def test_init_gradient_directions(test_scale_results):
     predicted = c["3"]["measured"]["pre predicted sqrt(||x_6||^2/||x_L||^2)"]
     assert per_pos["pre"] < 0.85 and abs(per_pos["pre"] - predicted) < 0.1  # ~1/||x_L||
     assert abs(per_pos["post"] - 1) < 0.15  # flat in depth
+    c3 = CRITERIA["3"]  # "flat" is two-sided: a Post-LN gradient growing with depth fails
+    holds = [gradient_claim_holds({"pre": a, "post": b}, c3) for a, b in ((0.5, 1.2), (0.5, 1.5), (0.5, 0.7), (0.8, 1))]
+    assert holds == [True, False, False, False]
+    assert c["3"]["verdict"] == ("PASS" if gradient_claim_holds(per_pos, c3) else "FAIL")
     tb = c["4"]["measured"]["expected gradient, mean(top third)/mean(bottom third)"]
     assert tb["post/L12"] > 1.1 and tb["post/L12"] > tb["post/L6"]  # larger near the output, more so deeper
     assert tb["pre/L12"] < 0.9 and 0.8 <= tb["deepnorm/L12"] <= 1.25  # Pre-LN falls toward the output (not flat)
@@ -158,6 +164,10 @@ def test_training_directions(test_scale_results):
     assert deep["post lr 0.003"] > max(deep["pre lr 0.003"], deep["deepnorm lr 0.003"]) + 1
     admin = c["9"]["measured"]["admin lr 1e-3"]
     assert admin < CHANCE - 1 and admin < deep["post lr 0.001"]  # Admin trains where Post does not (yet)
+    c9 = CRITERIA["9"]  # Admin passes only where plain Post-LN fails in the same setting (the counterfactual)
+    assert c["9"]["measured"]["post lr 1e-3"] == deep["post lr 0.001"]
+    post_fails = c["6"]["measured"]["post fails in a majority of seeds"]["lr 0.001"]
+    assert c["9"]["verdict"] == ("PASS" if admin < c9["trained"] and post_fails else "FAIL")
     assert c["13"]["measured"]["dyt"] < CHANCE - 1  # DyT trains past the plateau like LayerNorm
     q = c["12b"]["measured"]
     assert max(q["rmsnorm"], q["layernorm"]) < CHANCE - 1 and abs(q["difference"]) < 0.5
@@ -169,6 +179,82 @@ def test_training_directions(test_scale_results):
     ms, crit = c["12a"]["measured"]["ms"], CRITERIA["12a"]
     assert ms["rmsnorm"] > 0 and ms["layernorm"] > 0
     assert c["12a"]["verdict"] == ("PASS" if ms["rmsnorm"] / ms["layernorm"] <= crit["max"] else "FAIL"), ms
+
+
+class _FakeTraining:
+    """A runner whose training cells end at the loss ``loss(cfg)`` (None: diverged), without training."""
+
+    def __init__(self, loss):
+        self.loss = loss
+
+    def map(self, study, fn, cfgs):
+        return [{"final_loss": self.loss(c), "curve": [3.0, 1.0]} for c in cfgs]
+
+
+def test_one_diverged_seed_does_not_decide_that_post_ln_fails(tmp_path):
+    """Claims 6 and 9 with deep Post-LN training in 2 of 3 seeds and diverging in one: its mean is infinite,
+    above any limit, but Post-LN did not fail: both claims must FAIL (they passed on the mean)."""
+    def loss(cfg):
+        if cfg["placement"] == "post" and cfg["layers"] == 12 and cfg["warmup"] == 0:
+            return None if cfg["seed"] == 0 else 0.001
+        return 0.001
+
+    c = {r["id"]: r for r in load("training").run(Context(_FakeTraining(loss), "quick", tmp_path))["claims"]}
+    assert float(c["6"]["measured"]["post lr 0.001"]) == math.inf
+    assert c["6"]["verdict"] == c["9"]["verdict"] == "FAIL"
+
+    def fails(cfg):  # the same, with the two other seeds failing too: Post-LN fails, Admin makes it train
+        return 3.3 if cfg["placement"] == "post" and cfg["layers"] == 12 and cfg["seed"] else loss(cfg)
+
+    c = {r["id"]: r for r in load("training").run(Context(_FakeTraining(fails), "quick", tmp_path))["claims"]}
+    assert c["6"]["verdict"] == c["9"]["verdict"] == "PASS"
+
+
+def test_g2_counts_cells_with_its_own_threshold(tmp_path, monkeypatch):
+    """G2 read G1's limit: with a G2 limit no run reaches, G2 must count no trained cell while G1 counts all."""
+    from normlab.studies import criteria
+
+    monkeypatch.setitem(criteria.CRITERIA, "G2", criteria.CRITERIA["G2"].at(trained=1e-12))
+    c = {r["id"]: r for r in load("training").run(Context(_FakeTraining(lambda cfg: 0.001), "quick",
+                                                           tmp_path))["claims"]}
+    cells = c["G1"]["measured"]["cells"]
+    assert c["G1"]["measured"]["cells trained (majority of seeds)"]["pre"] == cells > 0
+    assert c["G2"]["measured"]["cells trained (majority of seeds)"] == {"none": 0, "pre": 0}
+    assert c["G2"]["verdict"] == "FAIL"
+
+
+def test_the_timing_cell_is_keyed_by_the_machine(tmp_path):
+    """12a's cell is a timing: a store carried to another machine must time again, not reuse its numbers."""
+    from normlab import provenance
+    from normlab.studies import rms_speed
+
+    seen = []
+
+    class Recorder:
+        def map(self, study, fn, cfgs):
+            seen.extend(cfgs)
+            return [{"ms": {"layernorm": 2.0, "rmsnorm": 1.0},
+                     "ms_per_repeat": {"layernorm": [2.0], "rmsnorm": [1.0]}} for _ in cfgs]
+
+    rms_speed.run(Context(Recorder(), "test", tmp_path))
+    assert provenance.cpu_name() in seen[0]["machine"]
+
+
+def test_a_partial_rerun_never_joins_a_report_of_another_scale(tmp_path):
+    """`normlab study X` into a report folder keeps the other studies' claims: only of the same scale and
+    seeds, else one line (and the report is kept), or the old claims dropped with --overwrite."""
+    from normlab._checks import BadValue
+    from normlab.studies.report import run_studies
+
+    run_studies(tmp_path, scale="test", only=["lesson_stats"], progress=False)
+    before = (tmp_path / "results.json").read_text()
+    with pytest.raises(BadValue, match="holds a test report with seed offset 0; a test run with seed offset 100"):
+        run_studies(tmp_path, scale="test", only=["invariance"], progress=False, seed_offset=100)
+    assert (tmp_path / "results.json").read_text() == before
+    joined = run_studies(tmp_path, scale="test", only=["invariance"], progress=False)
+    assert {c["study"] for c in joined["claims"]} == {"lesson_stats", "invariance"}
+    alone = run_studies(tmp_path, scale="test", only=["invariance"], progress=False, seed_offset=100, overwrite=True)
+    assert {c["study"] for c in alone["claims"]} == {"invariance"} and alone["seed_offset"] == 100
 
 
 def test_diarization_verdicts_follow_the_measurements(test_scale_results):

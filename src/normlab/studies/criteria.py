@@ -31,10 +31,11 @@ CRITERIA: dict[str, Criterion] = {
     "L3": C("InstanceNorm: per-channel time mean < {chan_max} but per-token mean > {token_min}",
             chan_max=1e-5, token_min=0.05),
     "L4": C("mean |token mean| after RMSNorm > {min} (input mean 10, std 5)", min=0.5),
-    "1": C("LN: all four < {tol}; RMSNorm and ScaleNorm: scale and re-scaling < {tol}, shift and re-centering "
-           "> {moved}", tol=1e-5, moved=1e-2),
-    "8": C("exact ({tol}): block alpha and library constants equal the formulas; v, out, fc1, fc2 scaled by beta; "
-           "q, k unscaled", tol=1e-6),
+    "1": C("per-example a_n, c_n: LN: scale, shift, weight-matrix re-scaling and re-centering < {tol}, half "
+           "the units' weight vectors re-scaled > {moved}; RMSNorm and ScaleNorm: scale and re-scaling < {tol}, shift "
+           "and re-centering > {moved}", tol=1e-5, moved=1e-2),
+    "8": C("exact ({tol}): both units' alpha (attention, FFN) and the library constants equal the formulas; v, out, "
+           "fc1, fc2 scaled by beta; q, k unscaled", tol=1e-6),
     "15": C("every branch input and the block output: per-frame |mean| < {mean_max}, std within {std_tol} of 1",
             mean_max=1e-4, std_tol=1e-2),
     "12a": C("reference implementations, {n}x{d} float32 forward+backward, best of {repeats}: RMSNorm time "
@@ -43,7 +44,8 @@ CRITERIA: dict[str, Criterion] = {
            "within {post_pred} +- {post_tol} for every l (d_ff = d, W_Q = W_K = 0, x_0 ~ N(0, I), mean of seeds)",
            layers=24, post_pred=1.5, post_tol=0.15),
     "3": C("RMS over positions of one position's loss gradient of the last W2, mean of {seeds} seeds: "
-           "Pre g{top}/g6 <= {pre_max}; Post g{top}/g6 >= {post_min}", seeds=20, top=24, pre_max=0.75, post_min=0.8),
+           "Pre g{top}/g6 <= {pre_max}; Post flat, g{top}/g6 in [{post_min}, {post_max}]", seeds=20, top=24,
+           pre_max=0.75, post_min=0.8, post_max=1.25),
     "4": C("||E[dL/dW2]||_F over {batches} batches, mean of {seeds} seeds, mean(top third)/mean(bottom third) at "
            "L = {depths}: Post > {post_min}; Pre and DeepNorm flat, in [{flat_lo}, {flat_hi}], at every depth",
            batches=16, seeds=20, depths=(6, 12, 24), post_min=1.1, flat_lo=0.8, flat_hi=1.25),
@@ -60,9 +62,10 @@ CRITERIA: dict[str, Criterion] = {
     "5": C("L=6, ReLU FFN, lr 3e-3, {steps} steps, each condition in a majority of seeds: Post without warmup "
            "> {post_fail}; Post with {warmup}-step warmup < {trained}; Pre without warmup < {trained}",
            steps=300, warmup=100, post_fail=2.0, trained=0.1),
-    "6": C("L={layers}, lr 1e-3 and 3e-3, no warmup, mean of seeds: Post > {post_fail}; Pre and DeepNorm "
-           "< {trained}", layers=12, post_fail=2.0, trained=0.1),
-    "9": C("L={layers}, lr 1e-3, no warmup: mean final loss < {trained}", layers=12, trained=0.1),
+    "6": C("L={layers}, lr 1e-3 and 3e-3, no warmup: Post > {post_fail} in a majority of seeds; Pre and DeepNorm "
+           "mean of seeds < {trained}", layers=12, post_fail=2.0, trained=0.1),
+    "9": C("L={layers}, lr 1e-3, no warmup: mean final loss < {trained}, where plain Post-LN (claim 6's runs) "
+           "stays above {post_fail} in a majority of seeds", layers=12, trained=0.1, post_fail=2.0),
     "13": C("Pre, L=6, lr 1e-3: DyT mean final loss < {max}", max=0.05),
     "12b": C("Pre, L=6, lr 1e-3: |mean loss(RMSNorm) - mean loss(LayerNorm)| <= {max}", max=0.01),
     "G1": C("lr x depth grid, a cell counts as trained if a majority of seeds reach loss < {trained}: "

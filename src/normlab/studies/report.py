@@ -8,6 +8,7 @@ import pathlib
 import time
 
 from .. import provenance, written
+from .._checks import BadValue
 from ..progress import Progress
 from . import STUDIES, load
 from .base import Context
@@ -31,6 +32,15 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
         check_ready(address)
     written.check([out / "results.json", out / "index.html", *sorted((out / "figures").glob("*.png"))],
                   overwrite=overwrite, hint="give --out another folder")
+    previous = out / "results.json"
+    old = _previous(previous) if only else {}
+    if old and (old.get("scale"), old.get("seed_offset", 0)) != (scale, seed_offset):  # would mix two settings
+        if not overwrite:
+            raise BadValue(f"{previous} holds a {old.get('scale')} report with seed offset "
+                           f"{old.get('seed_offset', 0)}; a {scale} run with seed offset {seed_offset} of some studies "
+                           "cannot join it: give --out another folder, the same scale and seed offset, or --overwrite "
+                           "to replace it")
+        old = {}
     out.mkdir(parents=True, exist_ok=True)
     store = Store(str(out / "runs.sqlite"))
     runner = Runner(store, jobs=jobs, progress=Progress(enabled=None if progress else False), executor=executor,
@@ -49,13 +59,7 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
         runner.close()
     claims = [dict(c, study=s["name"]) for s in studies for c in s["claims"]]
     summaries = [{k: s.get(k) for k in ("name", "title", "figure", "seconds", "table")} for s in studies]
-    previous = out / "results.json"
-    if only and previous.exists():  # one study re-run: keep the others' claims, in report order
-        try:
-            old = json.loads(previous.read_text())
-        except ValueError:  # replaced with --overwrite: not normlab's
-            old = {}
-        old = old if isinstance(old, dict) else {}
+    if old:  # some studies re-run: keep the others' claims, in report order
         fresh = {s["name"] for s in studies}
         summaries += [s for s in old.get("studies", []) if s["name"] not in fresh]
         claims += [c for c in old.get("claims", []) if c.get("study") not in fresh]
@@ -68,6 +72,15 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
     written.write_text(out / "results.json", json.dumps(result, indent=2) + "\n")
     written.write_text(out / "index.html", render_html(result, out / "figures"))
     return result
+
+
+def _previous(path: pathlib.Path) -> dict:
+    """The report already in ``path`` ({} where there is none, or it is not a report: replaced with --overwrite)."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return old if isinstance(old, dict) else {}
 
 
 def verdict_table(result: dict) -> str:
