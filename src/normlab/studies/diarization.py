@@ -98,6 +98,12 @@ def no_worse(der: float, other: float, margin: float) -> bool:
     return math.isfinite(der) and der <= other + margin
 
 
+def worse(der: float, other: float, margin: float) -> bool:
+    """D2's test: a mean DER above another's by more than ``margin`` (a diverged run, inf, is worse than any
+    finite one); a diverged ``other`` is worse than nothing can be."""
+    return math.isfinite(other) and der > other + margin
+
+
 def data_folder(out: pathlib.Path, scale: str, real: bool, recipe: dict) -> pathlib.Path:
     """Where the study's conversations are simulated: one folder per recipe. A folder simulated for another
     recipe keeps the mixtures it has (a simulation resumes and grows, it never removes), and every mixture
@@ -137,7 +143,8 @@ def run(ctx: Context) -> dict:
                            for t in sets)
     claims = [claim(d1, t1, "lesson 000", measured, c1,
                     all(no_worse(m[t]["pre"], m[t]["post"], c1["margin"] / 100) for t in sets), seeds_note),
-              claim(d2, t2, "lesson 000", measured, c2, all(m[t]["none"] > m[t]["pre"] for t in sets), seeds_note)]
+              claim(d2, t2, "lesson 000", measured, c2,
+                    all(worse(m[t]["none"], m[t]["pre"], c2["margin"] / 100) for t in sets), seeds_note)]
     plt = pyplot()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.2))
     width = 0.8 / len(sets)
