@@ -145,6 +145,24 @@ def test_update_size_directions(test_scale_results):
     assert b["post"] > b["pre"] and b["post"] > b["admin"] and c["7b"]["measured"]["post/deepnorm at L=50"] >= 10
 
 
+def test_deepnorm_must_move_least_of_all_placements(tmp_path):
+    """"DeepNorm's is smallest" was tested against Post-LN only: a DeepNorm change above Pre-LN's must fail 7a."""
+    growth = {"post": 40.0, "pre": 3.0, "admin": 4.0, "deepnorm": 5.0}  # growth from L = 6 to the top depth
+    at_top = {"post": 100.0, "pre": 1.0, "admin": 1.2, "deepnorm": 2.0}  # ...and the change at the top depth
+
+    class Fake:
+        def map(self, study, fn, cfgs):
+            top = max(c["layers"] for c in cfgs)
+            return [{k: at_top[c["placement"]] / (1 if c["layers"] == top else growth[c["placement"]])
+                     for k in ("delta_random", "delta_adam")} for c in cfgs]
+
+    c = {r["id"]: r for r in load("update_size").run(Context(Fake(), "test", tmp_path))["claims"]}
+    assert c["7a"]["measured"]["post/deepnorm at L=50"] >= 10 and not c["7a"]["measured"]["deepnorm smallest at L=50"]
+    assert c["7a"]["verdict"] == c["7b"]["verdict"] == "FAIL"
+    at_top["deepnorm"] = 0.5
+    assert all(r["verdict"] == "PASS" for r in load("update_size").run(Context(Fake(), "test", tmp_path))["claims"])
+
+
 def test_update_size_verdicts_hold_on_a_disjoint_seed_set(test_scale_results, tmp_path):
     """Seeds 100-101 give the verdicts of seeds 0-1 (docs/studies.md shows the same for every quick claim)."""
     ctx = Context(Runner(Store(str(tmp_path / "runs.sqlite")), jobs=2), "test", tmp_path / "figures", seed_offset=100)

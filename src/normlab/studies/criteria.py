@@ -55,10 +55,10 @@ CRITERIA: dict[str, Criterion] = {
     "11": C("mean of seeds: Pre layer {layers} > {pre_min}; Post < {post_max}", layers=24, pre_min=0.95, post_max=0.8),
     "7a": C("random-sign +-lr perturbation of every parameter Adam moves, lr 1e-5, 2 heads, squared output change, "
             "mean of seeds: Post d({top})/d(6) >= {post_min}; Pre and Admin <= {sub_max}; Post/DeepNorm at "
-            "L={top} >= {deep_min}", top=100, post_min=10, sub_max=8, deep_min=10),
+            "L={top} >= {deep_min}; DeepNorm's d({top}) the smallest", top=100, post_min=10, sub_max=8, deep_min=10),
     "7b": C("one Adam step, lr 1e-5, 2 heads, squared output change, mean of seeds, the limits Thm 2 implies: "
-            "Post d({top})/d(6) >= {post_min}; Pre and Admin <= {sub_max}; Post/DeepNorm at L={top} >= {deep_min}",
-            top=100, post_min=10, sub_max=8, deep_min=10),
+            "Post d({top})/d(6) >= {post_min}; Pre and Admin <= {sub_max}; Post/DeepNorm at L={top} >= {deep_min}; "
+            "DeepNorm's d({top}) the smallest", top=100, post_min=10, sub_max=8, deep_min=10),
     "5": C("L=6, ReLU FFN, lr 3e-3, {steps} steps, each condition in a majority of seeds: Post without warmup "
            "> {post_fail}; Post with {warmup}-step warmup < {trained}; Pre without warmup < {trained}",
            steps=300, warmup=100, post_fail=2.0, trained=0.1),

@@ -37,9 +37,11 @@ def run(ctx: Context) -> dict:
         pairs = {p: [(a[key], b[key]) for a, b in zip(runs[(p, 6)], runs[(p, top)])] for p in PLACEMENTS}
         growth = {p: d[p][top] / d[p][6] for p in PLACEMENTS}
         post_vs_deep = d["post"][top] / d["deepnorm"][top]
+        smallest = all(d["deepnorm"][top] < d[p][top] for p in PLACEMENTS if p != "deepnorm")
         ok = (growth["post"] >= crit["post_min"] and growth["pre"] <= crit["sub_max"]
-              and growth["admin"] <= crit["sub_max"] and post_vs_deep >= crit["deep_min"])
+              and growth["admin"] <= crit["sub_max"] and post_vs_deep >= crit["deep_min"] and smallest)
         measured = {f"d(L={top})/d(6)": growth, f"post/deepnorm at L={top}": post_vs_deep,
+                    f"deepnorm smallest at L={top}": smallest,
                     f"depth ratio {top}/6 (linear growth)": top / 6,
                     "mean squared change": {p: [d[p][n] for n in depths] for p in PLACEMENTS}}
         if cid == "7b":
