@@ -11,7 +11,7 @@ import pytest
 from normlab.studies import STUDIES, load
 from normlab.studies.base import Context
 from normlab.studies.criteria import CRITERIA
-from normlab.studies.init_depth import gradient_claim_holds
+from normlab.studies.init_depth import gradient_claim_holds, loglog_slope
 from normlab.studies.runner import Runner, Store, cell_key
 from normlab.studies.task import CHANCE, final_loss, train_cell
 
@@ -131,6 +131,9 @@ def test_init_gradient_directions(test_scale_results):
     assert c["4"]["verdict"] == ("PASS" if flat and larger else "FAIL")
     b = c["10"]["measured"]
     assert abs(b["post mean"] - b["predicted"]) < 0.03 and b["pre last"] < b["post mean"] / 5
+    lo, hi = b["post min, max over layers"]
+    assert lo <= b["post mean"] <= hi and -1.5 < b["pre log-log slope"] < -0.3  # Pre-LN's branch share decays
+    assert abs(loglog_slope([3 / i for i in range(1, 13)]) + 1) < 1e-12  # 1/l reads -1
 
 
 def test_update_size_directions(test_scale_results):

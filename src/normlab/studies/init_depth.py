@@ -7,6 +7,8 @@ ratio predicted for Xavier + ReLU. Every mean is over seeds, with a 90% bootstra
 """
 from __future__ import annotations
 
+import math
+
 from .base import Context, claim, finish, interval, mean, pyplot
 from .criteria import CRITERIA, branch_ratio_prediction
 from .probes import grad_cell
@@ -47,6 +49,14 @@ def _top_bottom(v):
 def _tb_of_seeds(profiles):
     """top/bottom ratio of the seed-mean profile (profiles: one per-layer list per seed)."""
     return _top_bottom([mean(p[i] for p in profiles) for i in range(len(profiles[0]))])
+
+
+def loglog_slope(values: list[float]) -> float:
+    """Least-squares slope of log(value) against log(layer index, from 1): the exponent of a power-law decay."""
+    xs = [math.log(i) for i in range(1, len(values) + 1)]
+    ys = [math.log(v) for v in values]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
 def gradient_claim_holds(ratio: dict, c3) -> bool:
@@ -134,7 +144,11 @@ def run(ctx: Context) -> dict:
                     f"(predicted {branch_ratio_prediction(D, D_FF):.3f} for Xavier + ReLU, d_ff = {D_FF}; "
                     "the paper's ~0.5 assumes Var[F] = Var[x]), Pre-LN decays ~1/l", "Liu et al. 2020",
               {"post mean": post_branch, "predicted": branch_ratio_prediction(D, D_FF),
-               "pre last": branch["pre"][-1], "pre first": branch["pre"][0]},
+               "pre last": branch["pre"][-1], "pre first": branch["pre"][0],
+               # what the criterion does not test, printed beside it: the Post profile's spread over layers and
+               # the Pre profile's decay exponent (the paper's 1/l is -1)
+               "post min, max over layers": [min(branch["post"]), max(branch["post"])],
+               "pre log-log slope": loglog_slope(branch["pre"])},
               c10, abs(post_branch - c10["post_pred"]) <= c10["post_tol"] and branch["pre"][-1] < c10["pre_max"],
               f"90% bootstrap over {len(seeds)} seeds: "
               + interval("post mean", [mean(x["branch_ratio_ffn"] for x in r) for r in diag["post"]], mean) + "; "
