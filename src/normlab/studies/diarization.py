@@ -99,8 +99,8 @@ def no_worse(der: float, other: float, margin: float) -> bool:
 
 
 def worse(der: float, other: float, margin: float) -> bool:
-    """D2's test: a mean DER above another's by more than ``margin`` (a diverged run, inf, is worse than any
-    finite one); a diverged ``other`` is worse than nothing can be."""
+    """D2's test: a mean DER above another's by more than ``margin``. A diverged run (mean inf) is worse than
+    any finite one; nothing is worse than a diverged ``other``."""
     return math.isfinite(other) and der > other + margin
 
 
