@@ -148,22 +148,34 @@ def test_update_size_directions(test_scale_results):
     assert b["post"] > b["pre"] and b["post"] > b["admin"] and c["7b"]["measured"]["post/deepnorm at L=50"] >= 10
 
 
+class _FakeRunner:
+    """A runner that computes nothing: each cell's result is ``result(cfg)``; it keeps the configs it was given."""
+
+    def __init__(self, result):
+        self.result, self.seen = result, []
+
+    def map(self, study, fn, cfgs):
+        self.seen.extend(cfgs)
+        return [self.result(c) for c in cfgs]
+
+
+def _trained_to(loss):
+    """A runner whose training cells end at the loss ``loss(cfg)`` (None: diverged), without training."""
+    return _FakeRunner(lambda cfg: {"final_loss": loss(cfg), "curve": [3.0, 1.0]})
+
+
 def test_deepnorm_must_move_least_of_all_placements(tmp_path):
     """"DeepNorm's is smallest" was tested against Post-LN only: a DeepNorm change above Pre-LN's must fail 7a."""
     growth = {"post": 40.0, "pre": 3.0, "admin": 4.0, "deepnorm": 5.0}  # growth from L = 6 to the top depth
-    at_top = {"post": 100.0, "pre": 1.0, "admin": 1.2, "deepnorm": 2.0}  # ...and the change at the top depth
+    at_top = {"post": 100.0, "pre": 1.0, "admin": 1.2, "deepnorm": 2.0}  # ...and the change there (L = 50)
+    fake = _FakeRunner(lambda c: {k: at_top[c["placement"]] / (1 if c["layers"] == 50 else growth[c["placement"]])
+                                  for k in ("delta_random", "delta_adam")})
 
-    class Fake:
-        def map(self, study, fn, cfgs):
-            top = max(c["layers"] for c in cfgs)
-            return [{k: at_top[c["placement"]] / (1 if c["layers"] == top else growth[c["placement"]])
-                     for k in ("delta_random", "delta_adam")} for c in cfgs]
-
-    c = {r["id"]: r for r in load("update_size").run(Context(Fake(), "test", tmp_path))["claims"]}
+    c = {r["id"]: r for r in load("update_size").run(Context(fake, "test", tmp_path))["claims"]}
     assert c["7a"]["measured"]["post/deepnorm at L=50"] >= 10 and not c["7a"]["measured"]["deepnorm smallest at L=50"]
     assert c["7a"]["verdict"] == c["7b"]["verdict"] == "FAIL"
     at_top["deepnorm"] = 0.5
-    assert all(r["verdict"] == "PASS" for r in load("update_size").run(Context(Fake(), "test", tmp_path))["claims"])
+    assert all(r["verdict"] == "PASS" for r in load("update_size").run(Context(fake, "test", tmp_path))["claims"])
 
 
 def test_update_size_verdicts_hold_on_a_disjoint_seed_set(test_scale_results, tmp_path):
@@ -202,16 +214,6 @@ def test_training_directions(test_scale_results):
     assert c["12a"]["verdict"] == ("PASS" if ms["rmsnorm"] / ms["layernorm"] <= crit["max"] else "FAIL"), ms
 
 
-class _FakeTraining:
-    """A runner whose training cells end at the loss ``loss(cfg)`` (None: diverged), without training."""
-
-    def __init__(self, loss):
-        self.loss = loss
-
-    def map(self, study, fn, cfgs):
-        return [{"final_loss": self.loss(c), "curve": [3.0, 1.0]} for c in cfgs]
-
-
 def test_one_diverged_seed_does_not_decide_that_post_ln_fails(tmp_path):
     """Claims 6 and 9 with deep Post-LN training in 2 of 3 seeds and diverging in one: its mean is infinite,
     above any limit, but Post-LN did not fail: both claims must FAIL (they passed on the mean)."""
@@ -220,14 +222,14 @@ def test_one_diverged_seed_does_not_decide_that_post_ln_fails(tmp_path):
             return None if cfg["seed"] == 0 else 0.001
         return 0.001
 
-    c = {r["id"]: r for r in load("training").run(Context(_FakeTraining(loss), "quick", tmp_path))["claims"]}
+    c = {r["id"]: r for r in load("training").run(Context(_trained_to(loss), "quick", tmp_path))["claims"]}
     assert float(c["6"]["measured"]["post lr 0.001"]) == math.inf
     assert c["6"]["verdict"] == c["9"]["verdict"] == "FAIL"
 
     def fails(cfg):  # the same, with the two other seeds failing too: Post-LN fails, Admin makes it train
         return 3.3 if cfg["placement"] == "post" and cfg["layers"] == 12 and cfg["seed"] else loss(cfg)
 
-    c = {r["id"]: r for r in load("training").run(Context(_FakeTraining(fails), "quick", tmp_path))["claims"]}
+    c = {r["id"]: r for r in load("training").run(Context(_trained_to(fails), "quick", tmp_path))["claims"]}
     assert c["6"]["verdict"] == c["9"]["verdict"] == "PASS"
 
 
@@ -236,7 +238,7 @@ def test_g2_counts_cells_with_its_own_threshold(tmp_path, monkeypatch):
     from normlab.studies import criteria
 
     monkeypatch.setitem(criteria.CRITERIA, "G2", criteria.CRITERIA["G2"].at(trained=1e-12))
-    c = {r["id"]: r for r in load("training").run(Context(_FakeTraining(lambda cfg: 0.001), "quick",
+    c = {r["id"]: r for r in load("training").run(Context(_trained_to(lambda cfg: 0.001), "quick",
                                                            tmp_path))["claims"]}
     cells = c["G1"]["measured"]["cells"]
     assert c["G1"]["measured"]["cells trained (majority of seeds)"]["pre"] == cells > 0
@@ -249,16 +251,10 @@ def test_the_timing_cell_is_keyed_by_the_machine(tmp_path):
     from normlab import provenance
     from normlab.studies import rms_speed
 
-    seen = []
-
-    class Recorder:
-        def map(self, study, fn, cfgs):
-            seen.extend(cfgs)
-            return [{"ms": {"layernorm": 2.0, "rmsnorm": 1.0},
-                     "ms_per_repeat": {"layernorm": [2.0], "rmsnorm": [1.0]}} for _ in cfgs]
-
-    rms_speed.run(Context(Recorder(), "test", tmp_path))
-    assert provenance.cpu_name() in seen[0]["machine"]
+    fake = _FakeRunner(lambda cfg: {"ms": {"layernorm": 2.0, "rmsnorm": 1.0},
+                                    "ms_per_repeat": {"layernorm": [2.0], "rmsnorm": [1.0]}})
+    rms_speed.run(Context(fake, "test", tmp_path))
+    assert provenance.cpu_name() in fake.seen[0]["machine"]
 
 
 def test_a_partial_rerun_never_joins_a_report_of_another_scale(tmp_path):

@@ -79,8 +79,8 @@ def run(ctx: Context) -> dict:
     # "Post-LN fails" by the majority of seeds (one diverged seed makes a mean infinite: it would decide alone)
     post_fails = {lr: _majority(runs[("post", lr)], lambda v: v > c6["post_fail"]) for lr in (1e-3, 3e-3)}
     dyt, ln6, rms6 = (_loss(runs[k]) for k in ("dyt", "ln6", "rms6"))
-    grid = {k[1:]: _loss(v) for k, v in runs.items() if isinstance(k, tuple) and k[0] == "grid"}
     cells = {k[1:]: v for k, v in runs.items() if isinstance(k, tuple) and k[0] == "grid"}
+    grid = {k: _loss(v) for k, v in cells.items()}
 
     def trained_cells(places, limit):  # per placement: the grid cells a majority of seeds train in (loss < limit)
         return {p: sum(_majority(cells[(p, n, lr)], lambda x: x < limit) for n in g_depths for lr in g_lrs)
