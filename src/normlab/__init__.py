@@ -38,4 +38,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS, *_SUBMODULES])
+    return sorted({*globals(), *_EXPORTS, *_SUBMODULES})  # a name already imported is in globals() too

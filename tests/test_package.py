@@ -1,0 +1,12 @@
+"""The package's own namespace: names imported on first use."""
+import subprocess
+import sys
+
+
+def test_dir_lists_each_public_name_once_and_every_one_resolves():
+    # a fresh interpreter: the names start unimported, then `import *` puts them in the module's globals
+    code = ("import normlab; before = dir(normlab); from normlab import *; after = dir(normlab); "
+            "assert len(after) == len(set(after)), [n for n in set(after) if after.count(n) > 1]; "
+            "assert set(normlab.__all__) <= set(before) <= set(after); "
+            "[getattr(normlab, n) for n in normlab.__all__]")
+    subprocess.run([sys.executable, "-c", code], check=True)
