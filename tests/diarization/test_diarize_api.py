@@ -71,9 +71,9 @@ def test_each_mode_reads_its_own_settings(files):
     d, _ = files
     m = EENDModel.load(d / "m.pt")  # its file: speakers eend, threshold 0.55, median 5, cluster_threshold 0.3
     eend = PipelineConfig.for_model(m)
-    assert (eend.threshold, eend.cluster_threshold, eend.piece) == (0.55, 0.3, MODE_DEFAULTS["eend"]["piece"])
+    assert (eend.threshold, eend.cluster_threshold, eend.piece) == (0.55, 0.3, MODE_DEFAULTS["ge2e"]["eend"]["piece"])
     speech = PipelineConfig.for_model(m, speakers="speech")
-    mode = MODE_DEFAULTS["speech"]
+    mode = MODE_DEFAULTS["ge2e"]["speech"]
     assert (speech.threshold, speech.cluster_threshold, speech.piece) == (mode["threshold"], mode["cluster_threshold"],
                                                                           mode["piece"])
     assert speech.median == 5  # what the mode does not set still comes from the file
@@ -83,6 +83,27 @@ def test_each_mode_reads_its_own_settings(files):
     assert PipelineConfig.for_model(m, vad="speech").speakers == "speech"
     with pytest.raises(UserError, match="use vad 'gate'"):
         PipelineConfig.for_model(m, vad="speech", speakers="eend")
+
+
+def test_a_file_without_chosen_settings_cuts_at_the_defaults_of_the_encoder_that_embeds(files):
+    """A cut is a distance in one encoder's space: CAM++ on a file that holds no settings chosen for it gets
+    CAM++'s defaults, not GE2E's (at GE2E's cut CAM++ split the dev conversations into too many speakers)."""
+    from normlab.diarization.pipeline.config import MODE_DEFAULTS
+
+    d, _ = files
+    m = EENDModel.load(d / "m.pt")
+    m.postprocess = {k: v for k, v in m.postprocess.items() if k != "cluster_threshold"}  # the file chose no cut
+    for mode in ("eend", "speech"):
+        for enc in ("ge2e", "campplus"):
+            cfg = PipelineConfig.for_model(m, speakers=mode, speaker_encoder=enc)
+            want = MODE_DEFAULTS[enc][mode]
+            assert (cfg.cluster_threshold, cfg.piece, cfg.min_cluster) == (
+                want["cluster_threshold"], want["piece"], want["min_cluster"]), (mode, enc)
+        assert MODE_DEFAULTS["campplus"][mode]["cluster_threshold"] > MODE_DEFAULTS["ge2e"][mode]["cluster_threshold"]
+    # the file's encoder, when it names one, picks the defaults too; the caller's cut still wins
+    m.postprocess = {**m.postprocess, "speaker_encoder": "campplus"}
+    assert PipelineConfig.for_model(m).cluster_threshold == MODE_DEFAULTS["campplus"]["eend"]["cluster_threshold"]
+    assert PipelineConfig.for_model(m, cluster_threshold=0.4).cluster_threshold == 0.4
 
 
 class _Built(UserError):

@@ -3,16 +3,21 @@
 1. **Local segmentation** (``segment.py``). The EEND model reads short overlapping windows
    (``window`` seconds every ``step``) and gives, per window, the activity of
    its few local speakers (2-4, the model's ``n_speakers``). Frames below
-   ``silence_db`` and, with ``vad="gate"`` (the default), frames Silero VAD
-   (``models/vad.py``) calls non-speech are silence whatever the model says.
-2. **Pieces.** ``speakers="speech"`` (the default): the model's speech, any
-   local speaker, cut into ``piece``-second pieces whose speaker the
-   embeddings alone decide (best on real speech, one speaker at a time).
-   ``speakers="eend"``: the model's own local speakers, overlap kept (best on
-   simulated conversations). Each mode has its defaults (``MODE_DEFAULTS``).
-3. **Embeddings.** For each piece with enough speech, a GE2E speaker
-   embedding (``models/embed.py``) of its frames (in ``eend`` mode, where that local
-   speaker is the only one active; all its active frames when those are too few).
+   ``silence_db`` are silence whatever the model says; ``vad`` says what
+   Silero VAD (``models/vad.py``) adds: ``"gate"`` (the class's default)
+   silences the frames it calls non-speech, ``"off"`` (the shipped model
+   file's choice) leaves speech to the model, ``"speech"`` lets it decide alone.
+2. **Pieces.** ``speakers="speech"``: the model's speech, any local speaker,
+   cut into ``piece``-second pieces whose speaker the embeddings alone decide
+   (one speaker at a time). ``speakers="eend"`` (the shipped model file's
+   choice): the model's own local speakers, overlap kept. Each speaker
+   encoder and mode has its defaults (``MODE_DEFAULTS``) for a model file
+   that holds no settings chosen on a dev set.
+3. **Embeddings.** For each piece with enough speech, a speaker embedding of
+   its frames (in ``eend`` mode, where that local speaker is the only one
+   active; all its active frames when those are too few): GE2E
+   (``models/embed.py``, the class's default) or CAM++ (``models/campplus.py``,
+   the shipped model file's choice).
 4. **Clustering.** Average-linkage agglomerative clustering of all those
    embeddings across the recording (``cluster.py``): a tuned cosine-distance
    threshold, or ``num_speakers``, or ``min_speakers``/``max_speakers``.

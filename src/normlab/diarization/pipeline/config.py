@@ -45,11 +45,19 @@ _RANGES = (
 )
 
 
-#: each speakers mode's own defaults, tuned on its development data (docs/diarization.md): speech at 0.5 in
-#: 1.5 s pieces judged by their embeddings, on real speech and the natural-voice dev conversations; the
-#: model's local speakers over a whole window (and the model file's threshold), on the dev conversations
-MODE_DEFAULTS = {"speech": {"threshold": 0.5, "piece": 1.5, "cluster_threshold": 0.3, "min_cluster": 3.0},
-                 "eend": {"piece": 10.0, "cluster_threshold": 0.25, "min_cluster": 2.0}}
+#: each speaker encoder's and speakers mode's defaults for a model file that holds no settings chosen for them
+#: (docs/diarization.md). A cut is a cosine distance in one encoder's space, so each encoder has its own (the
+#: shipped model's dev set chose 0.35 with GE2E and 0.6 with CAM++ in eend mode). GE2E's were tuned on its
+#: development data: speech at 0.5 in
+#: 1.5 s pieces judged by their embeddings, on real speech and the natural-voice dev conversations; the model's
+#: local speakers over a whole window (and the model file's threshold), on the dev conversations. CAM++'s are
+#: those the shipped model's dev set chose for it in each mode (its pieces, cut and small-cluster floor)
+MODE_DEFAULTS = {
+    "ge2e": {"speech": {"threshold": 0.5, "piece": 1.5, "cluster_threshold": 0.3, "min_cluster": 3.0},
+             "eend": {"piece": 10.0, "cluster_threshold": 0.25, "min_cluster": 2.0}},
+    "campplus": {"speech": {"threshold": 0.5, "piece": 3.0, "cluster_threshold": 0.55, "min_cluster": 4.0},
+                 "eend": {"piece": 3.0, "cluster_threshold": 0.6, "min_cluster": 4.0}},
+}
 
 
 @dataclass(frozen=True)
@@ -134,16 +142,16 @@ class PipelineConfig:
         ``postprocess["modes"][mode]``, the whole pipeline's settings chosen on
         a development set for each mode (``normlab diarize tune
         --save``). The latter win over everything but ``overrides``. Without
-        them, in ``eend`` mode the file's settings win over
-        ``MODE_DEFAULTS["eend"]``, while ``speech`` mode (which reads the model
-        differently: any speaker, gated) keeps ``MODE_DEFAULTS["speech"]``.
+        them, the defaults of the speaker encoder that embeds come in
+        (``MODE_DEFAULTS[encoder][mode]``): in ``eend`` mode the file's
+        settings win over them, while ``speech`` mode (which reads the model
+        differently: any speaker, gated) keeps its own.
         """
         post = getattr(model, "postprocess", {})
         stored = {k: v for k, v in post.items() if k in TUNABLE}
         given = {k: v for k, v in overrides.items() if v is not None}
         # vad="speech" (Silero alone decides speech) is a speech-mode reading: asked for alone, it brings that mode
         mode = given.get("speakers", "speech" if given.get("vad") == "speech" else stored.get("speakers", cls.speakers))
-        mode_kw = MODE_DEFAULTS.get(mode, {})
         tuned = {k: v for k, v in post.get("modes", {}).get(mode, {}).items() if k in TUNABLE}
         if given.get("whiten") and not tuned.get("whiten") and getattr(model, "whitening", None) is not None:
             # whitened embeddings need their own cluster cut: the settings chosen with them on the dev set
@@ -169,6 +177,10 @@ class PipelineConfig:
                 raise BadValue(f"speaker_encoder {enc!r}: this model file has no {mode}-mode settings chosen with "
                                "it (the cluster cut differs): choose them with normlab diarize tune --save")
             tuned = {k: v for k, v in (alt or tuned).items() if k in TUNABLE}
+        # the defaults of the encoder that will embed (the caller's, else the settings', else the class's)
+        encoder = given.get("speaker_encoder", tuned.get("speaker_encoder",
+                                                         stored.get("speaker_encoder", cls.speaker_encoder)))
+        mode_kw = MODE_DEFAULTS.get(encoder, {}).get(mode, {})
         kw = {**stored, **mode_kw} if mode == "speech" else {**mode_kw, **stored}
         kw = {**kw, **tuned, **given, "speakers": mode}
         unknown = set(kw) - {f.name for f in dataclasses.fields(cls)}
