@@ -2,6 +2,8 @@
 
 A debug-sized EEND model and a speaker encoder with random weights keep this fast and independent of the
 installed speaker-encoder weights; quality is tested in test_diarize_quality.py."""
+import json
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -16,6 +18,7 @@ from normlab.diarization import (
     diarize,
     diarize_files,
     from_annotation,
+    read_rttm,
     to_annotation,
     write_rttm,
 )
@@ -156,8 +159,6 @@ def test_evaluate_prints_what_score_prints(files, tmp_path, capsys):
     capsys.readouterr()
     rc = main(["diarize", "evaluate", str(d), str(ref), "--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt"),
                "--max-speakers", "3", "--out", str(tmp_path / "ev"), "--json"])
-    import json
-
     result = json.loads(capsys.readouterr().out)
     assert rc == 0 and [f["uri"] for f in result["files"]] == ["talk"]
     for collar in ("0", "0.25"):
@@ -165,6 +166,24 @@ def test_evaluate_prints_what_score_prints(files, tmp_path, capsys):
         line = capsys.readouterr().out.splitlines()[0]
         assert line == f"DER: {100 * result['total'][collar]['der']:.2f}%"
         assert result["files"][0]["collars"][collar]["der"] == result["total"][collar]["der"]
+
+
+def test_evaluate_counts_each_files_speakers_in_the_reference_and_the_written_turns(files, tmp_path, capsys):
+    d, _ = files
+    ref = tmp_path / "ref.rttm"
+    write_rttm([Turn("talk", s, 2.0, f"v{int(s) // 2 % 3}") for s in range(0, 12, 2)], ref)  # 3 speakers
+    for n, want in ((3, 1), (1, 0)):  # the hypothesis's count fixed: right, then wrong
+        out = tmp_path / f"ev{n}"
+        main(["diarize", "evaluate", str(d), str(ref), "--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt"),
+              "--num-speakers", str(n), "--out", str(out), "--json"])
+        result = json.loads(capsys.readouterr().out)
+        written = {t.speaker for t in read_rttm(out / "talk.rttm")["talk"]}
+        assert result["files"][0]["speakers"] == {"reference": 3, "hypothesis": len(written)}
+        assert len(written) == n and result["count_right"] == want
+        main(["diarize", "evaluate", str(d), str(ref), "--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt"),
+              "--num-speakers", str(n), "--out", str(out)])
+        text = capsys.readouterr().out.splitlines()
+        assert text[1].endswith(f"  3/{n}") and text[-1] == f"speaker count right on {want} of 1 recordings"
 
 
 def test_evaluate_names_a_failed_file_once_and_says_what_its_failure_scored(files, tmp_path, capsys):
@@ -349,8 +368,6 @@ def test_a_file_name_with_spaces_is_diarized_and_scored(files, tmp_path, capsys)
     write_rttm([Turn("my_talk", s, 2.0, f"v{int(s) // 2 % 2}") for s in range(0, 12, 2)], ref)
     rc = main(["diarize", "evaluate", str(folder), str(ref), "--model", str(d / "m.pt"), "--embedding",
                str(d / "enc.pt"), "--out", str(tmp_path / "ev"), "--json"])
-    import json
-
     result = json.loads(capsys.readouterr().out)
     assert rc == 0 and [f["uri"] for f in result["files"]] == ["my_talk"] and not result["errors"]
     assert result["total"]["0"]["total"] == pytest.approx(12.0)  # the reference was found and scored

@@ -142,6 +142,8 @@ def test_cli_evaluate_writes_one_page_with_every_recording(files, tmp_path, caps
     assert refs == ["v0", "v1"] and sorted(hyps) == sorted({t.speaker for t in read_rttm(tmp_path / "hyp" /
                                                                                           "talk.rttm")["talk"]})
     assert 'id="talk"' in page and "<table" in page
+    # the table's speaker counts: the reference's 2, the hypothesis's, and whether they agree
+    assert f"<td>2 / {len(hyps)}</td>" in page and f"<td>right on {int(len(hyps) == 2)} of 1</td>" in page
 
 
 def test_without_matplotlib_plot_stops_before_any_work(files, tmp_path, capsys, no_matplotlib):

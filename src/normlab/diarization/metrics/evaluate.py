@@ -99,9 +99,11 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
                     overwrite: bool = False, progress=None, **diarize_kw) -> dict:
     """Diarize every ``*.wav``/``*.flac`` of ``wav_dir`` into ``out_dir``, then score the written RTTMs.
 
-    Returns ``{"files": [{"uri", "collars": {"0": {...}, "0.25": {...}}}], "total": {...}, "errors": {...}}``
-    with DER components in seconds and ``der`` as a fraction. The RTTMs are read back before scoring,
-    so the numbers are those of ``normlab diarize score REF OUT_DIR --collar C`` on the same files.
+    Returns ``{"files": [{"uri", "collars": {"0": {...}, "0.25": {...}}, "speakers": {"reference": n,
+    "hypothesis": m}}], "total": {...}, "count_right": k, "errors": {...}}`` with DER components in seconds
+    and ``der`` as a fraction; ``count_right``: the files whose hypothesis has as many speakers as their
+    reference (over the whole file, whatever the UEM; a file that failed has none). The RTTMs are read back
+    before scoring, so the numbers are those of ``normlab diarize score REF OUT_DIR --collar C`` on the same files.
     ``html``: also write ``html/index.html`` (:func:`report_html.write_evaluation_page`; its path under
     ``"html"``). Outputs that exist already are replaced only where normlab wrote them (``overwrite``: any),
     checked before any work.
@@ -137,7 +139,8 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     files, total = [], {}
     for p in paths:
         u = recording_uri(p)
-        row = {"uri": u, "collars": {}}
+        row = {"uri": u, "collars": {}, "speakers": {"reference": len({t.speaker for t in ref[u]}),
+                                                      "hypothesis": len({t.speaker for t in hyp.get(u, [])})}}
         for c in COLLARS:
             r = score({u: ref[u]}, {u: hyp.get(u, [])}, collar=c, uem=regions)
             row["collars"][f"{c:g}"] = _as_dict(r)
@@ -147,7 +150,8 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     # each failed file's error (its path said once, by the key) and what its failure did to the scores
     effect = lambda k: "scored as all missed" if reference.get(recording_uri(k)) else "not in the reference"  # noqa: E731
     errors = {k: f"{v.removeprefix(f'{k}: ')} ({effect(k)})" for k, v in status.items() if v != "ok"}
-    result = {"files": files, "total": total, "errors": errors, "out": str(out_dir)}
+    right = sum(f["speakers"]["reference"] == f["speakers"]["hypothesis"] for f in files)
+    result = {"files": files, "total": total, "count_right": right, "errors": errors, "out": str(out_dir)}
     if html is not None:
         from .report_html import write_evaluation_page
 
@@ -161,13 +165,16 @@ def _as_dict(r: DERResult) -> dict:
 
 
 def format_evaluation(result: dict) -> str:
-    """Per-file and total DER at each collar, one table."""
+    """Per-file and total DER at each collar and the speaker counts (reference / hypothesis), one table."""
     cs = list(result["total"])
-    head = f"{'recording':<24s}" + "".join(f"  DER@{c:<5s}" for c in cs)
+    head = f"{'recording':<24s}" + "".join(f"  DER@{c:<5s}" for c in cs) + "  speakers (ref/hyp)"
     lines = [head]
     for row in result["files"]:
-        lines.append(f"{row['uri'][:24]:<24s}" + "".join(f"  {100 * row['collars'][c]['der']:8.2f}%" for c in cs))
+        n = row["speakers"]
+        lines.append(f"{row['uri'][:24]:<24s}" + "".join(f"  {100 * row['collars'][c]['der']:8.2f}%" for c in cs)
+                     + f"  {n['reference']}/{n['hypothesis']}")
     lines.append(f"{'TOTAL':<24s}" + "".join(f"  {100 * result['total'][c]['der']:8.2f}%" for c in cs))
+    lines.append(f"speaker count right on {result['count_right']} of {len(result['files'])} recordings")
     for path, err in result["errors"].items():
         lines.append(f"{path}: error: {err}")
     return "\n".join(lines)

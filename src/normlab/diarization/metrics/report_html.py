@@ -48,7 +48,7 @@ def der_table(result: dict) -> str:
     """The per-file and total table of ``evaluate_folder``'s result (one column group per collar)."""
     collars = list(result["total"])
     head1 = "<th rowspan=2>recording</th><th rowspan=2>speech (s)</th>" + "".join(
-        f"<th colspan=4>collar {html.escape(c)} s</th>" for c in collars)
+        f"<th colspan=4>collar {html.escape(c)} s</th>" for c in collars) + "<th rowspan=2>speakers (ref / hyp)</th>"
     head2 = "<th>DER</th><th>false alarm</th><th>missed</th><th>confusion</th>" * len(collars)
 
     def cells(by_collar: dict) -> str:
@@ -58,10 +58,17 @@ def der_table(result: dict) -> str:
             out += [_pct(r["der"]), _pct(r["false_alarm"] / t), _pct(r["missed"] / t), _pct(r["confusion"] / t)]
         return "".join(f"<td>{v}</td>" for v in out)
 
+    def count(f: dict) -> str:
+        n = f.get("speakers")
+        return f"<td>{n['reference']} / {n['hypothesis']}</td>" if n else "<td></td>"
+
     rows = [f"<tr><td><a href=\"#{html.escape(f['uri'])}\">{html.escape(f['uri'])}</a></td>"
-            f"<td>{f['collars'][collars[0]]['total']:.1f}</td>{cells(f['collars'])}</tr>" for f in result["files"]]
+            f"<td>{f['collars'][collars[0]]['total']:.1f}</td>{cells(f['collars'])}{count(f)}</tr>"
+            for f in result["files"]]
+    right = result.get("count_right")
+    agree = "" if right is None else f"right on {right} of {len(result['files'])}"
     rows.append(f"<tr class=total><td>total</td><td>{result['total'][collars[0]]['total']:.1f}</td>"
-                f"{cells(result['total'])}</tr>")
+                f"{cells(result['total'])}<td>{agree}</td></tr>")
     return (f"<div class=table-wrap><table class=der><thead><tr>{head1}</tr><tr>{head2}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table></div>")
 
