@@ -1,6 +1,7 @@
 """DER against hand-computed cases and pyannote.metrics; RTTM/UEM round trips; PIT loss."""
 from __future__ import annotations
 
+import importlib.util
 import random
 import re
 
@@ -94,6 +95,19 @@ def test_matches_pyannote_metrics(seed, collar, skip):
     assert ours.missed == pytest.approx(theirs["missed detection"], abs=1e-6)
     assert ours.false_alarm == pytest.approx(theirs["false alarm"], abs=1e-6)
     assert ours.confusion == pytest.approx(theirs["confusion"], abs=1e-6)
+
+
+def test_a_zero_length_reference_turn_is_no_speech_and_has_no_collar():
+    """pyannote.core drops empty segments; a collar cut around one removed 0.5 s of scored speech here."""
+    ref, hyp = [T(0, 2, "A"), T(1, 1, "B"), T(9, 9, "C")], [T(0, 1.5, "h")]
+    r = diarization_error_rate(ref, hyp, collar=0.25)
+    assert (r.missed, r.false_alarm, r.confusion, r.total) == pytest.approx((0.25, 0, 0, 1.5))
+    assert diarization_error_rate(ref, hyp).total == pytest.approx(2.0)
+    if importlib.util.find_spec("pyannote.metrics"):
+        from pyannote.metrics.diarization import DiarizationErrorRate
+
+        theirs = DiarizationErrorRate(collar=0.5)(_to_pyannote(ref), _to_pyannote(hyp), detailed=True)
+        assert (theirs["missed detection"], theirs["total"]) == pytest.approx((r.missed, r.total))
 
 
 def test_rttm_and_uem_round_trip(tmp_path):

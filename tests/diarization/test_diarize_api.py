@@ -168,6 +168,32 @@ def test_evaluate_prints_what_score_prints(files, tmp_path, capsys):
         assert result["files"][0]["collars"][collar]["der"] == result["total"][collar]["der"]
 
 
+def test_evaluate_lists_a_recording_the_reference_does_not_name_and_scores_what_score_scores(files, tmp_path,
+                                                                                                capsys):
+    """A second recording without reference turns: diarized and written, not scored (`diarize score` skips it
+    with a warning). It was scored as an empty reference: its speech all false alarm (a total of hundreds of %)."""
+    d, audio = files
+    folder = tmp_path / "in"
+    folder.mkdir()
+    sf.write(folder / "talk.wav", audio, SR)
+    sf.write(folder / "stray.wav", audio, SR)
+    ref = tmp_path / "ref.rttm"
+    write_rttm([Turn("talk", s, 2.0, f"v{int(s) // 2 % 2}") for s in range(0, 12, 2)], ref)
+    args = [str(folder), str(ref), "--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt"), "--num-speakers",
+            "2", "--out", str(tmp_path / "ev")]
+    capsys.readouterr()
+    assert main(["diarize", "evaluate", *args, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (tmp_path / "ev" / "stray.rttm").is_file() and result["unscored"] == ["stray"]
+    assert [f["uri"] for f in result["files"]] == ["talk"] and result["count_right"] == 1
+    for collar in ("0", "0.25"):
+        main(["diarize", "score", str(ref), str(tmp_path / "ev"), "--collar", collar])
+        assert capsys.readouterr().out.splitlines()[0] == f"DER: {100 * result['total'][collar]['der']:.2f}%"
+    main(["diarize", "evaluate", *args, "--overwrite"])
+    text = capsys.readouterr().out.splitlines()
+    assert text[-1] == "not in the reference, not scored: 1 recordings (stray)", text
+
+
 def test_evaluate_counts_each_files_speakers_in_the_reference_and_the_written_turns(files, tmp_path, capsys):
     d, _ = files
     ref = tmp_path / "ref.rttm"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -59,6 +60,30 @@ def check_turn(turn) -> None:
         check_seconds(d, f"{turn}: duration")
 
 
+_FIELD_SEP = re.compile(r"[ \t\f\v]+")  # spaces and tabs only: other white space (a no-break space) is part of a field
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", re.ASCII)  # a plain decimal: no 1_0, no ١٢
+
+
+def table_lines(text: str) -> list[str]:
+    """The lines of a text table (RTTM, UEM): a byte-order mark dropped, lines ended by LF, CRLF or CR only
+    (``str.splitlines`` also breaks at U+2028, U+0085 and the like, which may sit inside a field)."""
+    return re.split(r"\r\n|\r|\n", text.removeprefix("\ufeff"))
+
+
+def table_fields(line: str) -> list[str]:
+    """A table line's fields, separated by spaces and tabs."""
+    return [f for f in _FIELD_SEP.split(line) if f]
+
+
+def parse_seconds(field: str, what: str) -> float:
+    """A field's number of seconds; ValueError unless it is a plain decimal number that ``check_seconds`` takes."""
+    if not _NUMBER.fullmatch(field):
+        raise ValueError(f"{what} is not a decimal number of seconds: {field!r}")
+    value = float(field)
+    check_seconds(value, what)
+    return value
+
+
 #: the RTTM line types other than SPEAKER (NIST's RTTM format): read past, as comments are
 OTHER_TYPES = frozenset({"SEGMENT", "NOSCORE", "NO_RT_METADATA", "LEXEME", "NON-LEX", "NON-SPEECH", "FILLER", "IP",
                          "EDIT", "SU", "CB", "A/P", "SPKR-INFO"})
@@ -67,18 +92,16 @@ OTHER_TYPES = frozenset({"SEGMENT", "NOSCORE", "NO_RT_METADATA", "LEXEME", "NON-
 def read_rttm(path: str | pathlib.Path) -> dict[str, list[Turn]]:
     """Turns per uri, sorted by start. Raises ValueError naming the file and line on a malformed SPEAKER line."""
     turns: dict[str, list[Turn]] = defaultdict(list)
-    for n, line in enumerate(read_text_file(path, "RTTM").splitlines(), start=1):
-        fields = line.split()
+    for n, line in enumerate(table_lines(read_text_file(path, "RTTM")), start=1):
+        fields = table_fields(line)
         if not fields or fields[0].startswith((";", "#")) or fields[0] in OTHER_TYPES:
             continue  # a blank line, a comment, or a line of a kind that carries no speaker turn
         if fields[0] != "SPEAKER":
             raise BadValue(f"{path}:{n}: not an RTTM line (its first field is not an RTTM type): {line[:80]!r}")
         try:
-            if len(fields) < 8:
-                raise ValueError(f"expected 10 fields, got {len(fields)}")
-            start, dur = float(fields[3]), float(fields[4])
-            check_seconds(start, "onset")
-            check_seconds(dur, "duration")
+            if len(fields) < 8:  # the last two (<NA> <NA>) carry nothing: a line without them is read
+                raise ValueError(f"expected 10 fields (at least the first 8), got {len(fields)}")
+            start, dur = parse_seconds(fields[3], "onset"), parse_seconds(fields[4], "duration")
         except ValueError as e:
             raise BadValue(f"{path}:{n}: bad RTTM line ({e}): {line!r}") from None
         turns[fields[1]].append(Turn(fields[1], start, dur, fields[7]))

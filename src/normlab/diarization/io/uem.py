@@ -8,7 +8,7 @@ import pathlib
 from collections import defaultdict
 
 from ..._checks import BadValue, read_text_file
-from .rttm import _check_token, check_seconds
+from .rttm import _check_token, check_seconds, parse_seconds, table_fields, table_lines
 
 
 def check_region(region, what: str = "UEM region") -> None:
@@ -26,15 +26,15 @@ def check_region(region, what: str = "UEM region") -> None:
 def read_uem(path: str | pathlib.Path) -> dict[str, list[tuple[float, float]]]:
     """Scored regions per uri."""
     regions: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for n, line in enumerate(read_text_file(path, "UEM").splitlines(), start=1):
-        line = line.split(";", 1)[0].strip()
-        if not line:
+    for n, line in enumerate(table_lines(read_text_file(path, "UEM")), start=1):
+        line = line.split(";", 1)[0]
+        fields = table_fields(line)
+        if not fields:
             continue
-        fields = line.split()
         try:
             if len(fields) != 4:
                 raise ValueError(f"expected 4 fields (uri channel onset offset), got {len(fields)}")
-            on, off = float(fields[2]), float(fields[3])
+            on, off = parse_seconds(fields[2], "onset"), parse_seconds(fields[3], "offset")
             check_region((on, off), "region")
         except ValueError as e:
             raise BadValue(f"{path}:{n}: bad UEM line ({e}): {line!r}") from None

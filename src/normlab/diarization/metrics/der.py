@@ -143,10 +143,13 @@ def scored_region(reference: list[Turn], hypothesis: list[Turn], *, collar: floa
     _check_turns(reference, "reference")
     _check_turns(hypothesis, "hypothesis")
     _check_uem(uem)
+    # a turn of zero length is no speech: it has no boundaries to forgive and does not stretch the extent
+    # (pyannote.core drops such segments from an Annotation)
+    reference = [t for t in reference if t.duration > 0]
     if uem is not None:
         region = merge(uem)
     else:
-        all_turns = [*reference, *hypothesis]
+        all_turns = [*reference, *(t for t in hypothesis if t.duration > 0)]
         region = merge([(min(t.start for t in all_turns), max(t.end for t in all_turns))]) if all_turns else []
     if collar > 0:
         edges = [(b - collar, b + collar) for t in reference for b in (t.start, t.end)]

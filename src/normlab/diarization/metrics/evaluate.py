@@ -102,8 +102,10 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     Returns ``{"files": [{"uri", "collars": {"0": {...}, "0.25": {...}}, "speakers": {"reference": n,
     "hypothesis": m}}], "total": {...}, "count_right": k, "errors": {...}}`` with DER components in seconds
     and ``der`` as a fraction; ``count_right``: the files whose hypothesis has as many speakers as their
-    reference (over the whole file, whatever the UEM; a file that failed has none). The RTTMs are read back
-    before scoring, so the numbers are those of ``normlab diarize score REF OUT_DIR --collar C`` on the same files.
+    reference (over the whole file, whatever the UEM; a file that failed has none); ``unscored``: the
+    recordings the reference does not name, diarized but not scored (as ``diarize score`` skips them). The
+    RTTMs are read back before scoring, so the numbers are those of ``normlab diarize score REF OUT_DIR
+    --collar C`` on the same files.
     ``html``: also write ``html/index.html`` (:func:`report_html.write_evaluation_page`; its path under
     ``"html"``). Outputs that exist already are replaced only where normlab wrote them (``overwrite``: any),
     checked before any work.
@@ -135,10 +137,11 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     for p in paths:
         if status[str(p)] == "ok":
             hyp.update(read_rttm(out_dir / f"{recording_uri(p)}.rttm"))
-    ref = {recording_uri(p): reference.get(recording_uri(p), []) for p in paths}
+    # as `diarize score`: a recording the reference does not name is diarized, listed, and not scored
+    unscored = sorted({recording_uri(p) for p in paths} - set(reference))
+    ref = {recording_uri(p): reference[recording_uri(p)] for p in paths if recording_uri(p) in reference}
     files, total = [], {}
-    for p in paths:
-        u = recording_uri(p)
+    for u in sorted(ref):
         row = {"uri": u, "collars": {}, "speakers": {"reference": len({t.speaker for t in ref[u]}),
                                                       "hypothesis": len({t.speaker for t in hyp.get(u, [])})}}
         for c in COLLARS:
@@ -151,7 +154,8 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     effect = lambda k: "scored as all missed" if reference.get(recording_uri(k)) else "not in the reference"  # noqa: E731
     errors = {k: f"{v.removeprefix(f'{k}: ')} ({effect(k)})" for k, v in status.items() if v != "ok"}
     right = sum(f["speakers"]["reference"] == f["speakers"]["hypothesis"] for f in files)
-    result = {"files": files, "total": total, "count_right": right, "errors": errors, "out": str(out_dir)}
+    result = {"files": files, "total": total, "count_right": right, "unscored": unscored, "errors": errors,
+              "out": str(out_dir)}
     if html is not None:
         from .report_html import write_evaluation_page
 
@@ -175,6 +179,10 @@ def format_evaluation(result: dict) -> str:
                      + f"  {n['reference']}/{n['hypothesis']}")
     lines.append(f"{'TOTAL':<24s}" + "".join(f"  {100 * result['total'][c]['der']:8.2f}%" for c in cs))
     lines.append(f"speaker count right on {result['count_right']} of {len(result['files'])} recordings")
+    if result["unscored"]:
+        some = result["unscored"]
+        lines.append(f"not in the reference, not scored: {len(some)} recordings ({', '.join(some[:5])}"
+                     f"{' ...' if len(some) > 5 else ''})")
     for path, err in result["errors"].items():
         lines.append(f"{path}: error: {err}")
     return "\n".join(lines)

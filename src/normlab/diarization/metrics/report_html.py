@@ -158,6 +158,8 @@ def evaluation_page(result: dict, reference: dict[str, list[Turn]], hypothesis: 
             "confusion) / reference speech, overlap counted per speaker; the collar is forgiven on each side of "
             f"every reference boundary.</p>{der_table(result)}"
             + (f"<h2>Errors</h2><ul class=errors>{errors}</ul>" if errors else "")
+            + (f"<p>Not in the reference, not scored: {html.escape(', '.join(result['unscored']))}.</p>"
+               if result.get("unscored") else "")
             + "<h2>Timelines</h2><p>Per recording: the reference speakers, the hypothesis speakers (coloured as "
             "the reference speaker DER maps them to), and where the errors are, per 10 ms frame at collar 0.</p>"
             f"{_legend()}{''.join(sections)}</main></body></html>\n")
