@@ -81,8 +81,8 @@ def as_shape(normalized_shape: ShapeLike) -> tuple[int, ...]:
         return normalized_shape
     if isinstance(normalized_shape, (bool, str, bytes, float)):
         raise BadType(f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
-    if isinstance(normalized_shape, int):
-        shape: tuple[int, ...] = (normalized_shape,)
+    if isinstance(normalized_shape, numbers.Integral):  # an int, or numpy's (as torch.nn.LayerNorm takes them)
+        shape: tuple[int, ...] = (_dim(normalized_shape),)
     else:
         try:
             shape = tuple(_dim(d) for d in normalized_shape)

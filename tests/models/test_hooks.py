@@ -130,3 +130,44 @@ def test_a_hook_on_any_submodule_fires_in_train_and_eval_with_and_without_grad(k
                 h.remove()
             silent = sorted(n for m, n in watched.items() if not calls[m])
             assert not silent, f"{kind}, training={training}, grad={grad}: hooks that never fired on {silent}"
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_a_backward_hook_on_any_submodule_fires(kind):
+    """A full backward hook needs the module's call: the dropouts at p = 0 were skipped when only a backward hook
+    (not a forward one) was registered on them, and it never fired."""
+    model, shape = _build(kind, "layernorm", "pre")
+    model.train()
+    watched = {m: n for n, m in model.named_modules() if n and not isinstance(m, CONTAINERS)}
+    fired = set()
+    handles = [m.register_full_backward_hook(lambda m, gi, go: fired.add(m)) for m in watched]
+    x = torch.randn(shape, requires_grad=True)
+    out = model(x)
+    outs = out if isinstance(out, tuple) else (out,)
+    torch.cat([o.reshape(-1) for o in outs if torch.is_tensor(o)]).sum().backward()
+    for h in handles:
+        h.remove()
+    drops = sorted(n for m, n in watched.items() if isinstance(m, torch.nn.Dropout) and m not in fired)
+    assert any(isinstance(m, torch.nn.Dropout) for m in watched) and not drops, drops
+
+
+def test_a_linear_put_in_fc1s_place_runs_its_own_forward_in_inference():
+    """The feed-forward's inference fast path read fc1's weight and bias: a subclass with its own forward (a LoRA
+    or quantized layer) was ignored under no_grad, and a module without `.bias` raised AttributeError."""
+    torch.manual_seed(0)
+    block = normlab.TransformerBlock(8, 2).eval()
+
+    class Zero(torch.nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 0
+
+    zero = Zero(8, block.ffn.fn.fc1.out_features)
+    zero.load_state_dict(block.ffn.fn.fc1.state_dict())
+    block.ffn.fn.fc1 = zero
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        fast = normlab.nn.materialize(*block(x))
+    torch.testing.assert_close(fast, normlab.nn.materialize(*block(x)).detach())
+    block.ffn.fn.fc1 = torch.nn.Sequential(torch.nn.Linear(8, zero.out_features))
+    with torch.no_grad():
+        assert normlab.nn.materialize(*block(x)).shape == x.shape

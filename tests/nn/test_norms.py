@@ -56,6 +56,16 @@ def test_anatomy(ours, theirs):
     assert torch.equal(a.weight, torch.ones(8))
 
 
+@pytest.mark.parametrize("ours,theirs", PAIRS)
+def test_a_numpy_integer_is_a_shape_as_torch_takes_it(ours, theirs):
+    """torch.nn.LayerNorm(np.int64(8)) works (numbers.Integral); normlab refused it as not a sequence."""
+    np = pytest.importorskip("numpy")
+    for n in (np.int64(8), np.int32(8)):
+        a, b = ours(n), theirs(n)
+        assert a.normalized_shape == (8,) == tuple(b.normalized_shape)
+        assert type(a.normalized_shape[0]) is int
+
+
 @pytest.mark.parametrize("cls", [normlab.LayerNorm, normlab.RMSNorm, normlab.ScaleNorm, normlab.DyT])
 def test_factory_kwargs(cls):
     m = cls(8, dtype=torch.float64, device="cpu")

@@ -11,12 +11,13 @@ from .hooks import watched
 ACTIVATIONS = ("gelu", "relu", "swish", "swiglu")
 
 
-def _fast_inference(x: torch.Tensor, lin: nn.Linear) -> bool:
-    """True when ``lin(x)`` may skip its module call: autograd records nothing (inference), no hook watches
-    ``lin`` (its own or a global one), and no tracer, exporter or compiler is recording (they get the plain ops)."""
-    if torch.is_grad_enabled() and (x.requires_grad or lin.weight.requires_grad):
+def _fast_inference(x: torch.Tensor, lin: nn.Module) -> bool:
+    """True when ``lin(x)`` may skip its module call: ``lin`` is a plain ``nn.Linear`` (a subclass or another
+    module put in its place runs its own forward), autograd records nothing (inference), no hook watches ``lin``
+    (its own or a global one), and no tracer, exporter or compiler is recording (they get the plain ops)."""
+    if type(lin) is not nn.Linear or watched(lin):
         return False
-    if watched(lin):
+    if torch.is_grad_enabled() and (x.requires_grad or lin.weight.requires_grad):
         return False
     return not (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling())
 
