@@ -25,8 +25,14 @@ from ._checks import acc_dtype, eps_vanishes
 
 
 def to_acc(x: torch.Tensor) -> torch.Tensor:
-    """``x`` in its accumulation dtype, and ``x`` itself where it already is: a tracer then records no cast, so
-    a norm traced in float32 runs a float64 input in float64 (``torch.jit.trace`` records a cast's dtype)."""
+    """``x`` in its accumulation dtype, and ``x`` itself where it already is.
+
+    ``torch.jit.trace`` records a cast's dtype, and no cast where none ran: a norm traced in float32 ran a
+    float16 input with float16 statistics. While tracing, ``x`` is added to a float32 zero of one element instead,
+    which type promotion carries to the accumulation dtype of whatever dtype the traced graph later gets (float32
+    for half precision and float32, float64 for float64)."""
+    if torch.jit.is_tracing():
+        return x + torch.zeros(1, dtype=torch.float32, device=x.device)
     ad = acc_dtype(x.dtype)
     return x if x.dtype == ad else x.to(ad)
 
