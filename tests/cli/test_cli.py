@@ -1,4 +1,5 @@
 """The command line: help and version without torch, user errors as one line (exit 2), bugs with their traceback."""
+import pathlib
 import subprocess
 import sys
 
@@ -247,6 +248,19 @@ def test_a_closed_pipe_ends_the_command_quietly():
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141, err
     assert "Traceback" not in err and "internal error" not in err, err
+
+
+@pytest.mark.skipif(not pathlib.Path("/dev/full").exists(), reason="no /dev/full (a device that is always full)")
+def test_output_to_a_full_disk_is_one_line_not_an_internal_error():
+    """`normlab count --json > /dev/full`: the write fails with ENOSPC and no file name; it printed a traceback
+    and "internal error" (a bug in normlab), where the disk is full."""
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-c", "import sys; from normlab.cli import main; "
+                            "sys.exit(main(['count', '--json']))"], stdout=full, stderr=subprocess.PIPE, text=True,
+                           timeout=120)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(err) == 1, p.stderr
+    assert err[0] == "normlab count: error: cannot write the output: No space left on device", err
 
 
 def test_ctrl_c_promises_a_resume_only_where_the_command_resumes(monkeypatch, capsys):

@@ -226,7 +226,9 @@ def test_evaluate_names_a_failed_file_once_and_says_what_its_failure_scored(file
     capsys.readouterr()
     rc = main(["diarize", "evaluate", str(folder), str(ref), "--model", str(d / "m.pt"), "--embedding",
                str(d / "enc.pt"), "--out", str(tmp_path / "ev")])
-    out = capsys.readouterr().out.splitlines()
+    captured = capsys.readouterr()
+    assert not [line for line in captured.out.splitlines() if "error" in line], captured.out  # errors: stderr
+    out = captured.err.splitlines()
     broken = [line for line in out if line.startswith(str(folder / "broken.wav"))]
     stray = [line for line in out if line.startswith(str(folder / "stray.wav"))]
     assert rc == 1 and len(broken) == len(stray) == 1, out

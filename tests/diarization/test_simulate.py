@@ -197,3 +197,22 @@ def test_inconsistent_ranges_are_refused_before_any_mixture(kw, message):
     a randomly drawn value: now the settings themselves are refused, naming what was given."""
     with pytest.raises(ValueError, match=message):
         SimConfig(n_mixtures=1, **kw)
+
+
+def test_a_refused_simulation_leaves_a_folder_the_corrected_one_can_use(tmp_path):
+    """Too many speakers for the split was found after config.json was written, so the corrected command was
+    refused ("holds mixtures simulated with n_speakers=100") on a folder without a single mixture."""
+    out = tmp_path / "s"
+    with pytest.raises(ValueError, match="100 speakers asked"):
+        simulate(out, SimConfig(**{**SMALL, "n_speakers": 100}))
+    assert not (out / "config.json").exists()
+    (out / "wav").mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text('{"n_speakers": 7}\n')  # a run killed before its first mixture
+    assert (simulate(out, SimConfig(**SMALL)) / "ref.rttm").is_file()
+
+
+@pytest.mark.parametrize("field, value", [("rt60", (0.0, 1e9)), ("rt60", (0.2, 11.0)), ("max_utterances", 100000)])
+def test_absurd_rooms_and_lengths_are_one_line(field, value):
+    """An RT60 of 1e9 s asked for a 39 TiB impulse response (out of memory); 100,000 utterances ran for ever."""
+    with pytest.raises(ValueError, match=field):
+        SimConfig(**{**SMALL, field: value})

@@ -72,6 +72,10 @@ def _normalize(argv: list[str]) -> list[str]:
     return argv
 
 
+#: what a full or read-only disk answers a write: the machine's state, not a bug, with or without a path
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
 def _a_path_the_system_refused(e: Exception) -> bool:
     """An OSError naming a path (permission denied, not a directory, no such folder, read-only file system):
     the path the user gave, not a bug. Other OSErrors (and errors naming no path) keep their traceback."""
@@ -124,24 +128,37 @@ def _run(args) -> int:
     except BrokenPipeError:  # the reader of our output went away (`normlab ... | head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail again
         return 141  # 128 + SIGPIPE, as a shell reports a command its pipe ended
-    except Exception as e:
-        from .._checks import UserError  # imports torch: only once something has gone wrong
-
-        if _a_path_the_system_refused(e):  # a folder that cannot be made, a file where a folder goes, no permission
-            e = UserError(f"{e.filename}: {e.strerror or type(e).__name__}")
-        elif _out_of_memory(e):  # sizes the machine cannot hold: the request, not a bug
-            e = UserError(f"out of memory ({str(e).strip().splitlines()[0][:160] if str(e).strip() else 'MemoryError'})"
-                          ": ask for smaller sizes")
-        if not isinstance(e, UserError):
-            traceback.print_exc()
-            print(f"normlab {args.command}: internal error ({type(e).__name__}): a bug in normlab, not a mistake in "
-                  "the command; please report it with the traceback above", file=sys.stderr)
-            return 1
-        if os.environ.get("NORMLAB_DEBUG"):
-            raise
-        message = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"normlab {args.command}: error: {message}", file=sys.stderr)
+    except OSError as e:
+        if getattr(e, "filename", None) or e.errno not in FULL_DISK:
+            return _failed(args, e)
+        # the output itself could not be written (stdout on a full disk): say so once, and let the exit's
+        # flush of what is still buffered fail quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"normlab {args.command}: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
         return 2
+    except Exception as e:
+        return _failed(args, e)
+
+
+def _failed(args, e: Exception) -> int:
+    """A command's exception as an exit status: one line for what the user can mend, a traceback for a bug."""
+    from .._checks import UserError  # imports torch: only once something has gone wrong
+
+    if _a_path_the_system_refused(e):  # a folder that cannot be made, a file where a folder goes, no permission
+        e = UserError(f"{e.filename}: {e.strerror or type(e).__name__}")
+    elif _out_of_memory(e):  # sizes the machine cannot hold: the request, not a bug
+        e = UserError(f"out of memory ({str(e).strip().splitlines()[0][:160] if str(e).strip() else 'MemoryError'})"
+                      ": ask for smaller sizes")
+    if not isinstance(e, UserError):
+        traceback.print_exc()
+        print(f"normlab {args.command}: internal error ({type(e).__name__}): a bug in normlab, not a mistake in "
+              "the command; please report it with the traceback above", file=sys.stderr)
+        return 1
+    if os.environ.get("NORMLAB_DEBUG"):
+        raise
+    message = str(e).splitlines()[0] if str(e) else type(e).__name__
+    print(f"normlab {args.command}: error: {message}", file=sys.stderr)
+    return 2
 
 
 __all__ = ["main", "build_parser", "GROUPS"]

@@ -132,12 +132,14 @@ def _cmd_diarize_run(args: argparse.Namespace) -> int:
 def _cmd_diarize_evaluate(args: argparse.Namespace) -> int:
     import json
 
-    from ..diarization.metrics.evaluate import evaluate_folder, format_evaluation
+    from ..diarization.metrics.evaluate import evaluate_folder, format_errors, format_evaluation
 
     result = evaluate_folder(args.wav_dir, args.ref, args.out, uem=args.uem, html=args.html,
                              overwrite=args.overwrite, model=_model_on_device(args), embedding=args.embedding,
                              progress=progress("diarize"), **_speaker_counts(args), **_pipeline_options(args))
     print(json.dumps(result, indent=2) if args.json else format_evaluation(result))
+    if result["errors"] and not args.json:  # as `diarize run`: each file that failed, on stderr
+        print(format_errors(result), file=sys.stderr)
     if args.html:
         print(f"wrote {result['html']}")
     return 0 if not result["errors"] else 1

@@ -25,7 +25,6 @@ kept (re-running resumes).
 from __future__ import annotations
 
 import json
-import math
 import multiprocessing as mp
 import pathlib
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -84,15 +83,16 @@ class SimConfig:
         lo = self.min_speakers or self.n_speakers
         if not 1 <= lo <= self.n_speakers:
             raise BadValue(f"need 1 <= min_speakers <= n_speakers, got {self.min_speakers} and {self.n_speakers}")
-        if not 1 <= self.min_utterances <= self.max_utterances:
-            raise BadValue(f"need 1 <= min_utterances <= max_utterances, got {self.min_utterances} and "
-                           f"{self.max_utterances}")
+        if not 1 <= self.min_utterances <= self.max_utterances <= MAX_UTTERANCES:
+            raise BadValue(f"need 1 <= min_utterances <= max_utterances <= {MAX_UTTERANCES}, got "
+                           f"{self.min_utterances} and {self.max_utterances}")
         if not 0 < self.beta <= 600:
             raise BadValue(f"beta (the mean silence, s) must be a number of seconds in (0, 600], got {self.beta}")
         if not (isinstance(self.seed, int) and self.seed >= 0):
             raise BadValue(f"seed must be a whole number >= 0, got {self.seed!r}")
-        if self.rt60 is not None and not (0 <= self.rt60[0] <= self.rt60[1] and math.isfinite(self.rt60[1])):
-            raise BadValue(f"rt60 must be MIN MAX with 0 <= MIN <= MAX seconds, got {list(self.rt60)}")
+        if self.rt60 is not None and not 0 <= self.rt60[0] <= self.rt60[1] <= MAX_RT60:
+            raise BadValue(f"rt60 must be MIN MAX seconds with 0 <= MIN <= MAX <= {MAX_RT60:g} (a cathedral reads "
+                           f"about 8), got {list(self.rt60)}")
         if self.style == "mixture" and self.sources in ("real", "mixed", "neural"):
             raise BadValue(f"sources {self.sources!r} hold recorded people, who speak their prompts in style "
                            "'conversation'; EEND-style mixtures synthesize every sentence (sources 'espeak' or 'all')")
@@ -100,6 +100,12 @@ class SimConfig:
     def speakers_of(self, index: int) -> int:
         lo = self.min_speakers or self.n_speakers
         return lo + index % (self.n_speakers - lo + 1)
+
+
+#: the longest reverberation time a room may have, seconds (its impulse response is this long), and the most
+#: utterances a speaker may have in one recording: beyond them a request is a typo, not a room or a mixture
+MAX_RT60 = 10.0
+MAX_UTTERANCES = 500
 
 
 def variants(split: str) -> list[str]:
@@ -290,6 +296,9 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     _not_users(out)
     (out / "wav").mkdir(parents=True, exist_ok=True)
     pool = voices(cfg.split, cfg.sources) if cfg.style != "nonspeech" else []
+    if pool and cfg.n_speakers > len({v.person for v in pool}):  # before anything is written
+        raise BadValue(f"{cfg.n_speakers} speakers asked, but the split has {len({v.person for v in pool})} "
+                       "distinct voices")
     settings = json.dumps({**asdict(cfg), "voices": [v.key for v in pool]}, indent=2) + "\n"
     (out / "config.json").write_text(settings)  # first: it marks the folder as normlab's (a killed run resumes)
     make = {"conversation": conversation, "mixture": mixture, "nonspeech": sounds_alone}[cfg.style]
@@ -340,6 +349,8 @@ def _not_users(out: pathlib.Path) -> None:
 def _same_settings(out: pathlib.Path, cfg: SimConfig) -> None:
     """A folder simulated before resumes (or grows: ``n_mixtures`` may change) with the same settings only:
     with others its ``ref.rttm`` would describe the new mixtures beside the old ones' audio."""
+    if not any((out / "wav").glob("*.wav")):
+        return  # no mixture finished there yet: no settings to keep
     try:
         old = json.loads((out / "config.json").read_text())
     except (OSError, ValueError):

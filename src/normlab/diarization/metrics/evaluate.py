@@ -169,7 +169,8 @@ def _as_dict(r: DERResult) -> dict:
 
 
 def format_evaluation(result: dict) -> str:
-    """Per-file and total DER at each collar and the speaker counts (reference / hypothesis), one table."""
+    """Per-file and total DER at each collar and the speaker counts (reference / hypothesis), one table (the
+    files that failed: :func:`format_errors`)."""
     cs = list(result["total"])
     head = f"{'recording':<24s}" + "".join(f"  DER@{c:<5s}" for c in cs) + "  speakers (ref/hyp)"
     lines = [head]
@@ -183,6 +184,9 @@ def format_evaluation(result: dict) -> str:
         some = result["unscored"]
         lines.append(f"not in the reference, not scored: {len(some)} recordings ({', '.join(some[:5])}"
                      f"{' ...' if len(some) > 5 else ''})")
-    for path, err in result["errors"].items():
-        lines.append(f"{path}: error: {err}")
     return "\n".join(lines)
+
+
+def format_errors(result: dict) -> str:
+    """One line per file that could not be diarized: its path, the error and what its failure did to the scores."""
+    return "\n".join(f"{path}: error: {err}" for path, err in result["errors"].items())
