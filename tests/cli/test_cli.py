@@ -76,6 +76,9 @@ def test_version_names_normlab_torch_and_python():
     (["diarize", "run", "a.wav", "--median", "4"], "expected an odd whole number from 1 to 1001, got '4'"),
     (["diarize", "tunee", "--dev", "d"], "invalid choice: 'tunee'"),  # a mistyped command, not an audio file
     (["diarize", "evalute", "wavs", "ref.rttm"], "invalid choice: 'evalute'"),
+    # an option's value that is a sub-command's name: still the shorthand for `run` (it blamed `train`'s options)
+    (["diarize", "--out", "train", "--median", "4", "a.wav"], "normlab diarize run: error: argument --median"),
+    (["diarize", "--out", "score", "--median", "4", "a.wav"], "normlab diarize run: error: argument --median"),
 ])
 def test_user_errors_are_one_line_and_exit_2(argv, message, capsys):
     from normlab.cli import main

@@ -142,6 +142,22 @@ def test_samples_far_beyond_any_audio_scale_are_refused_and_the_rest_read(tmp_pa
         as_mono(x * 1e20, SR, SR)
     with pytest.raises(ValueError, match="waveform has no samples"):
         as_mono(np.zeros(0, np.float32), SR, SR)
+    with pytest.raises(ValueError, match="waveform has no channels"):  # numpy's "zero-size array to reduction"
+        as_mono(np.zeros((0, 48000), np.float32), SR, SR)
+
+
+@pytest.mark.parametrize("what", ["model", "embedding"])
+@pytest.mark.parametrize("value", [5, {"a": 1}, "torch.nn.Linear"])
+def test_a_model_or_encoder_of_the_wrong_kind_is_named(what, value):
+    """pathlib's own "expected str, bytes or os.PathLike object, not int" named neither the argument nor what
+    it takes."""
+    import torch
+
+    from normlab.diarization import diarize
+
+    value = torch.nn.Linear(2, 2) if value == "torch.nn.Linear" else value
+    with pytest.raises(TypeError, match=rf"^{what} must be None .*got {type(value).__name__}$"):
+        diarize(np.zeros(SR, np.float32), sample_rate=SR, **{what: value})
 
 
 @pytest.mark.parametrize("rate", [1, 100, 999])

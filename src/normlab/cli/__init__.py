@@ -64,10 +64,14 @@ def _mistyped_command(word: str) -> bool:
 
 
 def _normalize(argv: list[str]) -> list[str]:
-    """``normlab diarize [OPTIONS] AUDIO...`` is ``normlab diarize run [OPTIONS] AUDIO...``."""
-    words = [a for a in argv[1:] if not a.startswith("-")]
-    if argv[:1] == ["diarize"] and words and words[0] not in diarize.COMMANDS and not (
-            argv[1] == words[0] and _mistyped_command(words[0])):
+    """``normlab diarize [OPTIONS] AUDIO...`` is ``normlab diarize run [OPTIONS] AUDIO...``.
+
+    ``diarize`` has no options of its own, so its sub-command, if any, is the word right after it: an option
+    there (``normlab diarize --out train talk.wav``) starts the shorthand, whatever word is its value."""
+    if argv[:1] != ["diarize"] or len(argv) < 2 or argv[1] in ("-h", "--help"):
+        return argv
+    first = argv[1]
+    if first.startswith("-") or (first not in diarize.COMMANDS and not _mistyped_command(first)):
         return ["diarize", "run", *argv[1:]]
     return argv
 

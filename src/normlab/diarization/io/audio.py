@@ -200,8 +200,8 @@ def as_mono(audio, sample_rate: int | None, target: int) -> tuple[torch.Tensor, 
         audio = audio[None]
     if audio.ndim != 2:
         raise BadValue(f"waveform must be (channels, samples) or (samples,), got shape {list(audio.shape)}")
-    if audio.shape[1] == 0:
-        raise BadValue("waveform has no samples")
+    if audio.shape[1] == 0 or audio.shape[0] == 0:
+        raise BadValue(f"waveform has no {'samples' if audio.shape[0] else 'channels'} (shape {list(audio.shape)})")
     if audio.shape[0] > audio.shape[1]:
         raise BadValue(f"waveform shape {list(audio.shape)} looks like (samples, channels); pass (channels, samples)")
     if not np.isfinite(audio).all():

@@ -42,6 +42,9 @@ def load_model(model=None):
 
     if isinstance(model, EENDModel):
         m, where = model, "the given model"
+    elif model is not None and not isinstance(model, (str, pathlib.Path)):
+        raise BadType(f"model must be None (the shipped model), a model file's path or an EENDModel, got "
+                      f"{type(model).__name__}")
     else:
         m, where = EENDModel.load(model), str(model if model is not None else SHIPPED)
         m.source_path = pathlib.Path(model if model is not None else SHIPPED)  # for the provenance
@@ -64,6 +67,9 @@ def load_encoder(embedding=None, kind: str = "ge2e"):
 
     if isinstance(embedding, (embed.SpeakerEncoder, campplus.CAMPlusEncoder)):
         return embedding
+    if embedding is not None and not isinstance(embedding, (str, pathlib.Path)):
+        raise BadType(f"embedding must be None (the shipped weights), a weights file's path or a speaker encoder, "
+                      f"got {type(embedding).__name__}")
     module = {"ge2e": embed, "campplus": campplus}.get(kind)
     if module is None:
         raise BadValue(f"speaker encoder must be 'ge2e' or 'campplus', got {kind!r}")
