@@ -88,6 +88,20 @@ def test_user_errors_are_one_line_and_exit_2(argv, message, capsys):
     assert len(err) == 1 and message in err[0] and "Traceback" not in err[0]
 
 
+def test_tune_names_the_option_and_the_value_it_cannot_use(tmp_path, capsys):
+    """`--test =` blamed --dev; `--grid threshold=abc` printed float()'s "could not convert string to float"."""
+    from normlab.cli import main
+
+    (tmp_path / "dev").mkdir()
+    out = ["--out", str(tmp_path / "t.json")]
+    for extra, says in ((["--test", "="], "--test: an empty folder name"),
+                        (["--grid", "threshold=abc"], "grid 'threshold=abc': 'abc' is not a number"),
+                        (["--grid", "vbx_dims=1.5"], "grid 'vbx_dims=1.5': '1.5' is not a whole number")):
+        assert main(["diarize", "tune", "--dev", str(tmp_path / "dev"), *out, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+
+
 def test_the_recipe_checks_its_model_before_it_simulates(tmp_path, capsys):
     """A width its heads do not divide: one line before any simulation (it failed after minutes of it)."""
     from normlab.cli import main

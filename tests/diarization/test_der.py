@@ -210,6 +210,13 @@ def test_cli_score_refuses_what_it_cannot_score(tmp_path, capsys):
     assert main(["diarize", "score", str(ok), str(ok), str(other)]) == 0
     captured = capsys.readouterr()
     assert "DER: 0.00%" in captured.out and "1 hypothesis recordings are not in the reference" in captured.err
+    # a UEM with no region of the reference's recordings (empty, or of others): said so, not "no speech"
+    (tmp_path / "empty.uem").write_text("")
+    (tmp_path / "other.uem").write_text("b 1 0 4\n")
+    for name, says in (("empty", "has no regions at all"), ("other", "has no regions of the reference's 1")):
+        assert main(["diarize", "score", str(ok), str(ok), "--uem", str(tmp_path / f"{name}.uem")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
 
 
 def test_cli_score_refuses_a_recording_in_two_files(tmp_path, capsys):

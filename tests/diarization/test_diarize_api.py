@@ -339,6 +339,12 @@ def test_speech_mode_has_one_speaker_at_a_time(files):
         _turns(d, audio, sample_rate=SR, speakers="both")
 
 
+def test_an_unknown_speaker_encoder_is_named_as_one():
+    """It said the model file had no settings chosen with encoder 'bogus' and to tune some."""
+    with pytest.raises(ValueError, match="^unknown speaker encoder 'bogus'; valid: ge2e, campplus$"):
+        diarize(np.zeros(SR, np.float32), sample_rate=SR, speaker_encoder="bogus")
+
+
 def test_evaluate_refuses_a_reference_that_names_none_of_the_audio(tmp_path, capsys, monkeypatch):
     """A reference for other recordings printed an all-inf% table after diarizing everything: now one line
     naming both, before any work."""

@@ -75,6 +75,9 @@ def _cmd_diarize_score(args: argparse.Namespace) -> int:
 
     ref, hyp = _read_rttms([args.ref]), _read_rttms(args.hyp)
     uem = read_uem(args.uem) if args.uem else None
+    if uem is not None and not set(uem) & set(ref):
+        raise BadValue(f"{args.uem} has no regions of the reference's {len(ref)} recordings"
+                       f"{'' if uem else ' (it has no regions at all)'}: nothing would be scored")
     result = score(ref, hyp, collar=args.collar, skip_overlap=args.skip_overlap, uem=uem)
     if result.total == 0:
         raise BadValue(f"nothing to score: the reference has no speech{' inside the UEM' if uem else ''}"
@@ -215,11 +218,12 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
         name, _, dirs = item.rpartition("=")
         tests[name or pathlib.Path(dirs.split(",")[0]).name] = dirs.split(",")
     # everything the grid's end needs, checked before the grid runs (it takes many minutes)
-    for d in [*args.dev.split(","), *(d for ds in tests.values() for d in ds)]:
-        if not d.strip():
-            raise BadValue(f"--dev {args.dev!r} / --test: an empty folder name (the current folder is never meant)")
-        if not pathlib.Path(d).is_dir():
-            raise NotFound(f"{d}: no such folder (--dev and --test take folders of WAVs and their ref.rttm)")
+    for option, dirs in (("--dev", args.dev.split(",")), ("--test", [d for ds in tests.values() for d in ds])):
+        for d in dirs:
+            if not d.strip():
+                raise BadValue(f"{option}: an empty folder name (the current folder is never meant)")
+            if not pathlib.Path(d).is_dir():
+                raise NotFound(f"{d}: no such folder (--dev and --test take folders of WAVs and their ref.rttm)")
     out = pathlib.Path(args.out)
     if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
         raise BadValue(f"--out {out}: cannot write a file there (a folder, or its folder is missing or read-only)")

@@ -170,6 +170,8 @@ class PipelineConfig:
                                "starting cut differs): choose them with normlab diarize tune --save")
             tuned = {k: v for k, v in (alt or tuned).items() if k in TUNABLE}
         enc = given.get("speaker_encoder")
+        if enc is not None:  # named as an unknown encoder before any settings are looked up for it
+            check_choice(enc, SPEAKER_ENCODERS, "speaker encoder")
         if enc and enc != tuned.get("speaker_encoder", cls.speaker_encoder):
             # another encoder's embeddings need their own cut (and piece): the settings chosen with it on dev
             alt = post.get("encoders", {}).get(enc, {}).get(mode)

@@ -107,12 +107,22 @@ def parse_grid(items: list[str], grids: tuple[dict, dict]) -> tuple[dict, dict]:
             raise BadValue(f"grid {item!r}: expected NAME=V1,V2 with NAME one of {sorted([*seg, *st])}")
         kind = _flag if isinstance(grid[name][0], bool) else type(grid[name][0])
         try:
-            grid[name] = tuple(kind(v) for v in values.split(","))
+            grid[name] = tuple(_value(kind, v) for v in values.split(","))
             for v in grid[name]:  # each value on its own (a NaN cut would fail after the whole grid has run)
                 PipelineConfig(**{name: v})
         except ValueError as e:
             raise BadValue(f"grid {item!r}: {e}") from None
     return seg, st
+
+
+def _value(kind, text: str):
+    """``text`` as the axis's kind (float, int, bool or str); ValueError naming the value and what it must be."""
+    try:
+        return kind(text)
+    except ValueError:
+        if kind in (float, int):
+            raise ValueError(f"{text!r} is not {'a number' if kind is float else 'a whole number'}") from None
+        raise
 
 
 def _flag(text: str) -> bool:
