@@ -166,3 +166,16 @@ def test_a_header_with_an_impossible_sample_rate_is_refused(tmp_path, rate):
     sf.write(path, _tone(0.1, 2.0)[: 2 * rate + 1], rate)
     with pytest.raises(ValueError, match=f"slow.wav: its header gives {rate} Hz; at least 1000 Hz"):
         read_mono(path, SR)
+
+
+@pytest.mark.parametrize("kw, says", [({"uri": "a b"}, "uri must be non-empty and without spaces"),
+                                      ({"uri": ""}, "uri must be non-empty"),
+                                      ({"exclusive": "no"}, "exclusive must be True or False")])
+def test_a_name_or_flag_the_output_cannot_hold_is_refused_before_any_work(kw, says, monkeypatch):
+    """uri="a b" was accepted and failed only in .to_rttm(), after the whole recording was diarized."""
+    from normlab.diarization import diarize
+    from normlab.diarization.pipeline import api
+
+    monkeypatch.setattr(api, "_diarize", lambda *a, **k: pytest.fail("diarized before checking"))
+    with pytest.raises(ValueError if "uri" in kw else TypeError, match=says):
+        diarize(np.zeros(SR, np.float32), sample_rate=SR, **kw)

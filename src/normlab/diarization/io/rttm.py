@@ -28,7 +28,8 @@ class Turn:
         return self.start + self.duration
 
 
-def _check_token(value: str, what: str) -> None:
+def check_token(value: str, what: str) -> None:
+    """Raise BadValue unless ``value`` is a non-empty string without white space (an RTTM or UEM field)."""
     if not isinstance(value, str) or not value or any(c.isspace() for c in value):
         raise BadValue(f"{what} must be non-empty and without spaces, got {value!r}")
 
@@ -114,8 +115,8 @@ def format_rttm(turns: list[Turn]) -> str:
     turns = list(turns)
     for t in turns:  # all checked before sorting (which compares the times)
         check_turn(t)
-        _check_token(t.uri, "uri")
-        _check_token(t.speaker, "speaker")
+        check_token(t.uri, "uri")
+        check_token(t.speaker, "speaker")
     lines = []
     for t in sorted(turns):
         lines.append(f"SPEAKER {t.uri} 1 {t.start:.3f} {t.duration:.3f} <NA> <NA> {t.speaker} <NA> <NA>\n")

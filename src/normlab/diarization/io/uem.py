@@ -8,7 +8,7 @@ import pathlib
 from collections import defaultdict
 
 from ..._checks import BadValue, read_text_file
-from .rttm import _check_token, check_seconds, parse_seconds, table_fields, table_lines
+from .rttm import check_seconds, check_token, parse_seconds, table_fields, table_lines
 
 
 def check_region(region, what: str = "UEM region") -> None:
@@ -47,7 +47,7 @@ def write_uem(regions: dict[str, list[tuple[float, float]]], path: str | pathlib
     if not isinstance(regions, dict):
         raise BadValue(f"UEM regions must be a dict {{uri: [(onset, offset), ...]}}, got a {type(regions).__name__}")
     for uri, rs in regions.items():
-        _check_token(uri, "uri")
+        check_token(uri, "uri")
         for r in rs:
             check_region(r, f"UEM region of {uri}")
     lines = [f"{uri} 1 {on:.3f} {off:.3f}" for uri in sorted(regions) for on, off in sorted(regions[uri])]

@@ -29,7 +29,7 @@ from ... import written
 from ..._checks import BadType, BadValue, MissingDependency
 from ..io.audio import SAMPLE_RATE, as_mono, recording_uri
 from ..io.features import FeatureConfig
-from ..io.rttm import Turn
+from ..io.rttm import Turn, check_token
 from .cluster import check_speaker_counts
 from .config import PipelineConfig
 from .output import FORMATS, Diarization, render
@@ -140,6 +140,10 @@ def diarize(audio, *, sample_rate: int | None = None, num_speakers: int | None =
     settings and the models' provenance (``.to_json()``, ``.to_rttm()``). Audio shorter than a window is
     one shorter window.
     """
+    if uri is not None:  # checked before any work, as the RTTM writer would check it after all of it
+        check_token(uri, "uri")
+    if not isinstance(exclusive, bool):
+        raise BadType(f"exclusive must be True or False, got {exclusive!r}")
     m, enc, cfg, counts, prov = _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options)
     result = _diarize(audio, sample_rate, m, enc, cfg, uri, counts, prov)
     return result.exclusive() if exclusive else result
