@@ -160,12 +160,15 @@ def test_a_model_or_encoder_of_the_wrong_kind_is_named(what, value):
         diarize(np.zeros(SR, np.float32), sample_rate=SR, **{what: value})
 
 
-@pytest.mark.parametrize("rate", [1, 100, 999])
+@pytest.mark.parametrize("rate", [1, 100, 999, 768001, 2_000_000_000])
 def test_a_header_with_an_impossible_sample_rate_is_refused(tmp_path, rate):
-    path = tmp_path / "slow.wav"
-    sf.write(path, _tone(0.1, 2.0)[: 2 * rate + 1], rate)
-    with pytest.raises(ValueError, match=f"slow.wav: its header gives {rate} Hz; at least 1000 Hz"):
+    """Below 1 kHz there is no speech band; above 768 kHz a header is broken (2e9 Hz asked for gigabytes)."""
+    path = tmp_path / "odd.wav"
+    sf.write(path, _tone(0.1, 2.0)[: min(2 * rate + 1, 4000)], rate)
+    with pytest.raises(ValueError, match=f"odd.wav: its header gives {rate} Hz; 1000 to 768000 Hz are read"):
         read_mono(path, SR)
+    with pytest.raises(ValueError, match=f"sample_rate must be an integer from 1000 to 768000 Hz, got {rate}"):
+        as_mono(np.zeros(4000, np.float32), rate, SR)
 
 
 @pytest.mark.parametrize("kw, says", [({"uri": "a b"}, "uri must be non-empty and without spaces"),

@@ -84,6 +84,9 @@ def remove_dc(mono: np.ndarray, sample_rate: int) -> np.ndarray:
 #: the lowest sample rate accepted (a file's header or a waveform's ``sample_rate``): below it there is no speech
 #: band to hear, and a header saying so is broken
 MIN_SAMPLE_RATE = 1000
+#: the highest: 768 kHz, the fastest rate audio interfaces record at; beyond it a rate is a typo or a broken header
+#: (the hum filter's blocks are seconds long: 1e12 Hz asked for 9 GiB)
+MAX_SAMPLE_RATE = 768000
 
 
 def _finish(mono: np.ndarray, sample_rate: int, target: int) -> torch.Tensor:
@@ -138,8 +141,9 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
     try:
         with sf.SoundFile(str(path)) as f:
             sr, n = f.samplerate, f.frames
-            if sr < MIN_SAMPLE_RATE:
-                raise AudioError(f"{path}: its header gives {sr} Hz; at least {MIN_SAMPLE_RATE} Hz is needed")
+            if not MIN_SAMPLE_RATE <= sr <= MAX_SAMPLE_RATE:
+                raise AudioError(f"{path}: its header gives {sr} Hz; {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz "
+                                 "are read")
             mono = np.empty(n, dtype=np.float32)
             pos = 0
             for block in f.blocks(blocksize=BLOCK_SECONDS * sr, dtype="float32", always_2d=True):
@@ -187,8 +191,9 @@ def as_mono(audio, sample_rate: int | None, target: int) -> tuple[torch.Tensor, 
         raise BadType(f"audio must be a path, a numpy array, a torch tensor or a dict, got {type(audio).__name__}")
     if sample_rate is None:
         raise BadValue("sample_rate is required with a waveform")
-    if not isinstance(sample_rate, (int, np.integer)) or sample_rate < MIN_SAMPLE_RATE:
-        raise BadValue(f"sample_rate must be an integer >= {MIN_SAMPLE_RATE} Hz, got {sample_rate!r}")
+    if not isinstance(sample_rate, (int, np.integer)) or not MIN_SAMPLE_RATE <= sample_rate <= MAX_SAMPLE_RATE:
+        raise BadValue(f"sample_rate must be an integer from {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz, got "
+                       f"{sample_rate!r}")
     if not np.issubdtype(audio.dtype, np.floating):
         if np.issubdtype(audio.dtype, np.integer):  # PCM: full scale is 2^(bits-1); unsigned PCM is centred
             info = np.iinfo(audio.dtype)
