@@ -182,3 +182,19 @@ def test_a_name_or_flag_the_output_cannot_hold_is_refused_before_any_work(kw, sa
     monkeypatch.setattr(api, "_diarize", lambda *a, **k: pytest.fail("diarized before checking"))
     with pytest.raises(ValueError if "uri" in kw else TypeError, match=says):
         diarize(np.zeros(SR, np.float32), sample_rate=SR, **kw)
+
+
+@pytest.mark.parametrize("subtype", ["PCM_16", "FLOAT"])
+def test_a_wav_cut_short_is_read_with_one_warning(tmp_path, subtype):
+    """A copy cut at half its size was diarized as 2 s of 4 without a word (libsndfile reports what is there)."""
+    import warnings
+
+    path, cut = tmp_path / "full.wav", tmp_path / "cut.wav"
+    sf.write(path, _tone(200, 4.0), SR, subtype=subtype)
+    data = path.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert read_mono(cut, SR).numel() < read_mono(path, SR).numel()
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and "cut.wav: its header gives 4.0 s, the file holds 2.0 s" in said[0], said

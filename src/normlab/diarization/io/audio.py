@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import pathlib
 import re
+import warnings
 
 import numpy as np
 import torch
@@ -96,6 +97,34 @@ def _finish(mono: np.ndarray, sample_rate: int, target: int) -> torch.Tensor:
     return torch.from_numpy(resample(mono, sample_rate, target))
 
 
+def _wav_header_frames(path: pathlib.Path) -> int | None:
+    """The frames a RIFF WAV file's header promises (its data chunk's size over the frame size), or None where
+    the file is not a plain RIFF WAV or the header does not say (libsndfile reads what is there and reports that)."""
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            riff = f.read(12)
+            if riff[:4] != b"RIFF" or riff[8:12] != b"WAVE":
+                return None
+            align = None
+            while True:
+                head = f.read(8)
+                if len(head) < 8:
+                    return None
+                kind, size = head[:4], struct.unpack("<I", head[4:])[0]
+                if kind == b"fmt ":
+                    fmt = f.read(size)
+                    align = struct.unpack("<H", fmt[12:14])[0] if len(fmt) >= 14 else None
+                    f.seek(size % 2, 1)  # chunks are padded to an even size
+                elif kind == b"data":
+                    return size // align if align and size < 0xFFFFFFFF else None  # (streamed: size unknown)
+                else:
+                    f.seek(size + size % 2, 1)
+    except OSError:
+        return None
+
+
 def _read_gsm(path: pathlib.Path) -> np.ndarray:
     """A headerless GSM 6.10 file (8 kHz, as telephone prompt collections ship them): only sox decodes it."""
     import shutil
@@ -152,6 +181,10 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
                 peak = max(peak, float(np.abs(block).max(initial=0.0)))
                 pos += block.shape[0]
             mono = mono[:pos]
+        told = _wav_header_frames(path)
+        if told is not None and 0 < pos < told:  # a copy cut short: diarized as what it holds, said once
+            warnings.warn(f"{path}: its header gives {told / sr:.1f} s, the file holds {pos / sr:.1f} s (cut "
+                          "short?): diarizing what it holds", stacklevel=2)
     except AudioError:
         raise
     except Exception as e:  # noqa: BLE001 - libsndfile raises several types
