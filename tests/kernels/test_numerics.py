@@ -82,8 +82,6 @@ def test_accuracy_rule_on_heavy_tailed_rows(op, kind, impl):
     relative to each exact value (at least 1): such rows have outputs of 30-60, where one ulp is 2-4e-6, so the
     absolute rule would ask for less than an ulp. A row reduction that added each of its 16 accumulators 256
     times in a row read 2-5x torch's relative error here (up to 10x its absolute error)."""
-    if impl == "compiled" and kind == "cauchy":  # what a user's torch.compile runs on CPU; docs/numerics.md
-        pytest.skip("inductor's CPU reductions add each vector lane in a row: 3-5x torch's error on these rows")
     for seed in range(4):
         x64 = _heavy_rows(kind, 8, 4096, seed)
         x = x64.float().requires_grad_()

@@ -38,6 +38,23 @@ def _acc(x: torch.Tensor) -> torch.dtype:
     return acc_dtype(x.dtype)
 
 
+#: elements per chunk of a row sum on CPU, as the C++ kernels: inductor's CPU loops add each vector lane along the
+#: whole row, and on rows with heavy tails that read 3-5x torch's error (docs/numerics.md)
+SUM_CHUNK = 128
+
+
+def _row_sum(t: torch.Tensor) -> torch.Tensor:
+    """``N, D`` summed over rows' elements, ``N, 1``; on CPU a row longer than SUM_CHUNK in chunks of it (zeros
+    past its end), the chunk sums then added (on CUDA inductor's reductions are trees already)."""
+    d = t.shape[-1]
+    if t.device.type != "cpu" or d <= SUM_CHUNK:
+        return t.sum(-1, keepdim=True)
+    pad = (-d) % SUM_CHUNK
+    if pad:
+        t = torch.nn.functional.pad(t, (0, pad))
+    return t.unflatten(-1, (-1, SUM_CHUNK)).sum(-1).sum(-1, keepdim=True)  # N, D/SUM_CHUNK -> N, 1
+
+
 def _col_sum(t: torch.Tensor) -> torch.Tensor:
     """Sum ``N, D`` over rows in fixed blocks of ROW_BLOCK rows, then over blocks."""
     n, d = t.shape
@@ -65,13 +82,13 @@ def fwd(x, r, w, b, eps: float, rms: bool, s_dtype: torch.dtype):
     d = sf.shape[-1]
     if rms:
         s1 = e1 = None
-        e2 = (sf * sf).sum(-1, keepdim=True)  # N, 1
+        e2 = _row_sum(sf * sf)  # N, 1
         y = sf * stats(s1, e1, e2, d, eps)[1]  # N, D
     else:
-        s1 = sf.sum(-1, keepdim=True)  # N, 1   first pass
+        s1 = _row_sum(sf)  # N, 1   first pass
         e = sf - s1 / d  # N, D   deviations from the rounded mean (reference.layer_norm_forward)
-        e1 = e.sum(-1, keepdim=True)  # N, 1   second pass, over the row in cache
-        e2 = (e * e).sum(-1, keepdim=True)  # N, 1
+        e1 = _row_sum(e)  # N, 1   second pass, over the row in cache
+        e2 = _row_sum(e * e)  # N, 1
         y = (e - e1 / d) * stats(s1, e1, e2, d, eps)[1]  # N, D
     if w is not None:
         y = y * w
