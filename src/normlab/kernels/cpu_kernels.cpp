@@ -430,7 +430,7 @@ template <class A, class V> static inline A fold(V* acc) {
 //
 // In chunks: each SUM_CHUNK blocks (128 float or 64 double elements) are summed into fresh accumulators, and the
 // chunks' sums are added in order into the row's, so an element passes through at most SUM_CHUNK + D / (SUM_CHUNK *
-// LANES) + 5 additions instead of D / LANES + 4 (40 instead of 260 at D = 4096 in float32). Added 256 times in a
+// LANES) + 5 additions instead of D / LANES + 4 (45 instead of 260 at D = 4096 in float32). Added 256 times in a
 // row, a float32 row of 4096 with a few large entries (1000 among N(0, 1), or Cauchy draws) normalized with 2-5
 // times torch's relative error (its sums are cascaded); in chunks, within it. A pairwise cascade of the chunk sums
 // (log2 of their number) made rows of 256 15% slower; this costs one vector addition per chunk. The order
