@@ -28,11 +28,12 @@ def to_acc(x: torch.Tensor) -> torch.Tensor:
     """``x`` in its accumulation dtype, and ``x`` itself where it already is.
 
     ``torch.jit.trace`` records a cast's dtype, and no cast where none ran: a norm traced in float32 ran a
-    float16 input with float16 statistics. While tracing, ``x`` is added to a float32 zero of one element instead,
-    which type promotion carries to the accumulation dtype of whatever dtype the traced graph later gets (float32
-    for half precision and float32, float64 for float64)."""
+    float16 input with float16 statistics. While tracing, ``x`` is added to a float32 zero of one element instead
+    (made from ``x``: a graph traced on one device runs on another), which type promotion carries to the
+    accumulation dtype of whatever dtype the traced graph later gets (float32 for half precision and float32,
+    float64 for float64)."""
     if torch.jit.is_tracing():
-        return x + torch.zeros(1, dtype=torch.float32, device=x.device)
+        return x + x.new_zeros(1, dtype=torch.float32)  # the device is x's, not the traced one
     ad = acc_dtype(x.dtype)
     return x if x.dtype == ad else x.to(ad)
 

@@ -277,7 +277,30 @@ def test_output_to_a_full_disk_is_one_line_not_an_internal_error():
                            timeout=120)
     err = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(err) == 1, p.stderr
-    assert err[0] == "normlab count: error: cannot write the output: No space left on device", err
+    assert err[0] == "normlab count: error: cannot write its output: No space left on device", err
+
+
+def test_a_full_disk_under_a_file_is_one_line_and_leaves_stdout_alone(monkeypatch, capsys):
+    """ENOSPC without a file name also comes from a file written through its handle: one line, and stdout stays
+    the caller's (it was pointed at /dev/null for good); a quota error naming its file is one line too (it was an
+    "internal error")."""
+    import errno
+
+    from normlab.cli import main
+    from normlab.lab import accounting
+
+    for error, says in ((OSError(errno.ENOSPC, "No space left on device"), "cannot write its output: No space"),
+                        (OSError(errno.EDQUOT, "Disk quota exceeded", "/data/out.json"),
+                         "/data/out.json: Disk quota exceeded")):
+        def full(*args, error=error, **kwargs):
+            raise error
+
+        monkeypatch.setattr(accounting, "count_preset", full)
+        assert main(["count"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("normlab count: error: ") and says in err[0], err
+    print("still the caller's")
+    assert capsys.readouterr().out == "still the caller's\n"
 
 
 def test_ctrl_c_promises_a_resume_only_where_the_command_resumes(monkeypatch, capsys):

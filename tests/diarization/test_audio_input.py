@@ -160,6 +160,20 @@ def test_a_model_or_encoder_of_the_wrong_kind_is_named(what, value):
         diarize(np.zeros(SR, np.float32), sample_rate=SR, **{what: value})
 
 
+def test_a_model_path_of_any_path_like_kind_loads():
+    """os.PathLike, not only str and pathlib (pytest's tmpdir gives py.path objects)."""
+    import os
+
+    from normlab.diarization.models.eend import SHIPPED
+    from normlab.diarization.pipeline.api import load_model
+
+    class Where(os.PathLike):
+        def __fspath__(self):
+            return str(SHIPPED)
+
+    assert load_model(Where()).cfg.n_speakers >= 1
+
+
 @pytest.mark.parametrize("rate", [1, 100, 999, 768001, 2_000_000_000])
 def test_a_header_with_an_impossible_sample_rate_is_refused(tmp_path, rate):
     """Below 1 kHz there is no speech band; above 768 kHz a header is broken (2e9 Hz asked for gigabytes)."""
@@ -198,3 +212,22 @@ def test_a_wav_cut_short_is_read_with_one_warning(tmp_path, subtype):
         assert read_mono(cut, SR).numel() < read_mono(path, SR).numel()
     said = [str(w.message) for w in caught]
     assert len(said) == 1 and "cut.wav: its header gives 4.0 s, the file holds 2.0 s" in said[0], said
+
+
+@pytest.mark.parametrize("size", [0x7FFFF000, 0xFFFFFFFF])
+def test_a_wav_written_to_a_pipe_is_not_called_cut_short(tmp_path, size):
+    """A writer to a pipe cannot know the data size: sox writes 0x7FFFF000 there (read as 67108 s), others
+    0xFFFFFFFF."""
+    import struct
+    import warnings
+
+    path = tmp_path / "piped.wav"
+    sf.write(path, _tone(200, 1.0), SR, subtype="PCM_16")
+    data = bytearray(path.read_bytes())
+    at = data.index(b"data") + 4
+    data[at : at + 4] = struct.pack("<I", size)
+    path.write_bytes(bytes(data))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        read_mono(path, SR)
+    assert not [str(w.message) for w in caught if "cut short" in str(w.message)]

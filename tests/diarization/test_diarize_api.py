@@ -416,3 +416,27 @@ def test_outputs_that_cannot_be_written_stop_before_any_work(tmp_path):
     (tmp_path / "out" / "talk.rttm").mkdir(parents=True)
     with pytest.raises(UserError, match="talk.rttm is a folder where an output would go"):
         diarize_files([tmp_path / "talk.wav"], tmp_path / "out", overwrite=True)
+
+
+def test_a_speaker_with_only_zero_length_turns_is_no_speaker_in_the_counts(tmp_path, monkeypatch):
+    """DER drops zero-length turns (no speech); the speaker counts counted their speaker: 2/1 and the count
+    wrong where DER read 0%."""
+    import pathlib
+
+    from normlab.diarization.metrics.evaluate import evaluate_folder
+    from normlab.diarization.pipeline import api
+
+    (tmp_path / "in").mkdir()
+    sf.write(tmp_path / "in" / "talk.wav", np.zeros(SR, np.float32), SR)
+    write_rttm([Turn("talk", 0.0, 5.0, "A"), Turn("talk", 5.0, 0.0, "B")], tmp_path / "ref.rttm")
+
+    def written(paths, out, **kwargs):
+        pathlib.Path(out).mkdir(exist_ok=True)
+        for p in paths:
+            write_rttm([Turn(p.stem, 0.0, 5.0, "x"), Turn(p.stem, 2.0, 0.0, "y")], pathlib.Path(out) / f"{p.stem}.rttm")
+        return {str(p): "ok" for p in paths}
+
+    monkeypatch.setattr(api, "diarize_files", written)
+    result = evaluate_folder(tmp_path / "in", tmp_path / "ref.rttm", tmp_path / "out")
+    assert result["files"][0]["speakers"] == {"reference": 1, "hypothesis": 1} and result["count_right"] == 1
+    assert result["total"]["0"]["der"] == 0.0

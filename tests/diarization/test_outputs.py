@@ -220,7 +220,18 @@ def test_evaluate_with_a_uem_of_other_recordings_stops_before_any_work(files, tm
     uem.write_text("elsewhere 1 0.000 10.000\n")
     assert main(["diarize", "evaluate", str(d / "wav"), str(ref), "--model", str(d / "m.pt"), "--embedding",
                  str(d / "enc.pt"), "--out", str(tmp_path / "hyp"), "--uem", str(uem)]) == 2
-    assert "other.uem covers none of the 1 recordings" in capsys.readouterr().err
+    assert "other.uem covers none of the recordings of" in capsys.readouterr().err
+    assert not (tmp_path / "hyp").exists()
+    # a UEM of a recording the folder has but the reference does not name: nothing would be scored either (it
+    # read DER 0.00% once such recordings were no longer scored)
+    stray = tmp_path / "wavs"
+    stray.mkdir()
+    for name in ("talk", "stray"):
+        (stray / f"{name}.wav").write_bytes((d / "wav" / "talk.wav").read_bytes())
+    uem.write_text("stray 1 0.000 10.000\n")
+    assert main(["diarize", "evaluate", str(stray), str(ref), "--model", str(d / "m.pt"), "--embedding",
+                 str(d / "enc.pt"), "--out", str(tmp_path / "hyp"), "--uem", str(uem)]) == 2
+    assert "covers none of the recordings of" in capsys.readouterr().err
     assert not (tmp_path / "hyp").exists()
 
 

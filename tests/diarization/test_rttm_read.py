@@ -17,6 +17,22 @@ def test_a_short_speaker_line_is_a_bad_value_naming_the_line(tmp_path):
         read_rttm(p)
 
 
+def test_a_label_read_is_a_label_written_and_a_line_of_two_records_is_an_error(tmp_path):
+    """Reading kept "Jean\xa0A" whole but writing refused it; a form feed between two records (once a line end)
+    made the second record extra fields of the first, dropped without a word."""
+    from normlab.diarization import Turn, write_rttm
+
+    p = tmp_path / "x.rttm"
+    write_rttm([Turn("r", 0.0, 1.0, "Jean\xa0A")], p)
+    assert [t.speaker for t in read_rttm(p)["r"]] == ["Jean\xa0A"]
+    for bad in ("a b", "a\tb", "a\nb"):
+        with pytest.raises(BadValue, match="without spaces"):
+            write_rttm([Turn("r", 0.0, 1.0, bad)], p)
+    p.write_text("SPEAKER r 1 0 1 <NA> <NA> A <NA> <NA>\fSPEAKER r 1 1 1 <NA> <NA> B <NA> <NA>\n")
+    with pytest.raises(BadValue, match=r"x.rttm:1: .*expected 10 fields .*got 20"):
+        read_rttm(p)
+
+
 def test_fields_are_split_at_spaces_and_tabs_only_and_lines_at_line_ends_only(tmp_path):
     """A no-break space or U+2028 inside a label is part of it (pyannote reads it so); a byte-order mark is not
     a field; CR, LF and CRLF end lines. `str.split` split "Jean\\xa0A" into "Jean", merging two speakers."""

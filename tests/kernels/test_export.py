@@ -391,3 +391,7 @@ def test_a_norm_traced_in_float32_keeps_float32_statistics_for_half_input(make):
     x64 = torch.randn(4, 64, dtype=torch.float64)
     assert traced(x64).dtype == torch.float64
     torch.testing.assert_close(traced(x64), norm(x64), rtol=1e-12, atol=1e-12)
+    # the zero that carries the dtype is made from the input: the graph runs on another device (a zero made on
+    # the traced device was "on device cpu, not on the expected device meta")
+    on_meta = traced.to("meta")(torch.empty(4, 64, device="meta", dtype=torch.float16))
+    assert on_meta.device.type == "meta" and on_meta.dtype == torch.float16

@@ -171,3 +171,13 @@ def test_a_linear_put_in_fc1s_place_runs_its_own_forward_in_inference():
     block.ffn.fn.fc1 = torch.nn.Sequential(torch.nn.Linear(8, zero.out_features))
     with torch.no_grad():
         assert normlab.nn.materialize(*block(x)).shape == x.shape
+
+
+def test_a_hook_on_fc1_keeps_fc1s_output_before_the_activation():
+    """relu ran in place on fc1's output, so a forward hook that kept it saw the activation's values instead."""
+    torch.manual_seed(0)
+    block = normlab.TransformerBlock(8, 2, activation="relu").train()
+    kept = []
+    block.ffn.fn.fc1.register_forward_hook(lambda m, args, out: kept.append(out))
+    normlab.nn.materialize(*block(torch.randn(2, 3, 8)))
+    assert kept and (kept[0] < 0).any()

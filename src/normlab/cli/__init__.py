@@ -86,7 +86,7 @@ def _a_path_the_system_refused(e: Exception) -> bool:
     if not getattr(e, "filename", None):
         return False
     return isinstance(e, (PermissionError, FileExistsError, FileNotFoundError, NotADirectoryError,
-                          IsADirectoryError)) or (isinstance(e, OSError) and e.errno in (errno.EROFS, errno.ENOSPC))
+                          IsADirectoryError)) or (isinstance(e, OSError) and e.errno in FULL_DISK)
 
 
 def _out_of_memory(e: Exception) -> bool:
@@ -135,10 +135,9 @@ def _run(args) -> int:
     except OSError as e:
         if getattr(e, "filename", None) or e.errno not in FULL_DISK:
             return _failed(args, e)
-        # the output itself could not be written (stdout on a full disk): say so once, and let the exit's
-        # flush of what is still buffered fail quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        print(f"normlab {args.command}: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
+        # stdout, or a file written through its handle, on a full disk (the error names no file); what the
+        # failed write held is dropped, so the exit's flush does not fail again, and stdout stays the caller's
+        print(f"normlab {args.command}: error: cannot write its output: {e.strerror or e}", file=sys.stderr)
         return 2
     except Exception as e:
         return _failed(args, e)

@@ -38,8 +38,8 @@ def _acc(x: torch.Tensor) -> torch.dtype:
     return acc_dtype(x.dtype)
 
 
-#: elements per chunk of a row sum on CPU, as the C++ kernels: inductor's CPU loops add each vector lane along the
-#: whole row, and on rows with heavy tails that read 3-5x torch's error (docs/numerics.md)
+#: elements per chunk of a row sum on CPU (the C++ kernels' float32 chunk): inductor's CPU loops add each vector
+#: lane along the whole row, and on rows with heavy tails that read 3-5x torch's error (docs/numerics.md)
 SUM_CHUNK = 128
 
 

@@ -54,13 +54,15 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.activation in ("relu", "gelu") and _fast_inference(x, self.fc1):
             h = _linear_activation(x, self.fc1, self.activation == "gelu")  # B, T, F   bias+activation fused
-        elif self.activation == "relu":
+        elif self.activation == "relu" and not watched(self.fc1):
             # fc1 on rows returns a fresh tensor (not a view), so relu can run in place: no second F-wide
             # tensor, and relu's backward needs only its output
             h = self.fc1(x.reshape(-1, x.shape[-1])).relu_().view(*x.shape[:-1], -1)  # B, T, F
         else:
-            h = self.fc1(x)  # B, T, F
-            if self.activation == "gelu":
+            h = self.fc1(x)  # B, T, F   (a hook on fc1 keeps its output: no in-place relu on it)
+            if self.activation == "relu":
+                h = TF.relu(h)
+            elif self.activation == "gelu":
                 h = TF.gelu(h)
             elif self.activation == "swish":
                 h = TF.silu(h)

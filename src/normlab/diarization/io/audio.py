@@ -99,7 +99,8 @@ def _finish(mono: np.ndarray, sample_rate: int, target: int) -> torch.Tensor:
 
 def _wav_header_frames(path: pathlib.Path) -> int | None:
     """The frames a RIFF WAV file's header promises (its data chunk's size over the frame size), or None where
-    the file is not a plain RIFF WAV or the header does not say (libsndfile reads what is there and reports that)."""
+    the file is not a RIFF WAV of samples or the header does not say (libsndfile reads what is there and reports
+    that)."""
     import struct
 
     try:
@@ -107,7 +108,7 @@ def _wav_header_frames(path: pathlib.Path) -> int | None:
             riff = f.read(12)
             if riff[:4] != b"RIFF" or riff[8:12] != b"WAVE":
                 return None
-            align = None
+            align = tag = None
             while True:
                 head = f.read(8)
                 if len(head) < 8:
@@ -115,10 +116,14 @@ def _wav_header_frames(path: pathlib.Path) -> int | None:
                 kind, size = head[:4], struct.unpack("<I", head[4:])[0]
                 if kind == b"fmt ":
                     fmt = f.read(size)
-                    align = struct.unpack("<H", fmt[12:14])[0] if len(fmt) >= 14 else None
+                    if len(fmt) >= 14:
+                        tag, align = struct.unpack("<H", fmt[:2])[0], struct.unpack("<H", fmt[12:14])[0]
                     f.seek(size % 2, 1)  # chunks are padded to an even size
                 elif kind == b"data":
-                    return size // align if align and size < 0xFFFFFFFF else None  # (streamed: size unknown)
+                    # frames of a sample format (PCM, float, A-law, mu-law, extensible), not compressed blocks;
+                    # a writer to a pipe cannot know the size: 0xFFFFFFFF, or sox's 0x7FFFF000
+                    plain = tag in (1, 3, 6, 7, 0xFFFE)
+                    return size // align if plain and align and size < 0x7FFFF000 else None
                 else:
                     f.seek(size + size % 2, 1)
     except OSError:

@@ -28,9 +28,13 @@ class Turn:
         return self.start + self.duration
 
 
+_SEPARATORS = " \t\f\v\r\n"  # what ends a field or a line on reading
+
+
 def check_token(value: str, what: str) -> None:
-    """Raise BadValue unless ``value`` is a non-empty string without white space (an RTTM or UEM field)."""
-    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+    """Raise BadValue unless ``value`` is a non-empty string that reads back as one field of an RTTM or UEM line:
+    no space, tab or line end (a no-break space is a character of the field, as reading takes it)."""
+    if not isinstance(value, str) or not value or any(c in _SEPARATORS for c in value):
         raise BadValue(f"{what} must be non-empty and without spaces, got {value!r}")
 
 
@@ -100,7 +104,7 @@ def read_rttm(path: str | pathlib.Path) -> dict[str, list[Turn]]:
         if fields[0] != "SPEAKER":
             raise BadValue(f"{path}:{n}: not an RTTM line (its first field is not an RTTM type): {line[:80]!r}")
         try:
-            if len(fields) < 8:  # the last two (<NA> <NA>) carry nothing: a line without them is read
+            if not 8 <= len(fields) <= 10:  # the last two (<NA> <NA>) carry nothing: a line without them is read
                 raise ValueError(f"expected 10 fields (at least the first 8), got {len(fields)}")
             start, dur = parse_seconds(fields[3], "onset"), parse_seconds(fields[4], "duration")
         except ValueError as e:

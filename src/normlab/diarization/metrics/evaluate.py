@@ -126,8 +126,9 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
         raise BadValue(f"none of the {len(paths)} audio files of {wav_dir} is a recording of {ref_rttm} (its "
                        f"recordings: {some}{' ...' if len(reference) > 5 else ''})")
     regions = read_uem(uem) if uem else None
-    if regions is not None and not set(regions) & {recording_uri(p) for p in paths}:
-        raise BadValue(f"{uem} covers none of the {len(paths)} recordings of {wav_dir}: nothing would be scored")
+    if regions is not None and not set(regions) & set(reference) & {recording_uri(p) for p in paths}:
+        raise BadValue(f"{uem} covers none of the recordings of {wav_dir} that {ref_rttm} names: nothing would be "
+                       "scored")
     if html is not None:
         from .report_html import page_path
 
@@ -142,8 +143,8 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     ref = {recording_uri(p): reference[recording_uri(p)] for p in paths if recording_uri(p) in reference}
     files, total = [], {}
     for u in sorted(ref):
-        row = {"uri": u, "collars": {}, "speakers": {"reference": len({t.speaker for t in ref[u]}),
-                                                      "hypothesis": len({t.speaker for t in hyp.get(u, [])})}}
+        row = {"uri": u, "collars": {}, "speakers": {"reference": _speakers(ref[u]),
+                                                      "hypothesis": _speakers(hyp.get(u, []))}}
         for c in COLLARS:
             r = score({u: ref[u]}, {u: hyp.get(u, [])}, collar=c, uem=regions)
             row["collars"][f"{c:g}"] = _as_dict(r)
@@ -161,6 +162,11 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
 
         result["html"] = str(write_evaluation_page(result, ref_rttm, html, uem=uem))
     return result
+
+
+def _speakers(turns: list[Turn]) -> int:
+    """How many speakers talk: a speaker whose turns all have zero length is no speaker (as DER counts them)."""
+    return len({t.speaker for t in turns if t.duration > 0})
 
 
 def _as_dict(r: DERResult) -> dict:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
 import pathlib
 import warnings
 from collections.abc import Callable
@@ -42,7 +43,7 @@ def load_model(model=None):
 
     if isinstance(model, EENDModel):
         m, where = model, "the given model"
-    elif model is not None and not isinstance(model, (str, pathlib.Path)):
+    elif model is not None and not isinstance(model, (str, os.PathLike)):
         raise BadType(f"model must be None (the shipped model), a model file's path or an EENDModel, got "
                       f"{type(model).__name__}")
     else:
@@ -67,7 +68,7 @@ def load_encoder(embedding=None, kind: str = "ge2e"):
 
     if isinstance(embedding, (embed.SpeakerEncoder, campplus.CAMPlusEncoder)):
         return embedding
-    if embedding is not None and not isinstance(embedding, (str, pathlib.Path)):
+    if embedding is not None and not isinstance(embedding, (str, os.PathLike)):
         raise BadType(f"embedding must be None (the shipped weights), a weights file's path or a speaker encoder, "
                       f"got {type(embedding).__name__}")
     module = {"ge2e": embed, "campplus": campplus}.get(kind)
@@ -142,11 +143,11 @@ def diarize(audio, *, sample_rate: int | None = None, num_speakers: int | None =
     """
     if uri is not None:  # checked before any work, as the RTTM writer would check it after all of it
         check_token(uri, "uri")
-    if not isinstance(exclusive, bool):
+    if exclusive not in (True, False):  # (numpy's bools and 0/1 too)
         raise BadType(f"exclusive must be True or False, got {exclusive!r}")
     m, enc, cfg, counts, prov = _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options)
     result = _diarize(audio, sample_rate, m, enc, cfg, uri, counts, prov)
-    return result.exclusive() if exclusive else result
+    return result.exclusive() if bool(exclusive) else result
 
 
 def _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options: dict):
