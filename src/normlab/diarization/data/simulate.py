@@ -119,11 +119,17 @@ def _as_voice(v: Voice | str) -> Voice:
     return Voice("flite", v, v, (112, 208)) if v in FLITE_VOICES else Voice("espeak-ng", v, f"espeak.{v}", (100, 200))
 
 
-def pick_voices(pool: list[Voice], k: int, rng: np.random.Generator) -> list[Voice]:
-    """``k`` voices of ``k`` different persons; recorded voices as a group are drawn as often as espeak-ng's."""
+def persons_for(pool: list[Voice], k: int) -> list[str]:
+    """The pool's persons, sorted; BadValue where they are fewer than the ``k`` speakers asked."""
     persons = sorted({v.person for v in pool})
     if k > len(persons):
         raise BadValue(f"{k} speakers asked, but the split has {len(persons)} distinct voices")
+    return persons
+
+
+def pick_voices(pool: list[Voice], k: int, rng: np.random.Generator) -> list[Voice]:
+    """``k`` voices of ``k`` different persons; recorded voices as a group are drawn as often as espeak-ng's."""
+    persons = persons_for(pool, k)
     recorded = {v.person for v in pool if v.recorded}
     n_rec, n_esp = len(recorded), len(persons) - len(recorded)
     w = np.array([(0.5 / n_rec if n_esp else 1 / n_rec) if p in recorded else (0.5 / n_esp if n_rec else 1 / n_esp)
@@ -296,9 +302,8 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     _not_users(out)
     (out / "wav").mkdir(parents=True, exist_ok=True)
     pool = voices(cfg.split, cfg.sources) if cfg.style != "nonspeech" else []
-    if pool and cfg.n_speakers > len({v.person for v in pool}):  # before anything is written
-        raise BadValue(f"{cfg.n_speakers} speakers asked, but the split has {len({v.person for v in pool})} "
-                       "distinct voices")
+    if pool:
+        persons_for(pool, cfg.n_speakers)  # before anything is written
     settings = json.dumps({**asdict(cfg), "voices": [v.key for v in pool]}, indent=2) + "\n"
     (out / "config.json").write_text(settings)  # first: it marks the folder as normlab's (a killed run resumes)
     make = {"conversation": conversation, "mixture": mixture, "nonspeech": sounds_alone}[cfg.style]

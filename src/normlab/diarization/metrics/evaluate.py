@@ -121,12 +121,13 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     if not paths:
         raise NotFound(f"{wav_dir} has no .wav or .flac files")
     reference = read_rttm(ref_rttm)
-    if not set(reference) & {recording_uri(p) for p in paths}:  # before any work: audio and reference do not meet
+    uris = {recording_uri(p) for p in paths}
+    if not set(reference) & uris:  # before any work: audio and reference do not meet
         some = ", ".join(sorted(reference)[:5]) or "none"
         raise BadValue(f"none of the {len(paths)} audio files of {wav_dir} is a recording of {ref_rttm} (its "
                        f"recordings: {some}{' ...' if len(reference) > 5 else ''})")
     regions = read_uem(uem) if uem else None
-    if regions is not None and not set(regions) & set(reference) & {recording_uri(p) for p in paths}:
+    if regions is not None and not set(regions) & set(reference) & uris:
         raise BadValue(f"{uem} covers none of the recordings of {wav_dir} that {ref_rttm} names: nothing would be "
                        "scored")
     if html is not None:
@@ -139,8 +140,8 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
         if status[str(p)] == "ok":
             hyp.update(read_rttm(out_dir / f"{recording_uri(p)}.rttm"))
     # as `diarize score`: a recording the reference does not name is diarized, listed, and not scored
-    unscored = sorted({recording_uri(p) for p in paths} - set(reference))
-    ref = {recording_uri(p): reference[recording_uri(p)] for p in paths if recording_uri(p) in reference}
+    unscored = sorted(uris - set(reference))
+    ref = {u: reference[u] for u in uris if u in reference}
     files, total = [], {}
     for u in sorted(ref):
         row = {"uri": u, "collars": {}, "speakers": {"reference": _speakers(ref[u]),

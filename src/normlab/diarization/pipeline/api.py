@@ -147,7 +147,7 @@ def diarize(audio, *, sample_rate: int | None = None, num_speakers: int | None =
         raise BadType(f"exclusive must be True or False, got {exclusive!r}")
     m, enc, cfg, counts, prov = _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options)
     result = _diarize(audio, sample_rate, m, enc, cfg, uri, counts, prov)
-    return result.exclusive() if bool(exclusive) else result
+    return result.exclusive() if exclusive else result
 
 
 def _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options: dict):
