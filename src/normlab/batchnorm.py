@@ -8,7 +8,21 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import BadValue, acc_dtype, check_eps
+from ._checks import BadType, BadValue, acc_dtype, check_eps
+
+
+def _check_mask(mask, x: torch.Tensor) -> None:
+    """A bool padding mask shaped like a prefix of ``x.shape[:-1]``, on ``x``'s device (an integer mask's ``~``
+    is a bitwise not: 255 for a uint8 0, so padding would have weighed as much as a frame)."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise BadType(f"the padding mask must be a bool tensor (True = padding), got {what}")
+    lead = tuple(x.shape[:-1])
+    if mask.dim() > len(lead) or tuple(mask.shape) != lead[:mask.dim()]:
+        raise BadValue(f"the padding mask has shape {list(mask.shape)}; an input of shape {list(x.shape)} needs "
+                       f"its leading dims {list(lead)} or a prefix of them")
+    if mask.device != x.device:
+        raise BadValue(f"the padding mask is on {mask.device}, the input on {x.device}")
 
 
 class MaskedBatchNorm(nn.Module):
@@ -22,14 +36,17 @@ class MaskedBatchNorm(nn.Module):
 
     Args:
         num_features: ``D``.
-        eps: added to the variance. momentum: running-statistics update rate.
+        eps: added to the variance. momentum: running-statistics update rate; None: a cumulative average
+            of every batch seen (torch's convention).
     """
 
     needs_mask = True
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, device=None, dtype=None):
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, device=None, dtype=None):
         super().__init__()
         check_eps(eps)
+        if momentum is not None and not (isinstance(momentum, (int, float)) and 0 <= momentum <= 1):
+            raise BadValue(f"momentum must be a number in [0, 1] or None (a cumulative average), got {momentum!r}")
         fk = {"device": device, "dtype": dtype}
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.weight = nn.Parameter(torch.ones(num_features, **fk))
@@ -44,21 +61,26 @@ class MaskedBatchNorm(nn.Module):
             mean, var = self.running_mean, self.running_var
         else:
             xa = x.to(acc_dtype(x.dtype)).reshape(-1, self.num_features)  # M, D  every frame
-            valid = torch.ones(xa.shape[0], 1, dtype=xa.dtype, device=x.device)  # M, 1
+            valid = torch.ones(xa.shape[0], 1, dtype=torch.bool, device=x.device)  # M, 1
             if padding_mask is not None:
+                _check_mask(padding_mask, x)
                 m = padding_mask.reshape(*padding_mask.shape, *([1] * (x.dim() - 1 - padding_mask.dim())))
-                valid = (~m).expand(x.shape[:-1]).reshape(-1, 1).to(xa.dtype)  # M, 1
-            count = valid.sum()
+                valid = (~m).expand(x.shape[:-1]).reshape(-1, 1)  # M, 1
+            count = valid.sum().to(xa.dtype)
             # the check reads the count's value, which torch.compile and torch.export cannot (export refused the model)
             if not torch.compiler.is_compiling() and count < 2:
                 raise BadValue("MaskedBatchNorm in training needs at least 2 valid frames per batch")
-            mean = (xa * valid).sum(0) / count  # D
-            var = (((xa - mean) ** 2) * valid).sum(0) / count  # D   biased
+            # padded frames are selected out, not multiplied by 0: a NaN or inf there (attention over a fully
+            # padded row gives NaN) would survive a product and reach every feature's statistics
+            zero = xa.new_zeros(())
+            mean = torch.where(valid, xa, zero).sum(0) / count  # D
+            var = torch.where(valid, (xa - mean) ** 2, zero).sum(0) / count  # D   biased
             with torch.no_grad():
                 self.num_batches_tracked += 1
-                self.running_mean.lerp_(mean.to(self.running_mean.dtype), self.momentum)
+                rate = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+                self.running_mean.lerp_(mean.to(self.running_mean.dtype), rate)
                 unbiased = var * count / (count - 1)
-                self.running_var.lerp_(unbiased.to(self.running_var.dtype), self.momentum)
+                self.running_var.lerp_(unbiased.to(self.running_var.dtype), rate)
         y = (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
         return y.to(x.dtype)
 

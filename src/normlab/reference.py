@@ -50,11 +50,13 @@ class NormCache(NamedTuple):
 def rstd_of(second_moment: torch.Tensor, eps: float) -> torch.Tensor:
     """1/sqrt(m + eps), and 0 where m + eps == 0 (a constant row with eps=0, or an eps below the smallest
     normal number of the accumulation dtype, which rounds away)."""
-    rstd = torch.rsqrt(second_moment + eps)  # N, 1
-    if eps_vanishes(eps, second_moment.dtype):  # only then can the sum be 0: 0 * inf is defined as 0, so the
-        # row gives bias
-        rstd = torch.where(second_moment > 0, rstd, torch.zeros_like(rstd))  # N, 1
-    return rstd
+    if not eps_vanishes(eps, second_moment.dtype):
+        return torch.rsqrt(second_moment + eps)  # N, 1
+    # only then can the sum be 0: 0 * inf is defined as 0, so the row gives bias. The rsqrt reads 1 there, not
+    # 0: where() passes no gradient to the branch it drops, but rsqrt'(0) = inf times that zero is NaN
+    positive = second_moment > 0  # N, 1
+    rstd = torch.rsqrt(torch.where(positive, second_moment + eps, torch.ones_like(second_moment)))  # N, 1
+    return torch.where(positive, rstd, torch.zeros_like(rstd))  # N, 1
 
 
 def variance_of(mean_square: torch.Tensor, c: torch.Tensor) -> torch.Tensor:

@@ -193,6 +193,24 @@ def test_all_zero_row_gives_bias(op, eps, impl):
 
 
 @pytest.mark.parametrize("op", OPS)
+def test_all_zero_row_at_eps_0_has_finite_higher_derivatives(op, impl):
+    """At eps = 0 a zero row's rstd is defined as 0; its 1/sqrt(0) = inf, dropped by a where(), still multiplied
+    the where()'s zero gradient into NaN in second derivatives and under torch.func (RMSNorm)."""
+    x, w, b, r = make_inputs(op, 3, 8, torch.float64)
+    x = x.detach().clone()
+    x[1] = 0
+    x.requires_grad_()
+    if r is not None:
+        r = r.detach().clone()
+        r[1] = 0
+    g, = torch.autograd.grad(ours(op, x, w, b, impl=impl, r=r, eps=0.0).pow(3).sum(), x, create_graph=True)
+    assert torch.isfinite(g).all()
+    assert torch.isfinite(torch.autograd.grad(g.pow(2).sum(), x)[0]).all()
+    g_func = torch.func.grad(lambda x: ours(op, x, w, b, impl=impl, r=r, eps=0.0).pow(2).sum())(x)
+    assert torch.isfinite(g_func).all()
+
+
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_nonfinite_row_leaves_other_rows_exact(op, bad, impl):
     x, w, b, r = make_inputs(op, 6, 32, torch.float32)

@@ -151,3 +151,64 @@ def test_masked_batchnorm_in_training_refuses_fewer_than_two_valid_frames_eagerl
     with pytest.raises(BadValue, match="at least 2 valid frames"):
         bn(x, mask)
     bn(x, torch.tensor([[False, False, True]]))  # two: fine
+
+
+def _batchnorm_of_valid_frames(x, mask, steps=1, momentum=0.1):
+    ref = torch.nn.BatchNorm1d(x.shape[-1], momentum=momentum).double()
+    for _ in range(steps):
+        y = ref(x[~mask])
+    return y, ref
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e300])
+def test_masked_batchnorm_ignores_whatever_the_padding_holds(bad):
+    """Padding was multiplied by 0, so a NaN or inf there (attention over a fully padded row gives NaN) made every
+    output NaN and the running statistics NaN for good."""
+    from normlab.registry import MaskedBatchNorm
+
+    x = torch.randn(3, 5, 4, dtype=torch.float64)
+    mask = torch.zeros(3, 5, dtype=torch.bool)
+    mask[0, 3:] = mask[2, 1:] = True
+    x[mask] = bad
+    bn = MaskedBatchNorm(4).double().train()
+    y = bn(x, mask)
+    y_ref, ref = _batchnorm_of_valid_frames(x, mask)
+    torch.testing.assert_close(y[~mask], y_ref)
+    torch.testing.assert_close(bn.running_mean, ref.running_mean)
+    torch.testing.assert_close(bn.running_var, ref.running_var)
+
+
+def test_masked_batchnorm_takes_only_a_bool_mask_of_leading_dims():
+    """A uint8 mask's ``~`` is 255 or 254: padding weighed as much as a frame, silently."""
+    from normlab._checks import BadType, BadValue
+    from normlab.registry import MaskedBatchNorm
+
+    bn = MaskedBatchNorm(4).train()
+    x = torch.randn(2, 5, 4)
+    for mask in (torch.zeros(2, 5, dtype=torch.uint8), torch.zeros(2, 5, dtype=torch.long), [[0] * 5] * 2):
+        with pytest.raises(BadType, match="bool tensor"):
+            bn(x, mask)
+    with pytest.raises(BadValue, match="leading dims"):
+        bn(x, torch.zeros(5, 2, dtype=torch.bool))
+    bn(x, torch.zeros(2, dtype=torch.bool))  # a prefix: whole sequences
+    bn(x, torch.zeros(2, 5, dtype=torch.bool))
+
+
+def test_masked_batchnorm_momentum_none_is_a_cumulative_average():
+    from normlab._checks import BadValue
+    from normlab.registry import MaskedBatchNorm
+
+    x = torch.randn(4, 6, 3, dtype=torch.float64)
+    mask = torch.zeros(4, 6, dtype=torch.bool)
+    mask[1, 2:] = True
+    bn = MaskedBatchNorm(3, momentum=None).double().train()
+    ref = torch.nn.BatchNorm1d(3, momentum=None).double()
+    for k in range(3):
+        xk = x * (k + 1) + k
+        bn(xk, mask)
+        ref(xk[~mask])
+    torch.testing.assert_close(bn.running_mean, ref.running_mean)
+    torch.testing.assert_close(bn.running_var, ref.running_var)
+    for bad in (-0.1, 1.5, "0.1"):
+        with pytest.raises(BadValue, match="momentum"):
+            MaskedBatchNorm(3, momentum=bad)

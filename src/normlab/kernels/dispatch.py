@@ -240,7 +240,10 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
         else:
             kernel = get_kernel(_eager(impl, op, x, eps, d))
         spec, s_dt = OP_SPECS[op], s_dtype or x.dtype
-        if kernel is _NATIVE:  # torch's kernel pair on the caller's shapes, under torch's own autograd node
+        # torch's kernel pair on the caller's shapes, under torch's own autograd node; except for a bias without
+        # a weight where autograd records: torch's second derivative then leaves out the bias (it reads 0), so
+        # the same kernel pair runs under normlab's Function, whose double backward is the reference's
+        if kernel is _NATIVE and not (weight is None and bias is not None and torch.is_grad_enabled()):
             return _NATIVE.run(x, residual, shape, weight, bias, eps, s_dt)
         if torch.is_grad_enabled() and (x.requires_grad or any(t is not None and t.requires_grad
                                                                for t in (residual, w, b))):
