@@ -103,11 +103,12 @@ def _add_norm(x, residual, normalized_shape, weight, bias, eps, residual_in_fp32
     check_device(residual, x, "residual")
     if residual.shape != x.shape:
         raise BadValue(f"residual has shape {list(residual.shape)} but x has shape {list(x.shape)}")
-    # s is the stream: x + residual in the dtype eager addition gives (a bfloat16 branch added to a float32
-    # stream, as under autocast, stays float32), at least float32 with residual_in_fp32
-    s_dtype = torch.promote_types(x.dtype, residual.dtype)
-    if residual_in_fp32 and s_dtype in (torch.float16, torch.bfloat16):
-        s_dtype = torch.float32
+    # y and s in the dtype eager ``norm(x + residual)`` gives: a bfloat16 branch added to a float32 stream (as
+    # under autocast) is float32, exactly; residual_in_fp32 raises s alone to float32 where both are half
+    dtype = torch.promote_types(x.dtype, residual.dtype)
+    if x.dtype != dtype:
+        x = x.to(dtype)
+    s_dtype = torch.float32 if residual_in_fp32 and dtype in (torch.float16, torch.bfloat16) else dtype
     op = "add_rms_norm" if rms else "add_layer_norm"
     return kernels.dispatch(op, x, residual, shape, weight, bias, eps, impl=impl, s_dtype=s_dtype)
 
@@ -127,11 +128,11 @@ def add_layer_norm(
 
     The Pre-Norm residual step: ``s`` is the new residual stream and ``y`` the
     normalized input of the next sublayer. ``residual`` must have the shape of
-    ``x`` (no broadcasting). ``s`` has the dtype ``x + residual`` has in torch
-    (a float16/bfloat16 ``x`` added to a float32 stream gives float32, as under
-    autocast); with ``residual_in_fp32=True`` it is float32 also where both are
-    float16/bfloat16, so the residual stream keeps full precision across
-    layers. ``y`` is always in the dtype of ``x``.
+    ``x`` (no broadcasting). ``y`` and ``s`` have the dtype ``x + residual`` has
+    in torch (a float16/bfloat16 ``x`` added to a float32 stream gives float32,
+    as under autocast). With ``residual_in_fp32=True`` and both in
+    float16/bfloat16, ``s`` is returned in float32 so the residual stream keeps
+    full precision across layers, and ``y`` stays in their dtype.
     """
     return _add_norm(x, residual, normalized_shape, weight, bias, eps, residual_in_fp32, impl, rms=False)
 

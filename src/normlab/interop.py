@@ -95,4 +95,5 @@ def to_torch(block: TransformerBlock) -> nn.TransformerEncoderLayer:
     layer.linear2.load_state_dict(ffn.fc2.state_dict())
     layer.norm1.load_state_dict(norm.state_dict())
     layer.norm2.load_state_dict(getattr(block.ffn, slot).state_dict())
+    layer.norm2.eps = getattr(block.ffn, slot).eps  # the constructor gave both norms the first one's
     return layer.train(block.training)

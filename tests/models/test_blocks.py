@@ -182,3 +182,19 @@ def test_conformer_kernel_size_and_empty_sequences():
         assert mode(torch.randn(2, 0, 16)).shape == (2, 0, 16)
     with pytest.raises(ValueError, match=r"expected input of shape \(B, T, 16\)"):
         enc(torch.randn(2, 5, 8))
+
+
+@pytest.mark.parametrize("placement", ["deepnorm", "admin", "pre"])
+def test_a_meta_device_build_loads_into_the_same_model(placement):
+    """The usual large-model recipe: build on the meta device, ``to_empty()``, ``load_state_dict()``. The
+    residual scale and the sinusoidal table were non-persistent buffers, left as whatever memory held
+    (DeepNorm's output NaN, every sinusoidal model wrong)."""
+    torch.manual_seed(0)
+    ref = normlab.TransformerEncoder(16, 2, 3, 32, placement=placement, pos="sinusoidal").eval()
+    with torch.device("meta"):
+        built = normlab.TransformerEncoder(16, 2, 3, 32, placement=placement, pos="sinusoidal")
+    built.to_empty(device="cpu")
+    built.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 5, 16)
+    assert torch.equal(built.eval()(x), ref(x))
+    assert torch.equal(built.double()(x.double()), ref.double()(x.double()))

@@ -181,3 +181,29 @@ def test_a_hook_on_fc1_keeps_fc1s_output_before_the_activation():
     block.ffn.fn.fc1.register_forward_hook(lambda m, args, out: kept.append(out))
     normlab.nn.materialize(*block(torch.randn(2, 3, 8)))
     assert kept and (kept[0] < 0).any()
+
+
+def test_relu_runs_in_place_only_on_a_plain_linears_output():
+    """With relu, the feed-forward ran relu_ on whatever fc1 returned: an Identity in fc1's place (d_ff = d_model)
+    handed it the residual stream itself, which it overwrote (a Post-Norm block's output then differed from the
+    formula by 1.5), and a Sigmoid after the Linear had its saved output changed (backward raised)."""
+    torch.manual_seed(0)
+    block = normlab.TransformerBlock(8, 2, 8, activation="relu", placement="post").train()
+    block.ffn.fn.fc1 = torch.nn.Identity()
+    x = torch.randn(2, 3, 8)
+    h = block.attn.post_norm(x + block.attn.fn(x))  # the written formula, as torch computes it
+    f = block.ffn.fn.fc2(torch.relu(h))
+    torch.testing.assert_close(normlab.nn.materialize(*block(x)), block.ffn.post_norm(h + f))
+    block.ffn.fn.fc1 = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Sigmoid())
+    normlab.nn.materialize(*block(x)).sum().backward()
+
+
+def test_a_trainable_fc1_bias_alone_still_trains():
+    """The inference fast path (no autograd formula) ran when only fc1's bias needed a gradient (BitFit-style
+    fine-tuning of biases): backward raised "derivative for aten::_addmm_activation is not implemented"."""
+    for activation in ("relu", "gelu"):
+        enc = normlab.TransformerEncoder(8, 2, 1, 16, activation=activation)
+        for name, p in enc.named_parameters():
+            p.requires_grad_(name == "layers.0.ffn.fn.fc1.bias")
+        enc(torch.randn(2, 3, 8)).sum().backward()
+        assert enc.layers[0].ffn.fn.fc1.bias.grad is not None

@@ -67,6 +67,9 @@ def test_from_torch_keeps_each_norms_eps():
     layer.norm2.eps = 1.0
     x = torch.randn(2, 5, 8)
     torch.testing.assert_close(materialize(*interop.from_torch(layer)(x)), layer(x), rtol=1e-5, atol=1e-5)
+    back = interop.to_torch(interop.from_torch(layer)).eval()  # the way back kept only the first norm's eps
+    assert (back.norm1.eps, back.norm2.eps) == (layer.norm1.eps, 1.0)
+    torch.testing.assert_close(back(x * 0.01), layer(x * 0.01), rtol=1e-5, atol=1e-5)
 
 
 def _tiny_bert(tmp_path, safe=True, prefix_model=False):
@@ -113,3 +116,68 @@ def test_load_bert_with_prefix_and_errors(tmp_path):
     (empty / "config.json").write_text(json.dumps(hf.config.to_dict()))
     with pytest.raises(FileNotFoundError, match="safetensors"):
         interop.load_bert(empty)
+
+
+def test_load_bert_reads_gamma_and_beta(tmp_path):
+    """Checkpoints converted from TensorFlow name the LayerNorms' parameters gamma and beta; transformers reads
+    them, normlab refused them as "not a BERT checkpoint"."""
+    from normlab.models.bert import _read_weights
+
+    hf = _tiny_bert(tmp_path)
+    state = _read_weights(tmp_path)
+    for f in tmp_path.glob("*.safetensors"):
+        f.unlink()
+    old = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+           for k, v in state.items()}
+    assert sum(".gamma" in k for k in old) == 7
+    torch.save(old, tmp_path / "pytorch_model.bin")
+    ids = torch.randint(1, 99, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(interop.load_bert(tmp_path)(ids), hf(input_ids=ids).last_hidden_state,
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_load_bert_keeps_the_configs_dropout(tmp_path):
+    """Every dropout was 0 whatever the config said: fine-tuning a loaded BERT ran without dropout."""
+    _tiny_bert(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg.update(hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.3)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    ours = interop.load_bert(tmp_path)
+    layer = ours.encoder.layers[0]
+    assert ours.encoder.drop.p == 0.2  # on the embeddings, after their norm
+    assert (layer.attn.drop.p, layer.attn.fn.dropout, layer.ffn.drop.p, layer.ffn.fn.drop.p) == (0.2, 0.3, 0.2, 0.0)
+    ids = torch.randint(1, 99, (2, 7))
+    ours.train()
+    assert not torch.equal(ours(ids), ours(ids))
+    ours.eval()
+    assert torch.equal(ours(ids), ours(ids))
+
+
+def test_under_autocast_the_residual_stream_stays_float32_as_in_torch():
+    """The fused add + norm returned the stream in the branch's dtype: under bfloat16 autocast every block after
+    the first rounded the float32 stream to bfloat16 (5.6x torch's error over 6 layers, a bfloat16 output)."""
+    torch.manual_seed(0)
+    layers = [nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=True).eval()
+              for _ in range(6)]
+    final = nn.LayerNorm(32).eval()
+    ours = normlab.TransformerEncoder(32, 4, 6, 64, placement="pre", pos="none", activation="relu").eval()
+    for mine, layer in zip(ours.layers, layers):
+        mine.load_state_dict(interop.from_torch(layer).state_dict())
+    ours.final_norm.load_state_dict(final.state_dict())
+
+    def theirs(x):
+        for layer in layers:
+            x = layer(x)
+        return final(x)
+
+    x = torch.randn(2, 9, 32) * 3 + 0.5
+    # autograd recording: torch's layer under no_grad takes its fused fast path, whose dtypes differ
+    exact_ours, exact_theirs = ours(x).detach(), theirs(x).detach()
+    torch.testing.assert_close(exact_ours, exact_theirs, rtol=1e-5, atol=1e-5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed_ours, mixed_theirs = ours(x).detach(), theirs(x).detach()
+    assert mixed_ours.dtype == mixed_theirs.dtype == torch.float32
+    err_ours = (mixed_ours - exact_ours).abs().max().item()
+    err_theirs = (mixed_theirs - exact_theirs).abs().max().item()
+    assert err_ours <= 2 * err_theirs, (err_ours, err_theirs)

@@ -112,7 +112,7 @@ def test_deepnorm_init_scales_value_output_ffn_only():
         assert std_ratio(m) == pytest.approx(1.0, rel=0.1)
     for m in (a.v_proj, a.out_proj, f.fc1, f.fc2):
         assert std_ratio(m) == pytest.approx(beta, rel=0.1)
-    assert b.attn.alpha.item() == pytest.approx((2 * 12) ** 0.25)
+    assert b.attn.alpha == pytest.approx((2 * 12) ** 0.25)
 
 
 def test_final_norm_only_for_pre_style():

@@ -33,10 +33,16 @@ class BertEncoder(nn.Module):
         self.position_embeddings = nn.Embedding(config["max_position_embeddings"], d)
         self.token_type_embeddings = nn.Embedding(config.get("type_vocab_size", 2), d)
         self.emb_norm = LayerNorm(d, eps=eps)
+        # BERT's dropouts (its defaults 0.1): on the embeddings (the encoder's input dropout), on each branch
+        # before its add, and on the attention probabilities; none after the FFN's activation
+        hidden, probs = config.get("hidden_dropout_prob", 0.1), config.get("attention_probs_dropout_prob", 0.1)
         self.encoder = TransformerEncoder(
             d, config["num_attention_heads"], config["num_hidden_layers"], config["intermediate_size"],
             norm="layernorm", placement="post", pos="none", activation=act, norm_kw={"eps": eps},
+            dropout=hidden, attn_dropout=probs,
         )
+        for layer in self.encoder.layers:
+            layer.ffn.fn.drop.p = 0.0
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -97,7 +103,10 @@ def load_bert(path: str | pathlib.Path) -> BertEncoder:
     if not cfg_file.exists():
         raise NotFound(f"{path} has no config.json")
     config = json.loads(cfg_file.read_text())
-    state = _read_weights(path)
+    # older checkpoints name the LayerNorms' parameters gamma and beta (TensorFlow's names)
+    renamed = {".LayerNorm.gamma": ".LayerNorm.weight", ".LayerNorm.beta": ".LayerNorm.bias"}
+    state = {next((k[: -len(old)] + new for old, new in renamed.items() if k.endswith(old)), k): v
+             for k, v in _read_weights(path).items()}
     prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
     model = BertEncoder(config)
     mapping = _bert_key_map(config["num_hidden_layers"])

@@ -17,7 +17,8 @@ def _fast_inference(x: torch.Tensor, lin: nn.Module) -> bool:
     (its own or a global one), and no tracer, exporter or compiler is recording (they get the plain ops)."""
     if type(lin) is not nn.Linear or watched(lin):
         return False
-    if torch.is_grad_enabled() and (x.requires_grad or lin.weight.requires_grad):
+    if torch.is_grad_enabled() and (x.requires_grad or lin.weight.requires_grad
+                                    or (lin.bias is not None and lin.bias.requires_grad)):
         return False
     return not (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling())
 
@@ -25,9 +26,10 @@ def _fast_inference(x: torch.Tensor, lin: nn.Module) -> bool:
 def _linear_activation(x: torch.Tensor, lin: nn.Linear, gelu: bool) -> torch.Tensor:
     """``act(lin(x))`` as one GEMM with the bias and relu/gelu (exact, erf) in its epilogue, as torch's fast path does.
 
-    Autograd has no formula for this op: callers use it only where no gradient is recorded.
+    Autograd has no formula for this op: callers use it only where no gradient is recorded. On CPU its gelu is
+    the exact one; torch's CUDA epilogue computes the tanh approximation, so gelu runs unfused there.
     """
-    if lin.bias is None or not hasattr(torch, "_addmm_activation"):
+    if lin.bias is None or not hasattr(torch, "_addmm_activation") or (gelu and x.device.type != "cpu"):
         h = lin(x)
         return TF.gelu(h) if gelu else TF.relu_(h)
     rows = torch._addmm_activation(lin.bias, x.reshape(-1, x.shape[-1]), lin.weight.t(), use_gelu=gelu)  # N, F
@@ -54,9 +56,10 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.activation in ("relu", "gelu") and _fast_inference(x, self.fc1):
             h = _linear_activation(x, self.fc1, self.activation == "gelu")  # B, T, F   bias+activation fused
-        elif self.activation == "relu" and not watched(self.fc1):
-            # fc1 on rows returns a fresh tensor (not a view), so relu can run in place: no second F-wide
-            # tensor, and relu's backward needs only its output
+        elif self.activation == "relu" and type(self.fc1) is nn.Linear and not watched(self.fc1):
+            # a plain Linear on rows returns a fresh tensor (not a view), so relu can run in place: no second
+            # F-wide tensor, and relu's backward needs only its output (another module in fc1's place may return
+            # its input, or a tensor its own backward needs)
             h = self.fc1(x.reshape(-1, x.shape[-1])).relu_().view(*x.shape[:-1], -1)  # B, T, F
         else:
             h = self.fc1(x)  # B, T, F   (a hook on fc1 keeps its output: no in-place relu on it)

@@ -112,7 +112,12 @@ class ResidualUnit(nn.Module):
         self.branch_norm = make_norm(norm, dim, **kw) if slots.branch else None
         self.post_norm = make_norm(norm, dim, **kw) if slots.post else None
         self.drop = nn.Dropout(dropout)
-        self.register_buffer("alpha", torch.tensor(slots.alpha), persistent=False)
+
+    @property
+    def alpha(self) -> float:
+        """The residual scale (a Python number: a buffer would be left unset by ``to_empty()`` after a
+        meta-device build, and rounded to float32 in a float64 model)."""
+        return self.slots.alpha
 
     def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None) -> Carry:
@@ -128,7 +133,7 @@ class ResidualUnit(nn.Module):
         if self.scale != 1.0:
             f = f * self.scale
         if self.slots.alpha != 1.0:
-            x = x * self.alpha.to(x.dtype)
+            x = x * self.slots.alpha
         if self.post_norm is None:
             return f, x  # the add is left to whoever norms next
         return add_norm(f, x, self.post_norm, mask)[0], None

@@ -26,7 +26,7 @@ def deepnorm_cell(cfg: dict) -> dict:
              "out": "attn.fn.out_proj", "fc1": "ffn.fn.fc1", "fc2": "ffn.fn.fc2"}
     weight = {m: operator.attrgetter(f"{path}.weight") for m, path in names.items()}  # fused q/k/v: views
     scale = {k: (get(deep) / get(plain)).mean().item() for k, get in weight.items()}
-    return {"alpha": {u: getattr(deep, u).alpha.item() for u in ("attn", "ffn")}, "scale": scale,
+    return {"alpha": {u: getattr(deep, u).alpha for u in ("attn", "ffn")}, "scale": scale,
             "alpha_formula": (2 * n) ** 0.25, "beta_formula": (8 * n) ** -0.25, "alpha_lib": deepnorm_alpha(n),
             "beta_lib": deepnorm_beta(n)}
 
