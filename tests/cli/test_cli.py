@@ -323,3 +323,16 @@ def test_ctrl_c_promises_a_resume_only_where_the_command_resumes(monkeypatch, ca
     assert capsys.readouterr().err == "normlab report: interrupted (finished work is kept; re-run to resume)\n"
     assert main(["diarize", "train", "--data", "d", "--out", "x"]) == 130
     assert "re-run to resume" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["report", "--quick"], ["study", "structure", "--quick"]])
+def test_without_matplotlib_the_studies_stop_before_any_work(argv, tmp_path, capsys, no_matplotlib):
+    """A plain install (no plot extra) ran the studies' cells, then printed a traceback and "internal error" where
+    the first study drew its figure."""
+    from normlab.cli import main
+
+    out = tmp_path / "report"
+    assert main([*argv, "--jobs", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'normlab[plot]'" in err[0] and "Traceback" not in err[0]
+    assert not out.exists()

@@ -642,3 +642,13 @@ def test_s_requires_grad_as_eager_x_plus_r_does(impl, op, x_grad, r_grad):
     assert y.requires_grad and s.requires_grad == (x_grad or r_grad)
     y.sum().backward()
     assert w.grad is not None
+
+
+def test_a_forced_cpu_impl_without_a_compiler_says_the_kernels_could_not_be_built(monkeypatch):
+    """Without a working compiler, impl="cpu" said it "does not support layer_norm for torch.float32 on cpu":
+    as if the call were outside its contract."""
+    monkeypatch.setattr(cpu, "_load", lambda: (None, frozenset()))
+    with pytest.raises(ValueError, match="impl 'cpu' cannot run layer_norm .* could not be built"):
+        F.layer_norm(torch.randn(4, 16), 16, impl="cpu")
+    with pytest.raises(ValueError, match="'cpu' does not support"):  # outside its contract (a meta tensor): as before
+        F.layer_norm(torch.randn(4, 16, device="meta"), 16, impl="cpu")

@@ -97,6 +97,8 @@ def test_the_wheel_holds_the_package_its_assets_and_licences_and_nothing_else(di
     assert sources - set(names) == set(), "modules missing from the wheel"
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "normlab = normlab.cli:main" in entry
+    assert [n for n in names if n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE")], \
+        "normlab's own licence is not in the wheel"
     size = wheel.stat().st_size
     print(f"wheel {wheel.name}: {size / 1e6:.1f} MB")
     assert size < MAX_WHEEL_BYTES, size
@@ -107,7 +109,7 @@ def test_the_sdist_holds_what_builds_the_wheel_and_no_tests(dists):
     with tarfile.open(sdist) as t:
         names = [n.split("/", 1)[1] for n in t.getnames() if "/" in n]
     assert not [m for m in MUST if f"src/{m}" not in names], "missing from the sdist"
-    assert {"pyproject.toml", "README.md", "PKG-INFO"} <= set(names)
+    assert {"pyproject.toml", "README.md", "PKG-INFO", "LICENSE"} <= set(names)
     assert not _bad(names) and not [n for n in names if n.startswith("tests")], _bad(names)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .. import written
+from .._checks import MissingDependency
 from .runner import Runner
 
 SCALES = ("test", "quick", "full")
@@ -129,8 +130,11 @@ def spread(name: str, values: Sequence[float]) -> str:
 
 
 def pyplot():
-    """matplotlib's pyplot on the headless Agg backend."""
-    import matplotlib
+    """matplotlib's pyplot on the headless Agg backend; a one-line error naming the extra without it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise MissingDependency("the studies' figures need matplotlib: pip install 'normlab[plot]'") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

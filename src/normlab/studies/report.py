@@ -11,7 +11,7 @@ from .. import provenance, written
 from .._checks import BadValue
 from ..progress import Progress
 from . import STUDIES, load
-from .base import Context
+from .base import Context, pyplot
 from .runner import Runner, Store
 
 
@@ -26,6 +26,7 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
     ``overwrite``.
     """
     out = pathlib.Path(out)
+    pyplot()  # without matplotlib: one error before any work (each study draws its figure last)
     if executor == "ray":  # before the folder and its store are made
         from .ray_executor import check_ready
 
