@@ -39,6 +39,9 @@ def test_version_names_normlab_torch_and_python():
     (["lesson", "--d-model", "1"], "argument --d-model: expected a whole number >= 2 (LayerNorm over one feature "
                                    "is always 0), got '1'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--norm", "groupnorm"], "invalid choice: 'groupnorm'"),
+    # a model the pipeline cannot read, whose loss tries 9! orders a step (GBs of memory)
+    (["diarize", "train", "--data", "d", "--out", "o", "--n-speakers", "9"], "n_speakers is at most 8"),
+    (["diarize", "recipe", "--out", "o", "--n-speakers", "9"], "n_speakers is at most 8"),
     (["diarize", "train", "--data", "d", "--out", "o", "--placement", "middle"], "invalid choice: 'middle'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--encoder", "lstm"], "invalid choice: 'lstm'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--decay", "linear"], "invalid choice: 'linear'"),

@@ -1,4 +1,5 @@
 """Post-processing tuned on dev, the learning-rate schedule, model files, the recipe end to end, the shipped model."""
+import dataclasses
 import math
 import shutil
 import warnings
@@ -240,6 +241,11 @@ def test_recipe_end_to_end_at_debug_size_resumes_and_records_provenance(tmp_path
     assert ckpt.stat().st_mtime_ns == stamp and lost.read_bytes() == audio
     assert again["test"] == result["test"] and again["dev_grid"] == result["dev_grid"]
     assert EENDModel.load(out / "model.pt").postprocess == model.postprocess
+    # a rerun with other training settings is refused, as `diarize train` refuses it (the recipe resumed the
+    # checkpoint at the new learning rate and recorded the new one as the model's; another width crashed)
+    for change in ({"lr": 0.05}, {"d_model": 32}):
+        with pytest.raises(ValueError, match="was trained with other settings"):
+            run_recipe(out, dataclasses.replace(cfg, steps=10, **change))
 
 
 def test_recipe_builds_either_encoder():

@@ -11,6 +11,8 @@ from normlab.diarization.data.dataset import MixtureSet, frame_labels
 from normlab.diarization.data.simulate import SimConfig, simulate, variants
 from normlab.diarization.io.rttm import Turn, read_rttm
 from normlab.diarization.io.uem import read_uem
+from normlab.diarization.models.eend import EENDModel
+from normlab.diarization.training import provenance as model_provenance
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed (make install does)")
 SMALL = dict(n_mixtures=2, min_utterances=3, max_utterances=4)
@@ -84,8 +86,14 @@ def test_dataset_batches_and_cli_train(tmp_path, capsys):
     args = ["diarize", "train", "--data", str(tmp_path / "sim"), "--out", str(tmp_path / "model"), "--steps", "6",
             "--d-model", "32", "--n-layers", "1", "--frames", "80", "--batch", "2", "--ckpt-every", "3",
             "--warmup", "2"]
+    (tmp_path / "model" / "ckpt").mkdir(parents=True)
+    dead = 2**22 + 12345  # above the usual pid limit: no process has it
+    (tmp_path / "model" / "ckpt" / f"last.{dead}.tmp").write_bytes(b"half a checkpoint of a killed run")
     assert main(args) == 0
     assert (tmp_path / "model" / "model.pt").exists() and (tmp_path / "model" / "ckpt" / "last.pt").exists()
+    assert not list((tmp_path / "model" / "ckpt").glob("*.tmp"))  # a killed write's leftover is removed
+    assert EENDModel.load(tmp_path / "model" / "model.pt") and \
+        model_provenance.read(tmp_path / "model" / "model.pt")["window_seconds"] == 8.0
     assert main(args[:7] + ["8"] + args[8:]) == 0  # resumes at step 6, runs 2 more
     assert "trained 8 steps" in capsys.readouterr().out
     with pytest.raises(ValueError, match="no wav"):
@@ -216,3 +224,56 @@ def test_absurd_rooms_and_lengths_are_one_line(field, value):
     """An RT60 of 1e9 s asked for a 39 TiB impulse response (out of memory); 100,000 utterances ran for ever."""
     with pytest.raises(ValueError, match=field):
         SimConfig(**{**SMALL, field: value})
+
+
+def test_a_diverged_training_is_a_result_not_nan_weights(tmp_path, capsys):
+    """With a huge learning rate the loss was NaN from step 2 and training ran on to the end, writing a model of
+    NaN weights and exiting 0 ("final loss nan"); the pipeline refused the file only later."""
+    from normlab.diarization.training.train import read_checkpoint
+
+    assert main(["diarize", "simulate", "--out", str(tmp_path / "sim"), "--n-mixtures", "2", "--min-utterances", "3",
+                 "--max-utterances", "4"]) == 0
+    out = tmp_path / "run"
+    args = ["diarize", "train", "--data", str(tmp_path / "sim"), "--out", str(out), "--steps", "30", "--d-model", "16",
+            "--n-layers", "2", "--frames", "50", "--batch", "2", "--warmup", "0", "--lr", "1000", "--norm", "none"]
+    capsys.readouterr()
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "diverged at step" in err[0]
+    state = read_checkpoint(out / "ckpt" / "last.pt")
+    step = state["diverged"]["step"]
+    assert 1 <= step < 30 and state["step"] == step - 1 and len(state["losses"]) == step - 1
+    assert all(torch.isfinite(v).all() for v in state["model"].values())
+    meta = model_provenance.read(out / "model.pt")
+    assert meta["diverged"]["step"] == step and meta["steps"] == step - 1
+    csv = (out / "ckpt" / "metrics.csv").read_text().splitlines()
+    assert csv[-1].startswith(f"{step},") and ("nan" in csv[-1].lower() or "inf" in csv[-1].lower())
+    assert main(args) == 1  # the same command again: the same result, no training
+    assert f"diverged at step {step}" in capsys.readouterr().err
+
+
+def test_a_kill_inside_a_wav_write_is_simulated_again(tmp_path, monkeypatch):
+    """Each WAV was written to its final name, whose presence marks a finished mixture: a kill inside the write
+    left half a file that the rerun kept (half the audio, the reference's turns past its end)."""
+    cfg = SimConfig(**{**SMALL, "n_mixtures": 3})
+    clean = simulate(tmp_path / "clean", cfg)
+    real_write, calls = sf.write, []
+
+    def killed_in_the_second(path, audio, *args, **kw):
+        calls.append(path)
+        if len(calls) == 2:  # half the samples reach the disk, then the process dies
+            real_write(path, audio[: len(audio) // 2], *args, **kw)
+            raise KeyboardInterrupt
+        return real_write(path, audio, *args, **kw)
+
+    monkeypatch.setattr(sf, "write", killed_in_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        simulate(tmp_path / "killed", cfg)
+    monkeypatch.setattr(sf, "write", real_write)
+    again = simulate(tmp_path / "killed", cfg)
+    for name in ("ref.rttm", "all.uem"):
+        assert (again / name).read_text() == (clean / name).read_text()
+    wavs = sorted(p.name for p in (clean / "wav").iterdir())
+    assert sorted(p.name for p in (again / "wav").iterdir()) == wavs
+    for name in wavs:
+        assert (again / "wav" / name).read_bytes() == (clean / "wav" / name).read_bytes()

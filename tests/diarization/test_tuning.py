@@ -263,3 +263,26 @@ def test_another_encoder_is_tried_on_each_modes_choice_its_tie_goes_to_the_lower
     monkeypatch.setattr(tuning, "share_better", lambda a, b, **k: 0.9)  # not beyond doubt: GE2E's choice stays
     r = tune_pipeline(model, {"ge2e": encoder, "campplus": other}, [dev], segment_grid=seg, stitch_grid=STITCH)
     assert r["modes"]["eend"] == r["encoders"]["ge2e"]["eend"] and r["encoders"]["campplus"]["eend"] == chosen
+
+
+def test_an_incumbent_of_another_encoder_is_measured_and_kept_unless_beaten_beyond_doubt(setup, monkeypatch):
+    """The grid holds GE2E's settings only, so a model whose stored choice is CAM++'s (as shipped) lost it to the
+    grid's best whatever the dev set said: the opposite of the rule every other incumbent follows."""
+    from normlab.diarization.models.campplus import CAMPlusEncoder
+    from normlab.diarization.pipeline import tuning
+
+    root, dev, _ = setup
+    model, encoder = EENDModel.load(root / "m.pt"), SpeakerEncoder.load(root / "enc.pt")
+    torch.manual_seed(0)
+    encoders = {"ge2e": encoder, "campplus": CAMPlusEncoder().eval()}  # random weights: bookkeeping only
+    seg = {**SEG, "speakers": ("eend",), "vad": ("off",), "threshold": (0.3,)}
+    monkeypatch.setattr(tuning, "share_better", lambda a, b, **k: 0.9)  # nothing is lower beyond doubt
+    first = tune_pipeline(model, encoders, [dev], segment_grid=seg, stitch_grid=STITCH)
+    incumbent = {**first["encoders"]["campplus"]["eend"], "cluster_threshold": 0.77}  # in no grid
+    r = tune_pipeline(model, encoders, [dev], segment_grid=seg, stitch_grid=STITCH, incumbent={"eend": incumbent})
+    assert r["modes"]["eend"] == incumbent
+    assert r["incumbent"]["eend"]["kept"] and r["incumbent"]["eend"]["measured"]
+    assert sum(g["speaker_encoder"] == "campplus" and g["cluster_threshold"] == 0.77 for g in r["grid"]) == 1
+    monkeypatch.setattr(tuning, "share_better", lambda a, b, **k: 0.99)  # the final choice lower beyond doubt
+    r = tune_pipeline(model, encoders, [dev], segment_grid=seg, stitch_grid=STITCH, incumbent={"eend": incumbent})
+    assert r["modes"]["eend"] != incumbent and not r["incumbent"]["eend"]["kept"]

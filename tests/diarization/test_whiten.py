@@ -168,3 +168,25 @@ def test_whiten_brings_the_cut_chosen_with_it(tmp_path):
     assert PipelineConfig.for_model(model, whiten=True, cluster_threshold=0.3).cluster_threshold == 0.3
     with pytest.raises(UserError, match="speech-mode settings chosen with its whitening"):
         PipelineConfig.for_model(model, whiten=True, speakers="speech")
+
+
+def test_whiten_fits_on_ge2e_pieces_where_the_mode_chose_campplus(tmp_path, capsys):
+    """The whitening and the PLDA model are GE2E's, but the fit took the eend mode's stored settings: with CAM++
+    chosen there (as in the shipped model) `diarize whiten` stopped, "speaker_encoder 'campplus': not among the
+    encoders given"."""
+    from normlab.diarization.training.provenance import write_pipeline
+
+    tiny_models(tmp_path, 3.0, window=4.0, step=2.0, median=1, vad="off", piece=1.0)
+    model_path = tmp_path / "m.pt"
+    campplus = {"speakers": "eend", "vad": "off", "speaker_encoder": "campplus", "piece": 3.0, "cluster_threshold": 0.6}
+    ge2e = {**campplus, "speaker_encoder": "ge2e", "piece": 1.0, "cluster_threshold": 0.35}
+    write_pipeline(model_path, {"eend": campplus}, "eend", {}, encoders={"ge2e": {"eend": ge2e}})
+    argv = ["diarize", "whiten", str(model_path), "--train", str(_folder(tmp_path / "train", [1, 2])),
+            "--embedding", str(tmp_path / "enc.pt")]
+    assert main(argv) == 0, capsys.readouterr().err
+    model = EENDModel.load(model_path)
+    assert model.whitening["recordings"] == 2 and model.postprocess["modes"]["eend"] == campplus
+    blob = torch.load(model_path, weights_only=True)  # no settings chosen with GE2E at all: its pieces still
+    blob["postprocess"].pop("encoders")
+    torch.save(blob, model_path)
+    assert main(argv) == 0, capsys.readouterr().err

@@ -188,6 +188,12 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
     r = train_run(args.data, out, model_cfg, cfg, batch=args.batch, frames=args.frames, device=args.device,
                   tensorboard=args.tensorboard,
                   progress=lambda step, total, loss: bar(step - 1, total, f"loss {loss:.4f}"))
+    if r["rank"] == 0 and r["diverged"]:
+        d = r["diverged"]
+        print(f"normlab diarize train: diverged at step {d['step']} (loss {d['loss']:.4g}, gradient norm "
+              f"{d['grad_norm']:.4g}); {out / 'model.pt'} holds the weights of step {d['step'] - 1}, marked diverged "
+              "in its metadata; train again with a lower --lr into another --out", file=sys.stderr)
+        return 1
     if r["rank"] == 0:
         losses = r["losses"]
         speed = (f"{r['samples_per_s']:.1f} sequences/s" if r["steps"] else

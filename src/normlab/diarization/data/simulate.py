@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import pathlib
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
@@ -324,7 +325,11 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
 
     for done, (i, (audio, turns, uri)) in enumerate(finished(), start=cfg.n_mixtures - len(todo) + 1):
         write_rttm(turns, paths[i][1])
-        sf.write(paths[i][0], audio, cfg.sample_rate)  # written last: its presence marks a finished mixture
+        # written last, whole: its presence marks a finished mixture (a kill inside the write leaves only the
+        # temporary file, which the rerun writes again)
+        tmp = paths[i][0].with_name(paths[i][0].name + ".part")
+        sf.write(tmp, audio, cfg.sample_rate, format="WAV")
+        os.replace(tmp, paths[i][0])
         if progress:
             progress(done, cfg.n_mixtures, uri)
     all_turns, uem = [], {}

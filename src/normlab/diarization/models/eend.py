@@ -14,6 +14,9 @@ from ...models.transformer import TransformerEncoder
 from ..io.features import FeatureConfig
 from .powerset import marginals, subsets
 
+#: the most local speakers a model may have: its loss tries every order of them, and the pipeline reads up to this
+MAX_LOCAL_SPEAKERS = 8
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -35,6 +38,9 @@ class ModelConfig:
         # sizes and rates a model cannot be built on fail here, not deep in attention at the first step
         for name in ("input_dim", "d_model", "n_heads", "n_layers", "d_ff", "n_speakers"):
             check_count(getattr(self, name), name)
+        if self.n_speakers > MAX_LOCAL_SPEAKERS:  # the loss tries every order of them (n!): 9 would take GBs a step
+            raise BadValue(f"n_speakers is at most {MAX_LOCAL_SPEAKERS} (the pipeline's limit on local speakers), "
+                           f"got {self.n_speakers}")
         if self.d_model % self.n_heads:
             raise BadValue(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         for name in ("dropout", "attn_dropout"):

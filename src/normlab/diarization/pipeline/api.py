@@ -39,7 +39,7 @@ from .stitch import diarize_waveform
 
 def load_model(model=None):
     """An ``EENDModel`` from ``None`` (the shipped one), a path, or a model; checks it fits the features."""
-    from ..models.eend import SHIPPED, EENDModel
+    from ..models.eend import MAX_LOCAL_SPEAKERS, SHIPPED, EENDModel
 
     if isinstance(model, EENDModel):
         m, where = model, "the given model"
@@ -56,8 +56,8 @@ def load_model(model=None):
         raise BadValue(f"{where} was trained on features with {theirs}; this pipeline makes {ours}")
     if m.cfg.input_dim != made.dim:
         raise BadValue(f"{where} expects {m.cfg.input_dim}-dim features; this pipeline makes {made.dim}")
-    if not 1 <= m.cfg.n_speakers <= 8:
-        raise BadValue(f"{where} has {m.cfg.n_speakers} local speakers; the pipeline supports 1-8")
+    if not 1 <= m.cfg.n_speakers <= MAX_LOCAL_SPEAKERS:
+        raise BadValue(f"{where} has {m.cfg.n_speakers} local speakers; the pipeline supports 1-{MAX_LOCAL_SPEAKERS}")
     return m.eval()
 
 

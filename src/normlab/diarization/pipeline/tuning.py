@@ -448,6 +448,26 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
             by_encoder = {first: dict(modes), **by_encoder}  # what --speaker-encoder NAME uses, for every encoder
         for name, shares in encoder_share.items():
             modes = {m: by_encoder[name][m] if shares.get(m, 0.0) >= BEYOND_DOUBT else kw for m, kw in modes.items()}
+        # an incumbent with another encoder than the grid's (CAM++'s choice, as shipped) is no row of the grid:
+        # it is measured now and kept unless the final choice is lower beyond doubt
+        for m, inc in incumbent.items():
+            enc = inc.get("speaker_encoder")
+            if m not in modes or kept.get(m, {}).get("in_grid") or enc not in others:
+                continue
+            settings = {k: inc.get(k, getattr(PipelineConfig, k, modes[m][k])) for k in keys}
+            row = _row(rows, settings, keys)
+            if row is None:
+                cfg = PipelineConfig.for_model(model, **settings)
+                row = {**settings, **measure(run([w for w, _ in dev_files], cfg), refs, cfg)}
+                rows.append(row)
+                if shown:
+                    shown(_public(row))
+            share = share_better(_row(rows, modes[m], keys)["_files"], row["_files"]) if row is not \
+                _row(rows, modes[m], keys) else 0.0
+            kept[m] = {"kept": share < BEYOND_DOUBT, "in_grid": False, "measured": True,
+                       "best_better_share": share, "settings": settings}
+            if kept[m]["kept"]:
+                modes[m] = settings
         chosen = {m: _row(rows, kw, keys) for m, kw in modes.items()}
         vbx_share = {m: share_better(_row(rows, kw, keys)["_files"], chosen[m]["_files"]) for m, kw in vbx.items()
                      if kw != modes[m]}  # how sure the dev set is that VBx is lower than the choice

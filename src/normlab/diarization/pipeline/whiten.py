@@ -86,6 +86,10 @@ def apply(embeddings: torch.Tensor, matrix: torch.Tensor | None) -> torch.Tensor
     return (x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)).float()
 
 
+#: seconds per piece of a fit where the model file holds no settings chosen with GE2E (the shipped whitening's)
+FIT_PIECE = 1.5
+
+
 def fit_files(model, encoder, dirs: list, *, lam: float = 1.0, per_folder: int | None = None, jobs: int = 1,
               progress=None) -> dict:
     """:func:`fit` on the recordings of ``dirs`` (``wav/*.wav`` and ``ref.rttm``; at most ``per_folder`` of
@@ -98,7 +102,14 @@ def fit_files(model, encoder, dirs: list, *, lam: float = 1.0, per_folder: int |
     from .config import PipelineConfig
     from .tuning import Segmenter, files_of
 
-    cfg = PipelineConfig.for_model(model, speakers="eend", whiten=False)
+    # the whitening and the PLDA model are GE2E's: its pieces, with the settings chosen with GE2E where the file
+    # has them (a model whose mode chose CAM++ keeps GE2E's beside it); where none were, GE2E pieces of
+    # FIT_PIECE seconds (the fit reads no cluster cut: any does)
+    try:
+        cfg = PipelineConfig.for_model(model, speakers="eend", whiten=False, speaker_encoder="ge2e")
+    except BadValue:
+        cfg = PipelineConfig.for_model(model, speakers="eend", whiten=False, speaker_encoder="ge2e",
+                                       clustering="ahc", cluster_threshold=0.35, piece=FIT_PIECE)
     files = [f for d in dirs for f in files_of([d])[:per_folder]]
     if not files:
         raise BadValue(f"no recordings with references in {[str(d) for d in dirs]}")

@@ -29,7 +29,7 @@ from ..metrics.evaluate import evaluate, tune
 from ..metrics.windows import speaker_counts, window_probs
 from ..models.eend import EENDModel, ModelConfig
 from . import provenance
-from .train import TrainConfig, read_checkpoint, train
+from .train import TrainConfig, data_digest, read_checkpoint, train
 
 Progress = Callable[[int, int, str], None]
 LAST_STAGE = ("train_stretch", "train_nonspeech")  # with finetune_steps, these join in the last stage
@@ -207,6 +207,14 @@ def simulate_splits(data: str | pathlib.Path, cfg: RecipeConfig, progress: Progr
     return data
 
 
+def _resume_settings(cfg: RecipeConfig, tc: TrainConfig, folders: list[pathlib.Path]) -> dict:
+    """What a stage's checkpoint must have been trained with for a rerun to resume it (as ``diarize train``
+    checks): the model, the schedule but its length, the batches and the data; more steps may follow."""
+    schedule = {k: v for k, v in asdict(tc).items() if k not in ("steps", "ckpt_every")}
+    return {"model": asdict(cfg.model_config()), "schedule": schedule, "batch": cfg.batch, "frames": cfg.frames,
+            "synth_from": cfg.synth_from, "data": [f.name for f in folders], "data_digest": data_digest(folders)}
+
+
 def train_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig,
                 progress: Progress | None = None) -> tuple[EENDModel, list[float]]:
     """Train on the ``data/train*`` sets with checkpoints in ``out/ckpt`` (resumes); ``train_synth`` joins at
@@ -229,8 +237,10 @@ def train_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig,
             return (draw if done[0] <= cfg.synth_from else every)(gen)
     else:
         staged = draw
-    losses = train(model, staged, cfg.train_config(), out / "ckpt",
-                   (lambda s, n, loss: progress(s - 1, n, f"train loss {loss:.4f}")) if progress else None)
+    tc = cfg.train_config()
+    losses = train(model, staged, tc, out / "ckpt",
+                   (lambda s, n, loss: progress(s - 1, n, f"train loss {loss:.4f}")) if progress else None,
+                   config=_resume_settings(cfg, tc, [data / n for n in names]))
     return model.eval(), losses
 
 
@@ -245,7 +255,8 @@ def finetune_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig, mod
                      ckpt_every=max(1, min(100, cfg.finetune_steps // 10)), seed=cfg.seed + 5)
     model.train()
     losses = train(model, every.batches(cfg.batch, cfg.frames), tc, out / "ckpt_finetune",
-                   (lambda s, n, loss: progress(s - 1, n, f"finetune loss {loss:.4f}")) if progress else None)
+                   (lambda s, n, loss: progress(s - 1, n, f"finetune loss {loss:.4f}")) if progress else None,
+                   config=_resume_settings(cfg, tc, [data / n for n in names]))
     return model.eval(), losses
 
 

@@ -105,6 +105,20 @@ def _save(path: pathlib.Path, state: dict) -> None:
     tmp = path.with_suffix(f".{os.getpid()}.tmp")  # this process's own: never another's half-written file
     torch.save(state, tmp)
     os.replace(tmp, path)  # atomic: a kill never leaves a half-written checkpoint
+    for stale in path.parent.glob(f"{path.stem}.*.tmp"):  # what a process killed inside its write left
+        pid = stale.name.split(".")[-2]
+        if pid.isdigit() and not _alive(int(pid)):
+            stale.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _config_diff(saved: dict, now: dict, prefix: str = "") -> list[str]:
@@ -148,7 +162,7 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98))
     gen = torch.Generator().manual_seed(cfg.seed)  # the global batch stream: the same on every rank
     torch.manual_seed(cfg.seed)
-    step, losses, seconds = 0, [], 0.0
+    step, losses, seconds, diverged = 0, [], 0.0, None
     if last.exists():
         state = read_checkpoint(last)
         if config is not None and state.get("config") is None:
@@ -164,6 +178,7 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
         gen.set_state(state["gen"])
         torch.set_rng_state(state["torch_rng"])
         step, losses, seconds = state["step"], state["losses"], state.get("seconds", 0.0)
+        diverged = state.get("diverged")
     saved = step  # the step of the checkpoint a rerun resumes from
     net = model
     if size > 1:
@@ -173,7 +188,7 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
     model.train()
     t0 = time.perf_counter() - seconds  # wall time of all sessions of this run, kept in the checkpoint
     try:
-        while step < cfg.steps:
+        while step < cfg.steps and diverged is None:  # a diverged run is finished: its rerun reports it again
             lr = cfg.lr_at(step)
             for g in opt.param_groups:
                 g["lr"] = lr
@@ -188,9 +203,23 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
             opt.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip))
+            loss_value = mean_over_ranks(loss, size).item()  # every rank sees the same loss and gradient norm
+            if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+                # diverged: this step is not taken, so the weights stay those of the last finite step, and the
+                # run ends as a result (its checkpoint says where), not as NaN weights trained on to the end
+                diverged = {"step": step + 1, "loss": loss_value, "grad_norm": grad_norm}
+                if metrics is not None:
+                    metrics.log(step + 1, loss_value, lr, grad_norm, time.perf_counter() - t0)
+                if rank == 0:
+                    _save(last, {"format": CHECKPOINT_FORMAT, "model": model.state_dict(),
+                                 "optimizer": opt.state_dict(), "step": step, "losses": losses, "gen": gen.get_state(),
+                                 "torch_rng": torch.get_rng_state(), "seconds": time.perf_counter() - t0,
+                                 "config": config, "world_size": size, "provenance": provenance.record(),
+                                 "diverged": diverged})
+                break
             opt.step()
             step += 1
-            losses.append(mean_over_ranks(loss, size).item())
+            losses.append(loss_value)
             elapsed = time.perf_counter() - t0
             if metrics is not None:
                 metrics.log(step, losses[-1], lr, grad_norm, elapsed)
@@ -305,10 +334,14 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
             model.save(tmp)
             state = read_checkpoint(last)
             model_provenance.write(tmp, {  # what made it, readable with training.provenance.read
-                "max_local_speakers": model_cfg.n_speakers, "window_frames": frames, "training": settings,
+                "max_local_speakers": model_cfg.n_speakers, "window_frames": frames,
+                "window_seconds": round(frames * mixtures.cfg.frame_seconds, 6), "training": settings,
                 "steps": state["step"], "world_size": size, "train_seconds": round(state.get("seconds", 0.0), 1),
-                "versions": model_provenance.versions()})
+                "versions": model_provenance.versions(), **({"diverged": state["diverged"]}
+                                                            if state.get("diverged") else {})})
             os.replace(tmp, out / "model.pt")
+        diverged = state.get("diverged") if rank == 0 else None  # rank 0 reports; its checkpoint says
     steps = len(losses) - start
     return {"rank": rank, "world_size": size, "device": str(dev), "losses": losses, "mixtures": len(mixtures.items),
-            "steps": steps, "seconds": seconds, "samples_per_s": batch * steps / seconds if steps else 0.0}
+            "steps": steps, "seconds": seconds, "samples_per_s": batch * steps / seconds if steps else 0.0,
+            "diverged": diverged}
