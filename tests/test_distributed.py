@@ -358,3 +358,20 @@ def test_ranks_share_the_cores_by_default(tmp_path, monkeypatch, capsys):
     finally:
         torch.set_num_threads(before)
     capsys.readouterr()
+
+
+def test_launcher_values_out_of_range_are_one_line(monkeypatch):
+    """LOCAL_RANK=abc was int()'s traceback; a join timeout of 1e14 s timedelta's OverflowError; a Ray port of
+    99999 wrapped round to another port."""
+    from normlab import devices, distributed
+    from normlab._checks import BadValue
+    from normlab.studies.ray_executor import _check_reachable
+
+    monkeypatch.setenv("LOCAL_RANK", "abc")
+    with pytest.raises(BadValue, match="LOCAL_RANK must be a whole number"):
+        devices.resolve("cpu")
+    monkeypatch.setenv("NORMLAB_JOIN_TIMEOUT", "100000000000000")
+    with pytest.raises(BadValue, match="NORMLAB_JOIN_TIMEOUT"):
+        distributed._join_timeout()
+    with pytest.raises(BadValue, match="a port from 1 to 65535"):
+        _check_reachable("127.0.0.1:99999")

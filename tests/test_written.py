@@ -48,3 +48,25 @@ def test_a_store_file_of_another_kind_stops_the_report_in_one_line(tmp_path):
     with pytest.raises(ValueError, match="runs.sqlite is not a normlab store") as e:
         run_studies(tmp_path, only=["lesson_stats"], progress=False)
     assert "\n" not in str(e.value) and (tmp_path / "runs.sqlite").read_text().startswith("my notes")
+
+
+def test_a_kill_inside_a_write_leaves_the_file_normlab_wrote_before(tmp_path, monkeypatch):
+    """results.json and index.html were written in place: a kill halfway left half a page, which the next run
+    took for someone else's ("exists and normlab did not write it")."""
+    import pathlib
+
+    page = tmp_path / "index.html"
+    written.write_text(page, "<p>first run</p>\n")
+    real = pathlib.Path.write_text
+
+    def killed_halfway(self, text, *args, **kw):
+        real(self, text[: len(text) // 2], *args, **kw)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pathlib.Path, "write_text", killed_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        written.write_text(page, "<p>second run</p>\n" * 100)
+    monkeypatch.setattr(pathlib.Path, "write_text", real)
+    assert page.read_text() == "<p>first run</p>\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != written.LIST) == ["index.html"]  # no temporary
+    written.check([page])  # still normlab's own: the next run replaces it

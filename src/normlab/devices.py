@@ -37,7 +37,10 @@ def resolve(spec: str = "auto", local_rank: int | None = None):
     if not SPEC.match(spec or ""):
         raise BadValue(f"--device must be cpu, cuda, cuda:N or auto, got {spec!r}")
     if local_rank is None:
-        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        text = os.environ.get("LOCAL_RANK", "0").strip()
+        if not text.isdigit():
+            raise BadValue(f"LOCAL_RANK must be a whole number >= 0 (the launcher sets it), got {text!r}")
+        local_rank = int(text)
     if spec == "cpu" or (spec == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():

@@ -68,7 +68,8 @@ def launch_settings() -> dict:
 
 def _join_timeout() -> float:
     text = os.environ.get("NORMLAB_JOIN_TIMEOUT")
-    return JOIN_TIMEOUT_S if text is None else float(_whole("NORMLAB_JOIN_TIMEOUT", text, least=1))
+    # at most a week: timedelta overflows near 1e14 s
+    return JOIN_TIMEOUT_S if text is None else float(_whole("NORMLAB_JOIN_TIMEOUT", text, least=1, most=7 * 86400))
 
 
 def _join(settings: dict, join_timeout: float, timeout_s: float):

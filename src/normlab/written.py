@@ -63,9 +63,15 @@ def record(path) -> None:
 
 
 def write_text(path, text: str) -> None:
-    """Write ``text`` to ``path`` and record it."""
+    """Write ``text`` to ``path`` whole (a temporary file renamed over it: a kill mid-write leaves the old file,
+    not half a new one that the next run would take for the user's) and record it."""
     path = pathlib.Path(path)
     if path.is_symlink():  # never write through a link into a file elsewhere
         path.unlink()
-    path.write_text(text)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     record(path)

@@ -41,6 +41,7 @@ def test_version_names_normlab_torch_and_python():
     (["diarize", "train", "--data", "d", "--out", "o", "--norm", "groupnorm"], "invalid choice: 'groupnorm'"),
     # a model the pipeline cannot read, whose loss tries 9! orders a step (GBs of memory)
     (["diarize", "train", "--data", "d", "--out", "o", "--n-speakers", "9"], "n_speakers is at most 8"),
+    (["diarize", "train", "--data", "d", "--out", "o", "--tensorboard", ""], "expected a path, got an empty one"),
     (["diarize", "recipe", "--out", "o", "--n-speakers", "9"], "n_speakers is at most 8"),
     (["diarize", "train", "--data", "d", "--out", "o", "--placement", "middle"], "invalid choice: 'middle'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--encoder", "lstm"], "invalid choice: 'lstm'"),

@@ -34,6 +34,13 @@ def counted_cell(cfg: dict) -> dict:
     return {"y": cfg["x"] ** 2}
 
 
+def dying_cell(cfg: dict) -> dict:
+    """Kills its own worker process (as the kernel's out-of-memory killer or a ``kill -9`` would) when asked."""
+    if cfg.get("die"):
+        os._exit(9)
+    return {"y": cfg["x"]}
+
+
 def executions(log: pathlib.Path) -> dict[int, int]:
     lines = log.read_text().split() if log.exists() else []
     return {int(x): lines.count(x) for x in set(lines)}
@@ -294,3 +301,49 @@ def test_a_cell_runs_on_the_fixed_dispatch_table_and_leaves_autotune_as_it_was(m
     result, _, _ = runner_mod._call(__name__, "dispatch_cell", {}, threads=1)
     assert result["why"].startswith("fixed table"), result
     assert autotune.enabled()
+
+
+def test_a_worker_that_dies_is_one_line_and_the_finished_cells_are_kept(tmp_path):
+    """A worker killed mid-sweep surfaced as BrokenProcessPool: a traceback and "a bug in normlab"."""
+    from normlab._checks import Unavailable
+
+    store = Store(str(tmp_path / "runs.sqlite"))
+    Runner(store, jobs=2).map("demo", dying_cell, [{"x": 0}, {"x": 1}])
+    with pytest.raises(Unavailable, match="a worker process died .* run the same command again to resume"):
+        Runner(store, jobs=2).map("demo", dying_cell, [{"x": 0}, {"x": 1}, {"x": 2, "die": True}, {"x": 3}])
+    assert store.count() >= 2  # what had finished is there for the rerun
+
+
+def test_a_store_damaged_after_it_was_opened_is_one_line(tmp_path, monkeypatch):
+    """Only a store unreadable at open time was one line; damage found by a later read was a traceback."""
+    from normlab._checks import UserError
+
+    store = Store(str(tmp_path / "runs.sqlite"))
+
+    class Damaged:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def execute(self, *args):
+            raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(store, "_connect", Damaged)
+    with pytest.raises(UserError, match="runs.sqlite is damaged .*malformed.*move it away"):
+        store.get("any key")
+
+
+def test_two_reports_in_one_folder_the_second_is_refused(tmp_path):
+    """Two reports into one --out each wrote results.json from what they read at their start (one's claims lost),
+    or one found the other's store half made ("not a normlab store")."""
+    from normlab._checks import UserError
+    from normlab.locks import folder_lock
+    from normlab.studies.report import run_studies
+
+    out = tmp_path / "report"
+    with folder_lock(out, "written", "wait"):  # another report holds the folder
+        with pytest.raises(UserError, match=f"{out} is being written by process {os.getpid()}"):
+            run_studies(out, scale="test", only=["lesson_stats"], progress=False)
+    assert not (out / "runs.sqlite").exists()

@@ -424,7 +424,7 @@ def add_parsers(sub, name: str) -> None:
                     "torchrun the machine's cores shared among its ranks)")
     tr.add_argument("--seed", type=seed, default=0, help=f"random seed {d}")
     tr.add_argument("--device", type=check_spec, default="cpu", help=f"{DEVICE_HELP} {d}")
-    tr.add_argument("--tensorboard", default=None, metavar="DIR",
+    tr.add_argument("--tensorboard", type=a_path, default=None, metavar="DIR",
                     help="also log loss, lr and gradient norm for TensorBoard in DIR (needs normlab[scale]; "
                     "default: no log)")
     renamed(tr, layers="--n-layers", speakers="--n-speakers")

@@ -42,8 +42,8 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
     """A one-line ConnectionError when nothing listens at ``HOST:PORT``, or something that is not a Ray
     cluster's head does (Ray itself would retry for minutes, printing a warning every few seconds)."""
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise BadValue(f"--address must be auto or HOST:PORT, got {address!r}")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise BadValue(f"--address must be auto or HOST:PORT (a port from 1 to 65535), got {address!r}")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout) as sock:
             grpc = _speaks_grpc(sock)

@@ -9,6 +9,7 @@ import time
 
 from .. import provenance, written
 from .._checks import BadValue
+from ..locks import folder_lock
 from ..progress import Progress
 from . import STUDIES, load
 from .base import Context, pyplot
@@ -33,6 +34,14 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
         check_ready(address)
     written.check([out / "results.json", out / "index.html", *sorted((out / "figures").glob("*.png"))],
                   overwrite=overwrite, hint="give --out another folder")
+    # one report at a time in a folder: two wrote results.json from what each read at its start (one's claims
+    # lost), and one could find the other's store half made
+    with folder_lock(out, "written", "wait for that report to finish, or give --out another folder"):
+        return _run_studies(out, scale, jobs, only, progress, executor, address, device, seed_offset, overwrite)
+
+
+def _run_studies(out: pathlib.Path, scale: str, jobs: int, only: list[str] | None, progress: bool, executor: str,
+                 address: str | None, device: str, seed_offset: int, overwrite: bool) -> dict:
     previous = out / "results.json"
     old = _previous(previous) if only else {}
     if old and (old.get("scale"), old.get("seed_offset", 0)) != (scale, seed_offset):  # would mix two settings

@@ -35,6 +35,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 from .. import __version__, tracking
 from ..progress import Progress
@@ -128,8 +129,14 @@ class Store:
 
     def get(self, key: str) -> dict | None:
         """A finished cell's result; ``None`` if it never ran or raised (a re-run retries errors)."""
-        with self._connect() as db:
-            row = db.execute("SELECT status, result FROM cells WHERE key = ?", (key,)).fetchone()
+        try:
+            with self._connect() as db:
+                row = db.execute("SELECT status, result FROM cells WHERE key = ?", (key,)).fetchone()
+        except sqlite3.DatabaseError as e:  # damaged after it was opened (a disk error, a partial copy)
+            from .._checks import BadValue
+
+            raise BadValue(f"{self.path} is damaged ({e}): move it away (its cells are then computed again), or "
+                           "give --out another folder") from None
         if row is None or row[0] == "error":
             return None
         return {"status": row[0], **json.loads(row[1])}
@@ -246,14 +253,25 @@ class Runner:
             for k, c in todo.items():
                 yield (k, c, *_call(fn.__module__, fn.__qualname__, c, threads, self.device))
             return
-        with ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"), initializer=exit_on_interrupt) as pool:
+        pool = ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"), initializer=exit_on_interrupt)
+        try:
             pending = {pool.submit(_call, fn.__module__, fn.__qualname__, c, threads, self.device): (k, c)
                        for k, c in todo.items()}
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     k, c = pending.pop(fut)
-                    yield (k, c, *fut.result())
+                    try:
+                        result = fut.result()
+                    except BrokenProcessPool:  # a worker killed (by a signal, or for memory): not a bug here
+                        from .._checks import Unavailable
+
+                        raise Unavailable(f"a worker process died while the cells of {fn.__qualname__} ran (killed, "
+                                          "or out of memory); the finished cells are kept: run the same command "
+                                          "again to resume") from None
+                    yield (k, c, *result)
+        finally:  # on an interrupt or an error the queued cells are dropped, not computed first and then lost
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def close(self) -> None:
         """Stop the Ray instance this runner started (if any)."""

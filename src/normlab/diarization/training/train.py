@@ -13,7 +13,6 @@ import math
 import numbers
 import os
 import pathlib
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import torch
 from ... import provenance, tracking
 from ..._checks import BadValue, Unavailable, UserError, check_count
 from ...distributed import mean_over_ranks, shard, world
+from ...locks import folder_lock
 from .pit import pit_loss
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # feats (B,T,F), labels (B,T,S), pad mask (B,T)
@@ -257,29 +257,11 @@ def data_digest(folders: list[pathlib.Path]) -> str:
     return h.hexdigest()[:16]
 
 
-@contextlib.contextmanager
 def run_lock(folder: pathlib.Path):
-    """Hold ``folder/.lock`` (an exclusive ``flock``) for the block: a second training into the same folder stops
-    with one line instead of training beside the first (the two replaced each other's checkpoints)."""
-    import fcntl
-
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.seek(0)
-            holder = f.read().strip() or "another process"
-            raise BadValue(f"{folder.parent} is being trained by {holder}: wait for it to finish (or stop it), "
-                           "or give another --out") from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"process {os.getpid()} on {platform.node()}")
-        f.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    """Hold ``folder/.lock`` for the block: a second training into the same folder stops with one line instead of
+    training beside the first (the two replaced each other's checkpoints)."""
+    return folder_lock(folder, "trained", "wait for it to finish (or stop it), or give another --out",
+                       shown=folder.parent)
 
 
 def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, batch: int = 8, frames: int = 500,
