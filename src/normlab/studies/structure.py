@@ -63,8 +63,8 @@ def run(ctx: Context) -> dict:
     claims = [
         claim("8", "DeepNorm, encoder-only: alpha = (2N)^(1/4); beta = (8N)^(-1/4) scales the FFN, value and output "
                    "projections only", "Wang et al. 2022, §4.3", d,
-              c8, alpha_ok and abs(d["beta_lib"] - beta) < 1e-12
-              and abs(d["alpha_lib"] - d["alpha_formula"]) < 1e-12 and scaled_ok and unscaled_ok, exact),
+              c8, alpha_ok and abs(d["beta_lib"] - beta) < tol
+              and abs(d["alpha_lib"] - d["alpha_formula"]) < tol and scaled_ok and unscaled_ok, exact),
         claim("15", "Conformer: each module is a pre-norm residual unit and every block ends with a LayerNorm",
               "Gulati et al. 2020", c, c15, branch_ok and out_ok, exact),
     ]
