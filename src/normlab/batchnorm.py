@@ -70,11 +70,14 @@ class MaskedBatchNorm(nn.Module):
             # the check reads the count's value, which torch.compile and torch.export cannot (export refused the model)
             if not torch.compiler.is_compiling() and count < 2:
                 raise BadValue("MaskedBatchNorm in training needs at least 2 valid frames per batch")
-            # padded frames are selected out, not multiplied by 0: a NaN or inf there (attention over a fully
-            # padded row gives NaN) would survive a product and reach every feature's statistics
-            zero = xa.new_zeros(())
-            mean = torch.where(valid, xa, zero).sum(0) / count  # D
-            var = torch.where(valid, (xa - mean) ** 2, zero).sum(0) / count  # D   biased
+            # padded frames are replaced by 0 before anything reads them, not multiplied by 0: a NaN or inf there
+            # (attention over a fully padded row gives NaN) would survive a product, forward or backward, and
+            # reach every feature's statistics and the weights' gradients. Their outputs are then finite values
+            # of no meaning, which nothing downstream reads
+            xa = torch.where(valid, xa, xa.new_zeros(()))  # M, D
+            mean = xa.sum(0) / count  # D
+            var = torch.where(valid, (xa - mean) ** 2, xa.new_zeros(())).sum(0) / count  # D   biased
+            x = xa.reshape(x.shape).to(x.dtype)
             with torch.no_grad():
                 self.num_batches_tracked += 1
                 rate = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum

@@ -98,17 +98,21 @@ def rms_norm(
 
 
 def _add_norm(x, residual, normalized_shape, weight, bias, eps, residual_in_fp32, impl, *, rms):
+    half = (torch.float16, torch.bfloat16)
+    if isinstance(x, Tensor) and isinstance(residual, Tensor) and x.dtype.is_floating_point and \
+            residual.dtype.is_floating_point and not (residual_in_fp32 and x.dtype in half):
+        # y and s in the dtype eager ``norm(x + residual)`` gives: a bfloat16 branch added to a float32 stream (as
+        # under autocast) is float32, exactly. With residual_in_fp32 a half x keeps y in its dtype (s is the
+        # float32 stream a chain of such calls passes on as the next residual). Promoted before the checks, so
+        # RMSNorm's default eps is the promoted dtype's
+        dtype = torch.promote_types(x.dtype, residual.dtype)
+        x = x if x.dtype == dtype else x.to(dtype)
     shape, eps = _prepare(x, normalized_shape, weight, bias, eps, rms=rms)
     check_input(residual, shape, "residual")
     check_device(residual, x, "residual")
     if residual.shape != x.shape:
         raise BadValue(f"residual has shape {list(residual.shape)} but x has shape {list(x.shape)}")
-    # y and s in the dtype eager ``norm(x + residual)`` gives: a bfloat16 branch added to a float32 stream (as
-    # under autocast) is float32, exactly; residual_in_fp32 raises s alone to float32 where both are half
-    dtype = torch.promote_types(x.dtype, residual.dtype)
-    if x.dtype != dtype:
-        x = x.to(dtype)
-    s_dtype = torch.float32 if residual_in_fp32 and dtype in (torch.float16, torch.bfloat16) else dtype
+    s_dtype = torch.float32 if residual_in_fp32 and x.dtype in half else torch.promote_types(x.dtype, residual.dtype)
     op = "add_rms_norm" if rms else "add_layer_norm"
     return kernels.dispatch(op, x, residual, shape, weight, bias, eps, impl=impl, s_dtype=s_dtype)
 
@@ -130,9 +134,10 @@ def add_layer_norm(
     normalized input of the next sublayer. ``residual`` must have the shape of
     ``x`` (no broadcasting). ``y`` and ``s`` have the dtype ``x + residual`` has
     in torch (a float16/bfloat16 ``x`` added to a float32 stream gives float32,
-    as under autocast). With ``residual_in_fp32=True`` and both in
-    float16/bfloat16, ``s`` is returned in float32 so the residual stream keeps
-    full precision across layers, and ``y`` stays in their dtype.
+    as under autocast). With ``residual_in_fp32=True`` and a float16/bfloat16
+    ``x``, ``s`` is returned in float32 so the residual stream keeps full
+    precision across layers (pass it on as the next call's ``residual``), and
+    ``y`` stays in the dtype of ``x``.
     """
     return _add_norm(x, residual, normalized_shape, weight, bias, eps, residual_in_fp32, impl, rms=False)
 

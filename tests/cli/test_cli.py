@@ -84,8 +84,10 @@ def test_version_names_normlab_torch_and_python():
     (["diarize", "--out", "train", "--median", "4", "a.wav"], "normlab diarize run: error: argument --median"),
     (["diarize", "--out", "score", "--median", "4", "a.wav"], "normlab diarize run: error: argument --median"),
 ])
-def test_user_errors_are_one_line_and_exit_2(argv, message, capsys):
+def test_user_errors_are_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeypatch):
     from normlab.cli import main
+
+    monkeypatch.chdir(tmp_path)  # their relative paths (d, o) must never reach the repository, even if one ran
 
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

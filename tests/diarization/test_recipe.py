@@ -1,5 +1,6 @@
 """Post-processing tuned on dev, the learning-rate schedule, model files, the recipe end to end, the shipped model."""
 import dataclasses
+import inspect
 import math
 import shutil
 import warnings
@@ -303,3 +304,23 @@ def test_a_warmup_as_long_as_the_run_is_said():
     with pytest.warns(UserWarning, match="never reaches its peak"):
         cfg = TrainConfig(steps=10, warmup=200)
     assert max(cfg.lr_at(s) for s in range(10)) < cfg.lr
+
+
+def test_a_recipe_stage_that_diverged_stops_the_recipe_with_one_line(tmp_path):
+    """The recipe never read its stages' divergence: it tuned and scored the weights of the last finite step as
+    the model (and with no finite step, stopped on a ZeroDivisionError)."""
+    from normlab._checks import UserError
+    from normlab.diarization.training import recipe
+    from normlab.diarization.training.train import read_checkpoint
+
+    last = tmp_path / "last.pt"
+    state = {"format": 1, "step": 3, "losses": [1.0, 2.0, 3.0], "model": {}, "optimizer": {},
+             "gen": torch.Generator().get_state(), "torch_rng": torch.get_rng_state()}
+    torch.save(state, last)
+    recipe._stop_if_diverged(last)  # a finished stage: nothing to say
+    torch.save({**state, "diverged": {"step": 4, "loss": float("nan"), "grad_norm": float("inf")}}, last)
+    assert read_checkpoint(last)["diverged"]["step"] == 4
+    with pytest.raises(UserError, match=r"training diverged at step 4 \(loss nan, gradient norm inf\); .* step 3"):
+        recipe._stop_if_diverged(last)
+    for stage in (recipe.train_model, recipe.finetune_model):  # both stages ask
+        assert "_stop_if_diverged(" in inspect.getsource(stage)

@@ -248,8 +248,9 @@ def test_a_diverged_training_is_a_result_not_nan_weights(tmp_path, capsys):
     assert meta["diverged"]["step"] == step and meta["steps"] == step - 1
     csv = (out / "ckpt" / "metrics.csv").read_text().splitlines()
     assert csv[-1].startswith(f"{step},") and ("nan" in csv[-1].lower() or "inf" in csv[-1].lower())
-    assert main(args) == 1  # the same command again: the same result, no training
+    assert main(args) == 1  # the same command again: the same result, no training, the mark kept
     assert f"diverged at step {step}" in capsys.readouterr().err
+    assert (out / "ckpt" / "metrics.csv").read_text().splitlines() == csv
 
 
 def test_a_kill_inside_a_wav_write_is_simulated_again(tmp_path, monkeypatch):

@@ -568,6 +568,30 @@ def test_the_residual_sum_has_the_dtype_and_value_of_eager_addition(impl, x_dt, 
     torch.testing.assert_close(y, y_ref, **({"rtol": 1e-2, "atol": 1e-2} if y.dtype in HALF else {}))
 
 
+@pytest.mark.parametrize("impl", FAST_IMPLS)
+def test_a_residual_in_fp32_chain_keeps_y_in_the_half_dtype(impl):
+    """residual_in_fp32's float32 s is the next call's residual: y came back float32 from the second call on
+    (promoted with that residual), and the next bfloat16 layer refused it."""
+    g = torch.Generator().manual_seed(0)
+    lin = nn.Linear(32, 32).bfloat16()
+    h, r = torch.randn(4, 32, generator=g).bfloat16(), torch.zeros(4, 32, dtype=torch.bfloat16)
+    skip_unsupported(impl, "add_layer_norm", h)
+    for _ in range(3):
+        y, r = F.add_layer_norm(h, r, 32, residual_in_fp32=True, impl=impl)
+        assert y.dtype == torch.bfloat16 and r.dtype == torch.float32
+        h = lin(y)
+
+
+@pytest.mark.parametrize("impl", FAST_IMPLS)
+def test_rms_norms_default_eps_is_the_promoted_dtypes(impl):
+    """float32 x with a float64 residual is normalized in float64, with float32's machine epsilon as eps: a row
+    of [1e-5, 0, 0, 0] read 0.029 where eager rms_norm(x + r) reads 2."""
+    x = torch.tensor([[1e-5, 0.0, 0.0, 0.0]])
+    skip_unsupported(impl, "add_rms_norm", x)
+    y, s = F.add_rms_norm(x, torch.zeros(1, 4, dtype=torch.float64), 4, impl=impl)
+    torch.testing.assert_close(y, TF.rms_norm(x.double(), [4]))
+
+
 @pytest.mark.skipif(not fused.available(), reason="no compiler")
 def test_a_forced_impl_that_cannot_run_the_call_is_an_error_under_torch_compile_too():
     """Inside a user's torch.compile a forced impl skipped its supports(): impl="native" for rms_norm ran

@@ -198,3 +198,19 @@ def test_a_meta_device_build_loads_into_the_same_model(placement):
     x = torch.randn(2, 5, 16)
     assert torch.equal(built.eval()(x), ref(x))
     assert torch.equal(built.double()(x.double()), ref.double()(x.double()))
+
+
+def test_a_meta_device_build_of_the_video_encoder_loads_into_the_same_model():
+    """Its frame positions were a non-persistent buffer too: NaN after to_empty() and load_state_dict()."""
+    from normlab.models.video import VideoEncoder
+
+    torch.manual_seed(0)
+    ref = VideoEncoder(16, 2, 2, 32, n_patches=3).eval()
+    with torch.device("meta"):
+        built = VideoEncoder(16, 2, 2, 32, n_patches=3)
+    built.to_empty(device="cpu")
+    built.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 4, 3, 16)
+    assert torch.equal(built.eval()(x), ref(x))
+    with pytest.raises(ValueError, match="exceeds max_len"):
+        VideoEncoder(16, 2, 1, n_patches=3, max_frames=2)(x)

@@ -176,6 +176,16 @@ def test_masked_batchnorm_ignores_whatever_the_padding_holds(bad):
     torch.testing.assert_close(y[~mask], y_ref)
     torch.testing.assert_close(bn.running_mean, ref.running_mean)
     torch.testing.assert_close(bn.running_var, ref.running_var)
+    # and backward: the gradients of a loss on the valid frames are finite and as torch's on those frames alone
+    xg = x.clone().requires_grad_()
+    bn2 = MaskedBatchNorm(4).double().train()
+    (bn2(xg, mask)[~mask] ** 2).sum().backward()
+    ref2 = torch.nn.BatchNorm1d(4).double()
+    xv = x[~mask].clone().requires_grad_()
+    (ref2(xv) ** 2).sum().backward()
+    torch.testing.assert_close(bn2.weight.grad, ref2.weight.grad)
+    torch.testing.assert_close(bn2.bias.grad, ref2.bias.grad)
+    torch.testing.assert_close(xg.grad[~mask], xv.grad)
 
 
 def test_masked_batchnorm_takes_only_a_bool_mask_of_leading_dims():

@@ -146,7 +146,8 @@ def _fixed(op: str, x: Tensor, eps: float, d: int) -> str:
 def _unsupported(impl: str, op: str, x: Tensor, eps: float) -> BadValue:
     if get_kernel(impl).accepts(op, x, eps):  # within its contract: this machine could not build it
         return BadValue(f"impl {impl!r} cannot run {op} for {x.dtype} on this machine: its kernels could not be "
-                        "built for it (the warning before this says why)")
+                        "built or loaded here (normlab builds them on Linux with a C++ compiler; where that failed, "
+                        "a warning said why)")
     return BadValue(f"impl {impl!r} does not support {op} for {x.dtype} on {x.device.type} with eps={eps}")
 
 

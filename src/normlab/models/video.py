@@ -16,7 +16,7 @@ from torch import nn
 from .._checks import BadValue, check_choice
 from ..nn.attention import MultiHeadSelfAttention
 from ..nn.feedforward import FeedForward
-from ..nn.positional import sinusoidal_table
+from ..nn.positional import Sinusoids
 from ..nn.residual import Carry
 from .placement import LayerSpec
 from .stack import Block, Stack
@@ -74,13 +74,13 @@ class VideoEncoder(Stack):
                          dim=d_model, norm=norm, placement=placement, init=init, norm_kw=norm_kw,
                          inputs={"patch_pos": nn.Parameter(torch.randn(n_patches, d_model) * 0.02)})  # N, D
         self.attention, self.n_patches = attention, n_patches
-        self.register_buffer("frame_pos", sinusoidal_table(max_frames, d_model), persistent=False)  # T, D
+        self.frame_pos = Sinusoids(d_model, max_frames)  # T, D at first use (no buffer, no module)
 
     def forward(self, x: torch.Tensor, frame_mask: torch.Tensor | None = None) -> torch.Tensor:
         b, t, n, d = x.shape
         if n != self.n_patches:
             raise BadValue(f"expected {self.n_patches} patches per frame, got input of shape {list(x.shape)}")
-        x = x + self.patch_pos + self.frame_pos[:t, None, :].to(x.dtype)  # B, T, N, D
+        x = x + self.patch_pos + self.frame_pos(t, x)[:, None, :]  # B, T, N, D
         if self.attention == "divided":
             return self.run_layers(x, frame_mask, mask_final_norm=False)  # B, T, N, D
         mask = None if frame_mask is None else frame_mask.repeat_interleave(n, dim=1)  # B, T*N

@@ -21,36 +21,48 @@ def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
     return table
 
 
-class PositionalEncoding(nn.Module):
-    """``x + PE[:T]`` with a sinusoidal table, a learned table (``table``, a parameter), or nothing.
+class Sinusoids:
+    """The sinusoidal table's first rows, made at the first call for each device and dtype and kept.
 
-    The sinusoidal table is no parameter and no buffer: it is made at the first call for each device and dtype
-    and kept (a non-persistent buffer was left unset by ``to_empty()`` after a meta-device build, and
-    ``load_state_dict`` does not restore one).
+    No parameter and no buffer (a non-persistent buffer is left unset by ``to_empty()`` after a meta-device
+    build, and ``load_state_dict`` does not restore one), and no module: nothing to hook.
     """
+
+    def __init__(self, d_model: int, max_len: int):
+        self.d_model, self.max_len = d_model, max_len
+        self._tables: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+    def __call__(self, t: int, like: torch.Tensor) -> torch.Tensor:
+        """``PE[:t]`` ``(t, D)`` on ``like``'s device, in its dtype."""
+        if t > self.max_len:
+            raise BadValue(f"sequence length {t} exceeds max_len {self.max_len}")
+        key = (like.device, like.dtype)
+        table = self._tables.get(key)
+        if table is None:
+            # made in float32, then cast (the values a float32 buffer cast at each call gave)
+            table = sinusoidal_table(self.max_len, self.d_model).to(device=like.device, dtype=like.dtype)  # T, D
+            if not (torch.jit.is_tracing() or torch.compiler.is_compiling()):  # tracers record it as ops
+                self._tables[key] = table
+        return table[:t]  # T, D
+
+
+class PositionalEncoding(nn.Module):
+    """``x + PE[:T]`` with a sinusoidal table (:class:`Sinusoids`), a learned table (``table``, a parameter), or
+    nothing."""
 
     def __init__(self, kind: str, d_model: int, max_len: int = 4096):
         super().__init__()
         check_choice(kind, POSITIONS, "positional encoding")
         self.kind, self.d_model, self.max_len = kind, d_model, max_len
         self.table = nn.Parameter(torch.randn(max_len, d_model) * 0.02) if kind == "learned" else None
-        self._sinusoids: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+        self.sinusoids = Sinusoids(d_model, max_len) if kind == "sinusoidal" else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "none":
             return x
         t = x.shape[1]
+        if self.table is None:
+            return x + self.sinusoids(t, x)  # B, T, D
         if t > self.max_len:
             raise BadValue(f"sequence length {t} exceeds max_len {self.max_len}")
-        table = self.table if self.table is not None else self._sinusoid(x)
-        return x + table[:t].to(x.dtype)  # B, T, D
-
-    def _sinusoid(self, x: torch.Tensor) -> torch.Tensor:
-        key = (x.device, x.dtype)
-        table = self._sinusoids.get(key)
-        if table is None:
-            # made in float32, then cast (the values a float32 buffer cast at each call gave)
-            table = sinusoidal_table(self.max_len, self.d_model).to(device=x.device, dtype=x.dtype)  # T, D
-            if not (torch.jit.is_tracing() or torch.compiler.is_compiling()):  # tracers record it as ops
-                self._sinusoids[key] = table
-        return table
+        return x + self.table[:t].to(x.dtype)  # B, T, D

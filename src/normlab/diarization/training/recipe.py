@@ -241,7 +241,20 @@ def train_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig,
     losses = train(model, staged, tc, out / "ckpt",
                    (lambda s, n, loss: progress(s - 1, n, f"train loss {loss:.4f}")) if progress else None,
                    config=_resume_settings(cfg, tc, [data / n for n in names]))
+    _stop_if_diverged(out / "ckpt" / "last.pt")
     return model.eval(), losses
+
+
+def _stop_if_diverged(last: pathlib.Path) -> None:
+    """A stage whose training diverged ends the recipe with one line: its checkpoint keeps the last finite
+    weights and says where (a rerun reports it again); nothing is tuned or scored on them."""
+    d = read_checkpoint(last).get("diverged")
+    if d:
+        from ..._checks import BadValue
+
+        raise BadValue(f"training diverged at step {d['step']} (loss {d['loss']:.4g}, gradient norm "
+                       f"{d['grad_norm']:.4g}); {last} keeps the weights of step {d['step'] - 1}: run the recipe "
+                       "again with a lower learning rate into another --out")
 
 
 def finetune_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig, model: EENDModel,
@@ -254,9 +267,12 @@ def finetune_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig, mod
     tc = TrainConfig(steps=cfg.finetune_steps, lr=cfg.finetune_lr, warmup=max(1, cfg.warmup // 4), decay="cosine",
                      ckpt_every=max(1, min(100, cfg.finetune_steps // 10)), seed=cfg.seed + 5)
     model.train()
+    # the stage starts from the trained model: a longer first stage is another start
+    start = {"first_stage": _resume_settings(cfg, cfg.train_config(), [data / n for n in names]), "steps": cfg.steps}
     losses = train(model, every.batches(cfg.batch, cfg.frames), tc, out / "ckpt_finetune",
                    (lambda s, n, loss: progress(s - 1, n, f"finetune loss {loss:.4f}")) if progress else None,
-                   config=_resume_settings(cfg, tc, [data / n for n in names]))
+                   config={**_resume_settings(cfg, tc, [data / n for n in names]), "start": start})
+    _stop_if_diverged(out / "ckpt_finetune" / "last.pt")
     return model.eval(), losses
 
 

@@ -184,7 +184,9 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
     if size > 1:
         net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                                         else None)
-    metrics = tracking.MetricsLog(ckpt_dir / "metrics.csv", step, tensorboard) if rank == 0 else None
+    # (rows after the checkpoint's step are a killed session's and go; a divergence's row stays)
+    metrics = (tracking.MetricsLog(ckpt_dir / "metrics.csv", diverged["step"] if diverged else step, tensorboard)
+               if rank == 0 else None)
     model.train()
     t0 = time.perf_counter() - seconds  # wall time of all sessions of this run, kept in the checkpoint
     try:
