@@ -174,17 +174,23 @@ def test_float16_near_max_gives_no_overflow(op, impl):
     assert torch.isfinite(y).all() and torch.isfinite(dx).all()
 
 
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("eps", [1e-5, 0.0])
-def test_all_zero_row_gives_bias(op, eps, impl):
-    x, w, b, r = make_inputs(op, 4, 16, torch.float32)
+def _zero_row(op, n, d, dtype, row):
+    """``make_inputs`` with row ``row`` of ``x`` (and of the residual) all zeros, both leaves that need grad."""
+    x, w, b, r = make_inputs(op, n, d, dtype)
     x = x.detach().clone()
-    x[2] = 0
+    x[row] = 0
     x.requires_grad_()
     if r is not None:
         r = r.detach().clone()
-        r[2] = 0
+        r[row] = 0
         r.requires_grad_()
+    return x, w, b, r
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("eps", [1e-5, 0.0])
+def test_all_zero_row_gives_bias(op, eps, impl):
+    x, w, b, r = _zero_row(op, 4, 16, torch.float32, 2)
     y = ours(op, x, w, b, impl=impl, r=r, eps=eps)
     expected = b.detach() if b is not None else torch.zeros(16)
     assert torch.equal(y[2], expected)
@@ -196,13 +202,7 @@ def test_all_zero_row_gives_bias(op, eps, impl):
 def test_all_zero_row_at_eps_0_has_finite_higher_derivatives(op, impl):
     """At eps = 0 a zero row's rstd is defined as 0; its 1/sqrt(0) = inf, dropped by a where(), still multiplied
     the where()'s zero gradient into NaN in second derivatives and under torch.func (RMSNorm)."""
-    x, w, b, r = make_inputs(op, 3, 8, torch.float64)
-    x = x.detach().clone()
-    x[1] = 0
-    x.requires_grad_()
-    if r is not None:
-        r = r.detach().clone()
-        r[1] = 0
+    x, w, b, r = _zero_row(op, 3, 8, torch.float64, 1)
     g, = torch.autograd.grad(ours(op, x, w, b, impl=impl, r=r, eps=0.0).pow(3).sum(), x, create_graph=True)
     assert torch.isfinite(g).all()
     assert torch.isfinite(torch.autograd.grad(g.pow(2).sum(), x)[0]).all()
