@@ -266,6 +266,15 @@ def run_lock(folder: pathlib.Path):
                        shown=folder.parent)
 
 
+def batch_statistics(model: torch.nn.Module) -> list[str]:
+    """The kinds of layer in ``model`` whose training output depends on the batch (batch norms): each process
+    of a data-parallel run normalizes over its own part of the batch."""
+    from ...batchnorm import MaskedBatchNorm
+
+    kinds = (torch.nn.modules.batchnorm._BatchNorm, MaskedBatchNorm)
+    return sorted({type(m).__name__ for m in model.modules() if isinstance(m, kinds)})
+
+
 def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, batch: int = 8, frames: int = 500,
               device: str = "auto", tensorboard: str | pathlib.Path | None = None,
               progress: Callable[[int, int, float], None] | None = None) -> dict:
@@ -302,6 +311,13 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
         torch.manual_seed(cfg.seed)
         model = EENDModel(model_cfg).to(dev)
         model.features = mixtures.cfg
+        layers = batch_statistics(model)
+        if size > 1 and rank == 0 and layers:
+            import warnings
+
+            warnings.warn(f"this model's {', '.join(layers)} layers normalize over each process's part of the "
+                          f"batch: it trains differently with the number of processes ({size} here; "
+                          "docs/scaling.md)", stacklevel=2)
         # the data by where it is (however the path was written) and what it holds (simulated again into the
         # same folder, it is other data)
         settings = {"model": asdict(model_cfg), "data": [os.path.abspath(d) for d in folders],
