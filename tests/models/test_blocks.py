@@ -212,5 +212,5 @@ def test_a_meta_device_build_of_the_video_encoder_loads_into_the_same_model():
     built.load_state_dict(ref.state_dict())
     x = torch.randn(2, 4, 3, 16)
     assert torch.equal(built.eval()(x), ref(x))
-    with pytest.raises(ValueError, match="exceeds max_len"):
+    with pytest.raises(ValueError, match="sequence length 4 exceeds max_frames 2"):
         VideoEncoder(16, 2, 1, n_patches=3, max_frames=2)(x)

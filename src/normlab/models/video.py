@@ -74,7 +74,7 @@ class VideoEncoder(Stack):
                          dim=d_model, norm=norm, placement=placement, init=init, norm_kw=norm_kw,
                          inputs={"patch_pos": nn.Parameter(torch.randn(n_patches, d_model) * 0.02)})  # N, D
         self.attention, self.n_patches = attention, n_patches
-        self.frame_pos = Sinusoids(d_model, max_frames)  # T, D at first use (no buffer, no module)
+        self.frame_pos = Sinusoids(d_model, max_frames, "max_frames")  # T, D at first use (no buffer, no module)
 
     def forward(self, x: torch.Tensor, frame_mask: torch.Tensor | None = None) -> torch.Tensor:
         b, t, n, d = x.shape

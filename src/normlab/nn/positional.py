@@ -28,14 +28,14 @@ class Sinusoids:
     build, and ``load_state_dict`` does not restore one), and no module: nothing to hook.
     """
 
-    def __init__(self, d_model: int, max_len: int):
-        self.d_model, self.max_len = d_model, max_len
+    def __init__(self, d_model: int, max_len: int, name: str = "max_len"):
+        self.d_model, self.max_len, self.name = d_model, max_len, name  # name: the option that set max_len
         self._tables: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
 
     def __call__(self, t: int, like: torch.Tensor) -> torch.Tensor:
         """``PE[:t]`` ``(t, D)`` on ``like``'s device, in its dtype."""
         if t > self.max_len:
-            raise BadValue(f"sequence length {t} exceeds max_len {self.max_len}")
+            raise BadValue(f"sequence length {t} exceeds {self.name} {self.max_len}")
         key = (like.device, like.dtype)
         table = self._tables.get(key)
         if table is None:
