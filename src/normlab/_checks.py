@@ -168,15 +168,22 @@ def check_rate(value, name: str) -> None:
         raise BadValue(f"{name} must be a number in [0, 1), got {value!r}")
 
 
-def check_padding_mask(mask, x: torch.Tensor) -> None:
+def check_padding_mask(mask, x: torch.Tensor, *, prefix: bool = False) -> None:
     """A padding mask: None, or a bool tensor ``(B, T)`` (True = padding) for ``x`` of shape ``(B, T, ...)``, on
-    ``x``'s device. Checked before any layer reads it (a batchnorm updates its statistics with it)."""
+    ``x``'s device. Checked before any layer reads it (a batchnorm updates its statistics with it). With
+    ``prefix``, any leading dims of ``x.shape[:-1]`` (``(B,)``: whole sequences). A mask of another dtype is
+    refused: an integer mask's ``~`` is a bitwise not (255 for a uint8 0), so padding would weigh as a frame."""
     if mask is None:
         return
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise BadType(f"the padding mask must be a bool tensor (True = padding), got {what}")
-    if tuple(mask.shape) != tuple(x.shape[:2]):
+    if prefix:
+        lead = tuple(x.shape[:-1])
+        if mask.dim() > len(lead) or tuple(mask.shape) != lead[:mask.dim()]:
+            raise BadValue(f"the padding mask has shape {list(mask.shape)}; an input of shape {list(x.shape)} "
+                           f"needs its leading dims {list(lead)} or a prefix of them")
+    elif tuple(mask.shape) != tuple(x.shape[:2]):
         raise BadValue(f"the padding mask has shape {list(mask.shape)}; an input of shape {list(x.shape)} needs "
                        f"(B, T) = {list(x.shape[:2])}")
     if mask.device != x.device:

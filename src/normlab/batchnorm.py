@@ -8,21 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import BadType, BadValue, acc_dtype, check_eps
-
-
-def _check_mask(mask, x: torch.Tensor) -> None:
-    """A bool padding mask shaped like a prefix of ``x.shape[:-1]``, on ``x``'s device (an integer mask's ``~``
-    is a bitwise not: 255 for a uint8 0, so padding would have weighed as much as a frame)."""
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise BadType(f"the padding mask must be a bool tensor (True = padding), got {what}")
-    lead = tuple(x.shape[:-1])
-    if mask.dim() > len(lead) or tuple(mask.shape) != lead[:mask.dim()]:
-        raise BadValue(f"the padding mask has shape {list(mask.shape)}; an input of shape {list(x.shape)} needs "
-                       f"its leading dims {list(lead)} or a prefix of them")
-    if mask.device != x.device:
-        raise BadValue(f"the padding mask is on {mask.device}, the input on {x.device}")
+from ._checks import BadValue, acc_dtype, check_eps, check_padding_mask
 
 
 class MaskedBatchNorm(nn.Module):
@@ -63,7 +49,7 @@ class MaskedBatchNorm(nn.Module):
             xa = x.to(acc_dtype(x.dtype)).reshape(-1, self.num_features)  # M, D  every frame
             valid = torch.ones(xa.shape[0], 1, dtype=torch.bool, device=x.device)  # M, 1
             if padding_mask is not None:
-                _check_mask(padding_mask, x)
+                check_padding_mask(padding_mask, x, prefix=True)
                 m = padding_mask.reshape(*padding_mask.shape, *([1] * (x.dim() - 1 - padding_mask.dim())))
                 valid = (~m).expand(x.shape[:-1]).reshape(-1, 1)  # M, 1
             count = valid.sum().to(xa.dtype)

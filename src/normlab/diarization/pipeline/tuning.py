@@ -462,8 +462,8 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
                 rows.append(row)
                 if shown:
                     shown(_public(row))
-            share = share_better(_row(rows, modes[m], keys)["_files"], row["_files"]) if row is not \
-                _row(rows, modes[m], keys) else 0.0
+            top = _row(rows, modes[m], keys)
+            share = share_better(top["_files"], row["_files"]) if row is not top else 0.0
             kept[m] = {"kept": share < BEYOND_DOUBT, "in_grid": False, "measured": True,
                        "best_better_share": share, "settings": settings}
             if kept[m]["kept"]:

@@ -189,6 +189,13 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
                if rank == 0 else None)
     model.train()
     t0 = time.perf_counter() - seconds  # wall time of all sessions of this run, kept in the checkpoint
+
+    def checkpoint(elapsed: float) -> dict:
+        """What a resume needs, as it stands after ``step`` steps."""
+        return {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                "step": step, "losses": losses, "gen": gen.get_state(), "torch_rng": torch.get_rng_state(),
+                "seconds": elapsed, "config": config, "world_size": size, "provenance": provenance.record()}
+
     try:
         while step < cfg.steps and diverged is None:  # a diverged run is finished: its rerun reports it again
             lr = cfg.lr_at(step)
@@ -213,11 +220,7 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
                 if metrics is not None:
                     metrics.log(step + 1, loss_value, lr, grad_norm, time.perf_counter() - t0)
                 if rank == 0:
-                    _save(last, {"format": CHECKPOINT_FORMAT, "model": model.state_dict(),
-                                 "optimizer": opt.state_dict(), "step": step, "losses": losses, "gen": gen.get_state(),
-                                 "torch_rng": torch.get_rng_state(), "seconds": time.perf_counter() - t0,
-                                 "config": config, "world_size": size, "provenance": provenance.record(),
-                                 "diverged": diverged})
+                    _save(last, {**checkpoint(time.perf_counter() - t0), "diverged": diverged})
                 break
             opt.step()
             step += 1
@@ -229,10 +232,7 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
             if step % cfg.ckpt_every == 0 or step == cfg.steps:
                 saved = step
                 if rank == 0:
-                    _save(last, {"format": CHECKPOINT_FORMAT, "model": model.state_dict(),
-                                 "optimizer": opt.state_dict(), "step": step, "losses": losses, "gen": gen.get_state(),
-                                 "torch_rng": torch.get_rng_state(), "seconds": elapsed, "config": config,
-                                 "world_size": size, "provenance": provenance.record()})
+                    _save(last, checkpoint(elapsed))
             if progress and rank == 0:
                 progress(step, cfg.steps, losses[-1])
     except RuntimeError as e:
