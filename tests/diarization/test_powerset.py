@@ -121,3 +121,17 @@ def test_the_pipeline_runs_a_powerset_model(tmp_path):
     model = EENDModel.load(m)
     seg = segment(model, SpeakerEncoder.load(enc), torch.from_numpy(audio), "talk", PipelineConfig.for_model(model))
     assert seg.probs.shape[2] == 3 and float(seg.probs.min()) >= 0 and float(seg.probs.sum(2).max()) <= 2 + 1e-5
+
+
+def test_a_meta_device_build_of_a_powerset_model_loads_into_the_same_model():
+    """The class table was a non-persistent buffer: after a meta-device build, ``to_empty()`` and
+    ``load_state_dict()`` it held whatever memory held, and the speaker probabilities were garbage."""
+    cfg = ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, n_speakers=3, head="powerset", max_active=2)
+    torch.manual_seed(0)
+    ref = EENDModel(cfg).eval()
+    with torch.device("meta"):
+        built = EENDModel(cfg)
+    built.to_empty(device="cpu")
+    built.load_state_dict(ref.state_dict())
+    feats = torch.randn(2, 7, cfg.input_dim)
+    assert torch.equal(built.eval().activity(feats), ref.activity(feats))

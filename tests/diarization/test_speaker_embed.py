@@ -26,3 +26,18 @@ def test_embedding_is_the_normalized_mean_of_every_partial():
     assert mean.norm() < 0.999  # so the normalization of the mean is needed, not implied by the partials'
     torch.testing.assert_close(out[1], short)
     assert torch.isnan(out[2]).all()
+
+
+def test_a_meta_device_build_of_the_speaker_encoder_loads_into_the_same_encoder():
+    """The mel window and filterbank were non-persistent buffers: after a meta-device build, ``to_empty()``
+    and ``load_state_dict()`` they held whatever memory held."""
+    torch.manual_seed(0)
+    ref = SpeakerEncoder(hidden=16, layers=1, dim=8)
+    with torch.device("meta"):
+        built = SpeakerEncoder(hidden=16, layers=1, dim=8)
+    built.to_empty(device="cpu")
+    built.load_state_dict(ref.state_dict())
+    wave = torch.randn(4000)
+    assert torch.equal(built.mel(wave), ref.mel(wave))
+    assert torch.equal(built.features(wave, block=7), ref.features(wave, block=7))
+    assert torch.allclose(built.double().mel(wave.double()), ref.mel(wave), rtol=1e-4, atol=1e-6)  # float64 runs

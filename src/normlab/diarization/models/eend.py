@@ -93,7 +93,9 @@ class EENDModel(nn.Module):
             if not 1 <= cfg.max_active <= cfg.n_speakers:
                 raise BadValue(f"max_active must be in 1..n_speakers ({cfg.n_speakers}), got {cfg.max_active}")
             table = subsets(cfg.n_speakers, cfg.max_active)
-            self.register_buffer("powerset", table, persistent=False)  # C, S; rebuilt from the config on load
+            # C, S: a constant of the config, kept on the CPU (its readers move it): not a buffer, which a meta-device
+            # build followed by to_empty() would leave unset and load_state_dict would not restore
+            self.powerset = table
             outputs = table.shape[0]
         self.head = nn.Linear(cfg.d_model, outputs)
 

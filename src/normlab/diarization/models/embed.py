@@ -69,13 +69,25 @@ class MelFrontend(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.register_buffer("window", torch.hann_window(N_FFT, periodic=True), persistent=False)
-        self.register_buffer("fbank", slaney_mel_filterbank(), persistent=False)
+        # the window and the filterbank are constants, made per device at first use: not buffers, which a
+        # meta-device build followed by to_empty() would leave unset and load_state_dict would not restore
+        self._constants: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def constants(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Hann window ``(N_FFT,)`` and the mel filterbank ``(40, F)`` on ``like``'s device, in its dtype."""
+        key = (like.device, like.dtype)
+        found = self._constants.get(key)
+        if found is None:
+            found = tuple(t.to(device=like.device, dtype=like.dtype)
+                          for t in (torch.hann_window(N_FFT, periodic=True), slaney_mel_filterbank()))
+            self._constants[key] = found
+        return found
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
-        spec = torch.stft(wave, N_FFT, hop_length=HOP, win_length=N_FFT, window=self.window, center=True,
+        window, fbank = self.constants(wave)
+        spec = torch.stft(wave, N_FFT, hop_length=HOP, win_length=N_FFT, window=window, center=True,
                           pad_mode="constant", return_complex=True)  # F, frames
-        return (spec.abs().pow(2).T @ self.fbank.T).float()  # frames, n_mels
+        return (spec.abs().pow(2).T @ fbank.T).float()  # frames, n_mels
 
 
 def weights_path() -> pathlib.Path:
@@ -155,13 +167,13 @@ class SpeakerEncoder(nn.Module):
         wave = self.normalize_volume(wave16k)
         padded = torch.nn.functional.pad(wave, (N_FFT // 2, N_FFT // 2))  # centred frames, zero padding
         frames = 1 + wave.numel() // HOP
+        window, fbank = self.frontend.constants(wave)
         parts = []
         for a in range(0, frames, block):
             b = min(frames, a + block)
             seg = padded[a * HOP : (b - 1) * HOP + N_FFT]
-            spec = torch.stft(seg, N_FFT, hop_length=HOP, window=self.frontend.window, center=False,
-                              return_complex=True)  # F, b-a
-            parts.append(spec.abs().pow(2).T @ self.frontend.fbank.T)
+            spec = torch.stft(seg, N_FFT, hop_length=HOP, window=window, center=False, return_complex=True)  # F, b-a
+            parts.append(spec.abs().pow(2).T @ fbank.T)
         return torch.cat(parts).float()
 
     def mel(self, wave: torch.Tensor) -> torch.Tensor:

@@ -23,9 +23,9 @@ def n_classes(n_speakers: int, max_active: int) -> int:
 
 
 def subsets(n_speakers: int, max_active: int) -> torch.Tensor:
-    """``(classes, speakers)`` 0/1 float: class c's speakers; by size, then in lexicographic order."""
+    """``(classes, speakers)`` 0/1 float on the CPU: class c's speakers; by size, then in lexicographic order."""
     rows = [c for i in range(min(max_active, n_speakers) + 1) for c in itertools.combinations(range(n_speakers), i)]
-    table = torch.zeros(len(rows), n_speakers)
+    table = torch.zeros(len(rows), n_speakers, device="cpu")  # on the CPU under any default device too
     for c, members in enumerate(rows):
         table[c, list(members)] = 1.0
     return table
