@@ -10,7 +10,7 @@ from __future__ import annotations
 import pathlib
 from dataclasses import dataclass
 
-from .._checks import MissingDependency
+from .. import plotting
 from .io.rttm import Turn
 
 #: one colour per speaker, in order of first speech (cycled after ten)
@@ -69,15 +69,8 @@ class Layout:
 
 
 def pyplot():
-    """matplotlib's pyplot on the Agg backend; a one-line ImportError naming the extra without it."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise MissingDependency("timeline plots need matplotlib: pip install 'normlab[plot]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    """matplotlib's pyplot (:func:`normlab.plotting.pyplot`) for the timelines."""
+    return plotting.pyplot("timeline plots")
 
 
 def timeline_png(turns: list[Turn], path: str | pathlib.Path, *, duration: float | None = None,

@@ -8,8 +8,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .. import written
-from .._checks import MissingDependency
+from .. import plotting, written
 from .runner import Runner
 
 SCALES = ("test", "quick", "full")
@@ -130,15 +129,8 @@ def spread(name: str, values: Sequence[float]) -> str:
 
 
 def pyplot():
-    """matplotlib's pyplot on the headless Agg backend; a one-line error naming the extra without it."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise MissingDependency("the studies' figures need matplotlib: pip install 'normlab[plot]'") from None
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """matplotlib's pyplot (:func:`normlab.plotting.pyplot`) with the studies' figure style."""
+    plt = plotting.pyplot("the studies' figures")
     plt.rcParams.update({"figure.dpi": 100, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
     return plt
 
