@@ -14,7 +14,9 @@ import os
 import re
 
 SPEC = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
-HELP = "cpu, cuda, cuda:N or auto (CUDA when present; under torchrun each process takes cuda:LOCAL_RANK)"
+HELP = "cpu, cuda, cuda:N or auto (CUDA when present)"
+#: the same for commands that run under torchrun (``diarize train``, ``report``)
+HELP_TORCHRUN = "cpu, cuda, cuda:N or auto (CUDA when present; under torchrun each process takes cuda:LOCAL_RANK)"
 
 
 def check_spec(text: str) -> str:

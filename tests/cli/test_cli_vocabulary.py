@@ -130,6 +130,8 @@ def test_recipe_options_explain_every_field():
     assert isinstance(augment, argparse.BooleanOptionalAction) and "--no-augment" in augment.option_strings
     for argv, on in ((["--augment", "--out", "o"], True), (["--out", "o", "--no-augment"], False)):
         assert recipe.parse_args(argv).augment is on
+    text = recipe.format_help()  # the switch it is, not "--augment [AUGMENT]"; no empty "(default: )"
+    assert "--augment, --no-augment\n" in text and "AUGMENT" not in text and "(default: )" not in text
 
 
 @pytest.mark.parametrize("argv, new", [

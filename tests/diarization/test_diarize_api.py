@@ -345,6 +345,17 @@ def test_an_unknown_speaker_encoder_is_named_as_one():
         diarize(np.zeros(SR, np.float32), sample_rate=SR, speaker_encoder="bogus")
 
 
+def test_an_unknown_option_names_the_keyword_meant():
+    """The command line's ``--local-speakers`` is the keyword ``speakers``: ``local_speakers=`` was refused as a
+    Python list, with no hint."""
+    silence = np.zeros(SR, np.float32)
+    with pytest.raises(ValueError, match=r"^unknown pipeline option 'local_speakers' \(did you mean 'speakers'\?\)$"):
+        diarize(silence, sample_rate=SR, local_speakers="eend")
+    with pytest.raises(ValueError, match=r"^unknown pipeline options 'bogus', 'thresold' \(did you mean "
+                                         r"'threshold'\?\)$"):
+        diarize(silence, sample_rate=SR, thresold=0.5, bogus=1)
+
+
 def test_evaluate_refuses_a_reference_that_names_none_of_the_audio(tmp_path, capsys, monkeypatch):
     """A reference for other recordings printed an all-inf% table after diarizing everything: now one line
     naming both, before any work."""

@@ -67,6 +67,19 @@ class _ValuedOnce(argparse.BooleanOptionalAction):
         super().__call__(parser, namespace, None, option_string)
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, with an on/off option that once took a value shown as the switch it is now
+    (``--augment, --no-augment``, not ``--augment [AUGMENT]``)."""
+
+    def _format_args(self, action, default_metavar):
+        return "" if isinstance(action, _ValuedOnce) else super()._format_args(action, default_metavar)
+
+    def _format_action_invocation(self, action):
+        if isinstance(action, _ValuedOnce):
+            return ", ".join(action.option_strings)
+        return super()._format_action_invocation(action)
+
+
 class Renamed(argparse.Action):
     """An option's old spelling: a usage error naming the new one (hidden from --help)."""
 

@@ -9,10 +9,11 @@ import pathlib
 import sys
 
 from ..devices import HELP as DEVICE_HELP
-from ..devices import check_spec
+from ..devices import HELP_TORCHRUN, check_spec
 from ._common import (
     OVERWRITE,
     OVERWRITE_HELP,
+    HelpFormatter,
     a_path,
     flag,
     jobs,
@@ -365,7 +366,7 @@ def add_parsers(sub, name: str) -> None:
     sc.add_argument("ref", help="reference RTTM file, or a folder of them")
     sc.add_argument("hyp", nargs="+", help="hypothesis RTTM files, or folders of them (e.g. the --out of diarize)")
     sc.add_argument("--collar", type=_seconds, default=0.25,
-                    help=f"seconds forgiven on each side of every reference boundary, as EEND {d}")
+                    help=f"seconds forgiven on each side of every reference boundary (md-eval's -c) {d}")
     flag(sc, "--skip-overlap", "do not score overlapped reference speech")
     sc.add_argument("--uem", help="UEM file: score only these regions (default: from the first turn to the "
                     "last, of reference and hypothesis)")
@@ -423,7 +424,7 @@ def add_parsers(sub, name: str) -> None:
     tr.add_argument("--threads", type=threads, default=None, help="torch threads per process (default: 2; under "
                     "torchrun the machine's cores shared among its ranks)")
     tr.add_argument("--seed", type=seed, default=0, help=f"random seed {d}")
-    tr.add_argument("--device", type=check_spec, default="cpu", help=f"{DEVICE_HELP} {d}")
+    tr.add_argument("--device", type=check_spec, default="cpu", help=f"{HELP_TORCHRUN} {d}")
     tr.add_argument("--tensorboard", type=a_path, default=None, metavar="DIR",
                     help="also log loss, lr and gradient norm for TensorBoard in DIR (needs normlab[scale]; "
                     "default: no log)")
@@ -432,10 +433,11 @@ def add_parsers(sub, name: str) -> None:
 
     def pipeline_options(q):
         q.add_argument("--model", default=None,
-                       help="a model saved by EENDModel.save (default: the model shipped with normlab)")
+                       help="an EEND model file, as normlab diarize train writes (default: the model shipped with "
+                       "normlab)")
         q.add_argument("--embedding", default=None, metavar="WEIGHTS",
-                       help="speaker encoder weights for the encoder --speaker-encoder names, a file written by its "
-                       "save() (default: the weights shipped with normlab, CAM++'s or GE2E's)")
+                       help="a weight file of the encoder --speaker-encoder names (default: the weights shipped "
+                       "with normlab, CAM++'s or GE2E's)")
         q.add_argument("--speaker-encoder", choices=["ge2e", "campplus"], default=None,
                        help="the speaker embeddings: ge2e (Resemblyzer's GE2E) or campplus (3D-Speaker's CAM++), "
                        "each with the settings chosen for it on the model's dev set (default: the model file's "
@@ -522,8 +524,8 @@ def add_parsers(sub, name: str) -> None:
     tu.add_argument("--embedding", default=None, metavar="WEIGHTS",
                     help="speaker encoder weights (default: the shipped GE2E weights)")
     tu.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
-                    help="replace one axis of the grid (repeatable), e.g. --grid vad=off,gate (default: the grid "
-                    "of normlab.diarization.pipeline.tuning)")
+                    help="replace one axis of the grid (repeatable), e.g. --grid vad=off,gate (default: the full "
+                    "grid, docs/diarization.md)")
     tu.add_argument("--jobs", type=jobs, default=1, help=f"processes segmenting files in parallel {d}")
     tu.add_argument("--out", default="tune.json", help=f"the grid, the choice and the test scores {d}")
     flag(tu, "--save", "store the choice in the --model file (the pipeline's defaults for it)")
@@ -543,7 +545,8 @@ def add_parsers(sub, name: str) -> None:
     wh.add_argument("--jobs", type=jobs, default=1, help=f"processes segmenting files in parallel {d}")
     wh.set_defaults(func=_cmd_diarize_whiten)
 
-    rc = dsub.add_parser("recipe", help="simulate, train, tune on dev, score on test: the shipped model's recipe")
+    rc = dsub.add_parser("recipe", help="simulate, train, tune on dev, score on test: the shipped model's recipe",
+                         formatter_class=HelpFormatter)
     rc.add_argument("--out", required=True, help="writes OUT/model.pt, OUT/results.json (re-running resumes; required)")
     rc.add_argument("--data", default=None, help="folder for the simulated splits (default: OUT/data)")
     rc.add_argument("--threads", type=threads, default=2, help=f"torch threads per process {d}")

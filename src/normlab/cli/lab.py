@@ -162,7 +162,7 @@ def add_parsers(sub, name: str) -> None:
                        help="T, frames per recording, at least 2 (default: %(default)s)")
         p.add_argument("--d-model", type=_features, default=6,
                        help="D, features per frame, at least 2 (default: %(default)s)")
-        p.add_argument("--seed", type=seed, default=42, help="torch.manual_seed (default: %(default)s)")
+        p.add_argument("--seed", type=seed, default=42, help="random seed of the input (default: %(default)s)")
         flag(p, "--json", "print the figures as JSON")
         p.set_defaults(func=_lesson)
     elif name == "count":
@@ -181,7 +181,7 @@ def add_parsers(sub, name: str) -> None:
         p.add_argument("--shapes", nargs="+", type=shape, default=list(SHAPES),
                        help="NxD rows x features, e.g. 8192x768 (default: the standard set)")
         p.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16", "float16"], default=list(DTYPES),
-                       help="dtypes (default: %(default)s)")
+                       help=f"dtypes (default: {' '.join(DTYPES)})")
         p.add_argument("--repeats", type=_repeats, default=REPEATS, help="timed repeats per case, median reported "
                        "(default: %(default)s)")
         p.add_argument("--threads", type=threads, default=2, help="torch threads (default: %(default)s)")

@@ -38,7 +38,7 @@ HELP = {
     "min_utterances": "utterances per speaker, at least",
     "max_utterances": "utterances per speaker, at most",
     "sources": "voices: real people and synthesizers (mixed), synthesizers only (all), real people (real), "
-               "espeak-ng (espeak)",
+               "espeak-ng (espeak), real people and the Kokoro and Piper neural voices (neural; normlab[voices])",
     "style": "conversation: turn-taking; mixture: EEND's independent timelines",
     "real_p": "in mixed conversations, the share of speakers who are real people",
     "augment": "perturb: speaker warps and levels, rooms, noise types, telephone, gain",
@@ -59,11 +59,12 @@ HELP = {
     "seed": "random seed (data and training)",
     "restart_at": "step where a second cosine learning-rate cycle starts (ignored when --steps is not larger)",
     "restart_lr": "the second cycle's peak learning rate",
-    "dev_extra": "more dev folders (wav/*.wav and ref.rttm, comma-separated) for choosing the pipeline's settings",
+    "dev_extra": "more dev folders (wav/*.wav and ref.rttm, comma-separated) for choosing the pipeline's settings "
+                 "(default: none)",
     "whiten_lam": "shrinkage of the speaker embeddings' whitening fitted after training (0: none)",
     "whiten_per_folder": "the whitening is fitted on this many conversations of train and of train_real",
     "tune_grid": "pipeline settings to try on the dev set, NAME=V1,V2 items separated by ';' (default: the full "
-                 "grid of pipeline/tuning.py); 'none' skips the pipeline tuning",
+                 "grid); 'none' skips the pipeline tuning",
 }
 FLAGS = ("augment",)  # 0/1 fields that mean on/off
 
@@ -78,5 +79,6 @@ def add_recipe_options(parser: argparse.ArgumentParser, choices: dict[str, list]
         if f.name in FLAGS:
             flag(parser, name, what, default=bool(f.default), was_valued=True)  # was --augment 0|1
         else:
+            shown = "" if f.default == "" else " (default: %(default)s)"  # an empty default's help says it
             parser.add_argument(name, type=type(f.default), default=f.default, choices=choices.get(f.name),
-                                help=f"{what} (default: %(default)s)")
+                                help=what + shown)

@@ -162,8 +162,8 @@ def _locked(fd: int, wait_s: float):
         os.close(fd)  # releases the lock
 
 
-#: translation units (``-DNORMLAB_UNIT=k``: one storage type each), compiled in parallel and linked: about 13 s
-#: instead of 20 s for the whole file at once on this project's 2 cores, the longest unit (bfloat16) 8 s
+#: translation units (``-DNORMLAB_UNIT=k``: one storage type each), compiled in parallel and linked: on 2 cores the
+#: build takes about as long as its longest unit, well under the whole file at once
 UNITS = (1, 2, 3, 4)
 
 

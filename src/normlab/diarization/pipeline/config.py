@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import numbers
 from dataclasses import dataclass
@@ -185,9 +186,11 @@ class PipelineConfig:
         mode_kw = MODE_DEFAULTS.get(encoder, {}).get(mode, {})
         kw = {**stored, **mode_kw} if mode == "speech" else {**mode_kw, **stored}
         kw = {**kw, **tuned, **given, "speakers": mode}
-        unknown = set(kw) - {f.name for f in dataclasses.fields(cls)}
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(kw) - set(names))
         if unknown:
-            raise BadValue(f"unknown pipeline option(s) {sorted(unknown)}")
+            raise BadValue("unknown pipeline option" + ("s " if len(unknown) > 1 else " ")
+                           + ", ".join(_with_hint(k, names) for k in unknown))
         cfg = cls(**kw)
         if cfg.speaker_encoder != "ge2e" and (cfg.whiten or cfg.clustering == "vbx"):
             raise BadValue(f"the model file's whitening and PLDA model were fitted on GE2E embeddings: "
@@ -206,3 +209,13 @@ class PipelineConfig:
             raise BadValue("vad 'speech' (Silero alone decides speech) reads the model in speakers mode 'speech'; "
                            "with speakers 'eend' use vad 'gate'")
         return cfg
+
+
+#: the command line's spellings whose Python keyword differs (``--local-speakers`` sets ``speakers``)
+_CLI_NAMES = {"local_speakers": "speakers"}
+
+
+def _with_hint(name: str, names: list[str]) -> str:
+    """``'name'``, with the closest known option where there is one: ``'speakrs' (did you mean 'speakers'?)``."""
+    close = [_CLI_NAMES[name]] if name in _CLI_NAMES else difflib.get_close_matches(name, names, n=1)
+    return f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
