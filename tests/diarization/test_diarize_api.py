@@ -451,3 +451,16 @@ def test_a_speaker_with_only_zero_length_turns_is_no_speaker_in_the_counts(tmp_p
     result = evaluate_folder(tmp_path / "in", tmp_path / "ref.rttm", tmp_path / "out")
     assert result["files"][0]["speakers"] == {"reference": 1, "hypothesis": 1} and result["count_right"] == 1
     assert result["total"]["0"]["der"] == 0.0
+
+
+def test_the_evaluation_table_prints_whole_recording_names():
+    """Names were cut to 24 characters: two recordings with a long common prefix printed as one name."""
+    from normlab.diarization.metrics.evaluate import format_evaluation
+
+    cell = {"0.25": {"der": 0.1}}
+    names = ["dev_conv_s1-2_real_aug_0_00006", "dev_conv_s1-2_real_aug_0_00007"]
+    result = {"total": cell, "count_right": 2, "unscored": [],
+              "files": [{"uri": n, "collars": cell, "speakers": {"reference": 2, "hypothesis": 2}} for n in names]}
+    rows = format_evaluation(result).splitlines()
+    assert [r.split()[0] for r in rows[1:3]] == names
+    assert len({r.index("%") for r in rows[1:4]}) == 1  # the columns line up, TOTAL too

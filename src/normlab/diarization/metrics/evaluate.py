@@ -179,13 +179,14 @@ def format_evaluation(result: dict) -> str:
     """Per-file and total DER at each collar and the speaker counts (reference / hypothesis), one table (the
     files that failed: :func:`format_errors`)."""
     cs = list(result["total"])
-    head = f"{'recording':<24s}" + "".join(f"  DER@{c:<5s}" for c in cs) + "  speakers (ref/hyp)"
+    w = max([24] + [len(row["uri"]) for row in result["files"]])  # whole names: two may share a long prefix
+    head = f"{'recording':<{w}s}" + "".join(f"  DER@{c:<5s}" for c in cs) + "  speakers (ref/hyp)"
     lines = [head]
     for row in result["files"]:
         n = row["speakers"]
-        lines.append(f"{row['uri'][:24]:<24s}" + "".join(f"  {100 * row['collars'][c]['der']:8.2f}%" for c in cs)
+        lines.append(f"{row['uri']:<{w}s}" + "".join(f"  {100 * row['collars'][c]['der']:8.2f}%" for c in cs)
                      + f"  {n['reference']}/{n['hypothesis']}")
-    lines.append(f"{'TOTAL':<24s}" + "".join(f"  {100 * result['total'][c]['der']:8.2f}%" for c in cs))
+    lines.append(f"{'TOTAL':<{w}s}" + "".join(f"  {100 * result['total'][c]['der']:8.2f}%" for c in cs))
     lines.append(f"speaker count right on {result['count_right']} of {len(result['files'])} recordings")
     if result["unscored"]:
         some = result["unscored"]
