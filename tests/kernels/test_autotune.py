@@ -154,10 +154,12 @@ def test_a_tie_goes_to_torch(tuner, monkeypatch, cpu_ms, chosen):
 
 @pytest.mark.parametrize("content", ["{not json", '{"format": 1, "machine": {}, "decisions": {}}', "[]",
                                      '{"format": 99}', '{"format": 2, "configs": [{"machine": {}}]}',
-                                     '{"format": 2, "configs": [{"machine": [], "decisions": {}}]}'])
+                                     '{"format": 2, "configs": [{"machine": [], "decisions": {}}]}',
+                                     b"\xff\xfe{}", "[" * 100_000])  # not UTF-8; nested past Python's recursion limit
 @needs_two
 def test_corrupt_cache_is_ignored_with_one_warning(content, tuner, monkeypatch):
-    tuner.path.write_text(content)
+    """The last two raised at every call (UnicodeDecodeError, RecursionError), in every process, until deleted."""
+    (tuner.path.write_bytes if isinstance(content, bytes) else tuner.path.write_text)(content)
     calls = _rigged(monkeypatch, "cpu")
     with pytest.warns(RuntimeWarning, match="ignoring .*dispatch.json") as rec:
         assert kernels.resolve("auto", "layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
@@ -332,3 +334,37 @@ def test_a_close_call_is_timed_again_and_each_keeps_its_fastest(tuner, monkeypat
     assert autotune.TUNER.choose("layer_norm", torch.randn(4, 256), 256, 1e-5, {"cpu": None, "native": None},
                                  "cpu").impl == "cpu"
     assert timed.count("clear") == 1
+
+
+@needs_two
+def test_a_save_that_cannot_replace_the_file_leaves_no_temporary_file(tuner, monkeypatch):
+    """Where the decision file cannot be replaced (here a folder stands at its path; a full disk alike), each
+    save left a ``tmp*.json`` behind."""
+    tuner.path.mkdir()
+    _rigged(monkeypatch, "cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the folder cannot be read as a cache either: one warning)
+        for d in (64, 80, 96):
+            assert kernels.resolve("auto", "layer_norm", torch.randn(4, d), 1e-5) == "cpu"
+    assert sorted(p.name for p in tuner.path.parent.iterdir()) == ["dispatch.json", "dispatch.json.lock"]
+
+
+@needs_two
+def test_saves_wait_for_each_other(tuner, monkeypatch):
+    """Each save reads the file, merges and replaces it: two processes saving at once each dropped the other's
+    new decisions. A save now holds a lock beside the file for its read and write."""
+    import fcntl
+    import threading
+    import time
+
+    _rigged(monkeypatch, "cpu")
+    tuner.path.parent.mkdir(parents=True, exist_ok=True)
+    with open(tuner.path.with_name("dispatch.json.lock"), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process saving
+        done = threading.Thread(target=kernels.resolve, args=("auto", "layer_norm", torch.randn(4, 64), 1e-5))
+        done.start()
+        time.sleep(0.5)
+        assert not tuner.path.exists()  # the decision is taken, its save waits
+        fcntl.flock(held, fcntl.LOCK_UN)
+        done.join(timeout=30)
+    assert list(json.loads(tuner.path.read_text())["configs"][0]["decisions"])  # then written

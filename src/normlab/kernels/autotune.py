@@ -48,6 +48,7 @@ not parse, is ignored with one warning (then this configuration's section is add
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -277,13 +278,13 @@ class Tuner:
         """This configuration's saved decisions, the other configurations' sections (kept when the file is
         rewritten), and why none of it is usable here (None if the file was fine or absent)."""
         try:
-            text = self.path.read_text()
+            raw = self.path.read_bytes()
         except (FileNotFoundError, NotADirectoryError):  # nothing saved (or no usable cache: the build says so)
             return {}, [], None
         except OSError as e:
             return {}, [], f"cannot be read ({e.strerror or e})"
         try:
-            data = json.loads(text)
+            data = json.loads(raw.decode("utf-8"))  # (a UnicodeDecodeError is a ValueError)
             if data.get("format") != FORMAT:
                 return {}, [], f"has format {data.get('format')!r}, not {FORMAT}"
             here, own, others = machine(), None, []
@@ -294,7 +295,7 @@ class Tuner:
                     own = {k: Decision(**{**v, "why": "cached"}) for k, v in section["decisions"].items()}
                 else:
                     others.append(section)
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:  # (RecursionError: nesting)
             return {}, [], f"is not a valid dispatch cache ({type(e).__name__}: {str(e)[:80]})"
         if own is None and others:
             return {}, others, ("holds decisions of another machine, torch, normlab or kernel build only "
@@ -311,21 +312,32 @@ class Tuner:
 
     def _save(self) -> None:
         """Merge this process's decisions into this configuration's section of the file, atomically (a temporary
-        file renamed over the old one), the other configurations' sections kept; silent where the cache is
-        read-only (the decisions then live for this process only)."""
-        saved, others, _ = self._read()
-        merged = {**saved, **self._decisions}
-        own = {"machine": machine(),
-               "decisions": {k: {**asdict(v), "why": "measured"} for k, v in sorted(merged.items())}}
-        data = {"format": FORMAT, "configs": [own, *others[: MAX_CONFIGS - 1]]}
+        file renamed over the old one), the other configurations' sections kept, one process at a time (a lock
+        file beside it: two processes saving at once would each drop the other's new decisions); silent where
+        the cache is read-only (the decisions then live for this process only)."""
+        import fcntl
+
+        tmp = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(suffix=".json", dir=self.path.parent)
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1)
-            os.replace(tmp, self.path)
+            with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # held for a read and a write of a small file
+                saved, others, _ = self._read()
+                merged = {**saved, **self._decisions}
+                own = {"machine": machine(),
+                       "decisions": {k: {**asdict(v), "why": "measured"} for k, v in sorted(merged.items())}}
+                data = {"format": FORMAT, "configs": [own, *others[: MAX_CONFIGS - 1]]}
+                fd, tmp = tempfile.mkstemp(suffix=".json", dir=self.path.parent)
+                with os.fdopen(fd, "w") as f:
+                    json.dump(data, f, indent=1)
+                os.replace(tmp, self.path)
+                tmp = None
         except OSError:
             pass
+        finally:
+            if tmp is not None:  # written but not renamed (the path is a folder, the disk is full): not left behind
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
 
     def decisions(self) -> dict[str, Decision]:
         with self._lock:
