@@ -294,6 +294,28 @@ def test_batch_invariance(op, dtype, impl):
         assert torch.equal(a[i], one[0]) and torch.equal(s7[i], one[0])
 
 
+@pytest.mark.parametrize("impl", ["cpu", "compiled"])  # the kernels held to it at any row length (docs/numerics.md)
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("d,backward", [(5000, True), (1 << 20, False)])
+def test_a_long_row_alone_is_summed_as_in_a_batch_with_any_thread_count(op, d, backward, impl):
+    """With one row, inductor split a long row's sums across threads (the compiled backward's means past 4096
+    elements, the forward's chunk sums past 2**20): a row alone, in a batch, or on 1 or 2 threads differed."""
+    x, w, b, r = make_inputs(op, 2, d, torch.float32, scale=3.0, shift=1.0)
+    skip_unsupported(impl, op, x)
+    dy = torch.randn(2, d, generator=torch.Generator().manual_seed(3))
+
+    def row(rows, threads):
+        torch.set_num_threads(threads)
+        xs = x.detach()[rows].requires_grad_(backward)
+        with torch.set_grad_enabled(backward):
+            y = ours(op, xs, w, b, impl=impl, r=r)
+            return (y.detach(), *(grads(y, dy[rows], (xs,)) if backward else ()))
+
+    both, alone, one_thread = row(slice(0, 2), 2), row(slice(1, 2), 2), row(slice(1, 2), 1)
+    for a, one, single in zip(both, alone, one_thread):
+        assert torch.equal(a[1:], one) and torch.equal(one, single)
+
+
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_bitwise_repeatable(op, dtype, impl):

@@ -45,14 +45,17 @@ SUM_CHUNK = 128
 
 def _row_sum(t: torch.Tensor) -> torch.Tensor:
     """``N, D`` summed over rows' elements, ``N, 1``; on CPU a row longer than SUM_CHUNK in chunks of it (zeros
-    past its end), the chunk sums then added (on CUDA inductor's reductions are trees already)."""
-    d = t.shape[-1]
-    if t.device.type != "cpu" or d <= SUM_CHUNK:
+    past its end), the chunk sums then added the same way, level by level (on CUDA inductor's reductions are
+    trees already). No sum is longer than SUM_CHUNK: with few rows inductor splits a long sum across threads,
+    and a row alone would then be summed in another order than in a batch (docs/numerics.md)."""
+    if t.device.type != "cpu":
         return t.sum(-1, keepdim=True)
-    pad = (-d) % SUM_CHUNK
-    if pad:
-        t = torch.nn.functional.pad(t, (0, pad))
-    return t.unflatten(-1, (-1, SUM_CHUNK)).sum(-1).sum(-1, keepdim=True)  # N, D/SUM_CHUNK -> N, 1
+    while t.shape[-1] > SUM_CHUNK:
+        pad = (-t.shape[-1]) % SUM_CHUNK
+        if pad:
+            t = torch.nn.functional.pad(t, (0, pad))
+        t = t.unflatten(-1, (-1, SUM_CHUNK)).sum(-1)  # N, ceil(D / SUM_CHUNK)
+    return t.sum(-1, keepdim=True)  # N, 1
 
 
 def _col_sum(t: torch.Tensor) -> torch.Tensor:
@@ -111,11 +114,12 @@ def bwd(dy, x, mean, rstd, w, ds, rms: bool):
     dyf = dy.to(ad)  # N, D
     xhat = x.to(ad) * rstd if rms else (x.to(ad) - mean) * rstd  # N, D
     g = dyf * w if w is not None else dyf  # N, D
-    c2 = (g * xhat).mean(-1, keepdim=True)  # N, 1
+    d = g.shape[-1]
+    c2 = _row_sum(g * xhat) / d  # N, 1   (chunked sums, as the forward's: a plain mean is split across threads)
     if rms:
         dx = rstd * (g - xhat * c2)  # N, D
     else:
-        dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * c2)  # N, D
+        dx = rstd * (g - _row_sum(g) / d - xhat * c2)  # N, D
     if ds is not None:
         dx = dx + ds
     dw = _col_sum(dyf * xhat) if w is not None else None  # D
