@@ -371,6 +371,46 @@ def test_evaluate_refuses_a_reference_that_names_none_of_the_audio(tmp_path, cap
     assert len(err) == 1 and "none of the 1 audio files" in err[0] and "other" in err[0]
 
 
+def test_evaluate_refuses_a_uem_without_reference_speech_before_any_work(tmp_path, capsys, monkeypatch):
+    """A UEM past the end of the speech printed DER 0.00% and exited 0, where `diarize score` refuses."""
+    from normlab.cli import main
+    from normlab.diarization.pipeline import api
+
+    (tmp_path / "wavs").mkdir()
+    (tmp_path / "wavs" / "talk.wav").write_bytes(b"")
+    (tmp_path / "ref.rttm").write_text("SPEAKER talk 1 0.000 5.000 <NA> <NA> A <NA> <NA>\n")
+    (tmp_path / "all.uem").write_text("talk 1 100.000 200.000\n")
+    monkeypatch.setattr(api, "diarize_files", lambda *a, **k: pytest.fail("diarized before checking"))
+    assert main(["diarize", "evaluate", str(tmp_path / "wavs"), str(tmp_path / "ref.rttm"), "--uem",
+                 str(tmp_path / "all.uem")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing to score: the reference has no speech inside the UEM" in err[0]
+
+
+def test_evaluate_names_the_reference_recordings_it_has_no_audio_for(files, tmp_path, capsys):
+    """They were left out without a word: the total read lower than `diarize score` on the same folder."""
+    d, _ = files
+    ref = tmp_path / "ref.rttm"
+    write_rttm([Turn("talk", 0.0, 4.0, "a"), Turn("absent", 0.0, 4.0, "b")], ref)
+    capsys.readouterr()
+    main(["diarize", "evaluate", str(d), str(ref), "--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt"),
+          "--out", str(tmp_path / "ev")])
+    out = capsys.readouterr().out
+    assert "in the reference without an audio file in the folder, not scored: 1 recordings (absent)" in out
+    main(["diarize", "evaluate", str(d), str(ref), "--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt"),
+          "--out", str(tmp_path / "ev2"), "--json"])
+    assert json.loads(capsys.readouterr().out)["no_audio"] == ["absent"]
+
+
+def test_a_recording_without_reference_speech_reads_n_a_not_0_percent():
+    from normlab.diarization.metrics.evaluate import format_evaluation
+
+    empty = {"der": None, "total": 0.0}
+    result = {"total": {"0": {"der": 0.25, "total": 4.0}}, "count_right": 1, "unscored": [],
+              "files": [{"uri": "quiet", "collars": {"0": empty}, "speakers": {"reference": 0, "hypothesis": 0}}]}
+    assert format_evaluation(result).splitlines()[1].split()[:2] == ["quiet", "n/a"]
+
+
 def test_the_silence_gate_follows_a_quiet_recording_of_speech_only():
     """-70 dBFS for a recording at a usual level; 45 dB below the loud frames of a quieter one that has speech's
     dynamics; -70 again for stationary noise alone (which the model takes for speech) and digital silence."""

@@ -103,9 +103,12 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     "hypothesis": m}}], "total": {...}, "count_right": k, "errors": {...}}`` with DER components in seconds
     and ``der`` as a fraction; ``count_right``: the files whose hypothesis has as many speakers as their
     reference (over the whole file, whatever the UEM; a file that failed has none); ``unscored``: the
-    recordings the reference does not name, diarized but not scored (as ``diarize score`` skips them). The
-    RTTMs are read back before scoring, so the numbers are those of ``normlab diarize score REF OUT_DIR
-    --collar C`` on the same files.
+    recordings the reference does not name, diarized but not scored (as ``diarize score`` skips them);
+    ``no_audio``: the reference's recordings without an audio file in ``wav_dir``, not scored (``diarize
+    score`` would count them as all missed). The RTTMs are read back before scoring, so the numbers are those
+    of ``normlab diarize score REF OUT_DIR --collar C`` on the recordings that have audio; ``der`` is None
+    where a recording has no reference speech to score. A reference without speech in the scored regions
+    is refused before any work, as ``diarize score`` refuses it.
     ``html``: also write ``html/index.html`` (:func:`report_html.write_evaluation_page`; its path under
     ``"html"``). Outputs that exist already are replaced only where normlab wrote them (``overwrite``: any),
     checked before any work.
@@ -130,6 +133,10 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     if regions is not None and not set(regions) & set(reference) & uris:
         raise BadValue(f"{uem} covers none of the recordings of {wav_dir} that {ref_rttm} names: nothing would be "
                        "scored")
+    ref = {u: reference[u] for u in uris if u in reference}  # what is scored: the recordings with audio
+    if score(ref, {}, collar=0.0, uem=regions).total == 0:
+        raise BadValue(f"nothing to score: the reference has no speech{' inside the UEM' if uem else ''} in the "
+                       f"{len(ref)} recordings of {wav_dir} it names")
     if html is not None:
         from .report_html import page_path
 
@@ -141,7 +148,6 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
             hyp.update(read_rttm(out_dir / f"{recording_uri(p)}.rttm"))
     # as `diarize score`: a recording the reference does not name is diarized, listed, and not scored
     unscored = sorted(uris - set(reference))
-    ref = {u: reference[u] for u in uris if u in reference}
     files, total = [], {}
     for u in sorted(ref):
         row = {"uri": u, "collars": {}, "speakers": {"reference": _speakers(ref[u]),
@@ -156,8 +162,8 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     effect = lambda k: "scored as all missed" if reference.get(recording_uri(k)) else "not in the reference"  # noqa: E731
     errors = {k: f"{v.removeprefix(f'{k}: ')} ({effect(k)})" for k, v in status.items() if v != "ok"}
     right = sum(f["speakers"]["reference"] == f["speakers"]["hypothesis"] for f in files)
-    result = {"files": files, "total": total, "count_right": right, "unscored": unscored, "errors": errors,
-              "out": str(out_dir)}
+    result = {"files": files, "total": total, "count_right": right, "unscored": unscored,
+              "no_audio": sorted(set(reference) - uris), "errors": errors, "out": str(out_dir)}
     if html is not None:
         from .report_html import write_evaluation_page
 
@@ -171,8 +177,14 @@ def _speakers(turns: list[Turn]) -> int:
 
 
 def _as_dict(r: DERResult) -> dict:
-    return {"der": r.der, "false_alarm": r.false_alarm, "missed": r.missed, "confusion": r.confusion,
-            "total": r.total}
+    """DER components in seconds; ``der`` None where there is no reference speech to score (a DER of nothing
+    is not 0%)."""
+    return {"der": r.der if r.total > 0 else None, "false_alarm": r.false_alarm, "missed": r.missed,
+            "confusion": r.confusion, "total": r.total}
+
+
+def _percent(der: float | None) -> str:
+    return "      n/a" if der is None else f"{100 * der:8.2f}%"
 
 
 def format_evaluation(result: dict) -> str:
@@ -184,14 +196,15 @@ def format_evaluation(result: dict) -> str:
     lines = [head]
     for row in result["files"]:
         n = row["speakers"]
-        lines.append(f"{row['uri']:<{w}s}" + "".join(f"  {100 * row['collars'][c]['der']:8.2f}%" for c in cs)
+        lines.append(f"{row['uri']:<{w}s}" + "".join(f"  {_percent(row['collars'][c]['der'])}" for c in cs)
                      + f"  {n['reference']}/{n['hypothesis']}")
-    lines.append(f"{'TOTAL':<{w}s}" + "".join(f"  {100 * result['total'][c]['der']:8.2f}%" for c in cs))
+    lines.append(f"{'TOTAL':<{w}s}" + "".join(f"  {_percent(result['total'][c]['der'])}" for c in cs))
     lines.append(f"speaker count right on {result['count_right']} of {len(result['files'])} recordings")
-    if result["unscored"]:
-        some = result["unscored"]
-        lines.append(f"not in the reference, not scored: {len(some)} recordings ({', '.join(some[:5])}"
-                     f"{' ...' if len(some) > 5 else ''})")
+    for key, what in (("unscored", "not in the reference, not scored"), ("no_audio", "in the reference "
+                      "without an audio file in the folder, not scored")):
+        some = result.get(key)
+        if some:
+            lines.append(f"{what}: {len(some)} recordings ({', '.join(some[:5])}{' ...' if len(some) > 5 else ''})")
     return "\n".join(lines)
 
 

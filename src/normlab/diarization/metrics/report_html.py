@@ -40,8 +40,8 @@ th[colspan] { text-align: center; }
 """
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.2f}%"
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.2f}%"
 
 
 def der_table(result: dict) -> str:
@@ -160,6 +160,8 @@ def evaluation_page(result: dict, reference: dict[str, list[Turn]], hypothesis: 
             + (f"<h2>Errors</h2><ul class=errors>{errors}</ul>" if errors else "")
             + (f"<p>Not in the reference, not scored: {html.escape(', '.join(result['unscored']))}.</p>"
                if result.get("unscored") else "")
+            + (f"<p>In the reference without an audio file, not scored: "
+               f"{html.escape(', '.join(result['no_audio']))}.</p>" if result.get("no_audio") else "")
             + "<h2>Timelines</h2><p>Per recording: the reference speakers, the hypothesis speakers (coloured as "
             "the reference speaker DER maps them to), and where the errors are, per 10 ms frame at collar 0.</p>"
             f"{_legend()}{''.join(sections)}</main></body></html>\n")
