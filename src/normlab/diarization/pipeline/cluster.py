@@ -75,6 +75,44 @@ def nearest_centroid(x: np.ndarray, labels: np.ndarray, w: np.ndarray, lo: int =
     return moved if len(np.unique(moved)) >= min(lo, len(ks)) else labels
 
 
+def merge_closest(x: np.ndarray, labels: np.ndarray, w: np.ndarray, lo: int = 1, *, below: float = 0.0,
+                  down_to: int | None = None) -> np.ndarray:
+    """``labels`` with the two clusters of the closest weighted centroids (cosine, ``x`` L2-normalized rows)
+    merged, again and again, while they are closer than ``below`` or there are more than ``down_to``
+    clusters; never below ``lo`` clusters."""
+    labels = labels.copy()
+    while True:
+        ks = np.unique(labels)
+        if len(ks) <= max(lo, 1):
+            return labels
+        cents = _centroids(x, labels, w)
+        dist = 1 - cents @ cents.T
+        np.fill_diagonal(dist, np.inf)
+        i, j = np.unravel_index(int(np.argmin(dist)), dist.shape)
+        if (below <= 0 or dist[i, j] >= below) and (down_to is None or len(ks) <= down_to):
+            return labels
+        labels[labels == ks[j]] = ks[i]
+
+
+def _deeper(tree: np.ndarray, w: np.ndarray, lo: int, min_weight: float) -> np.ndarray | None:
+    """The tree cut at the fewest clusters that give ``lo`` clusters of at least ``min_weight`` each (the
+    small ones are folded afterwards): cut at exactly ``lo``, a few outlying short pieces would make
+    clusters of their own and the voices would stay merged. None where no cut gives that many."""
+    from scipy.cluster.hierarchy import fcluster
+
+    for m in range(lo, len(w) + 1):
+        labels = fcluster(tree, t=m, criterion="maxclust")
+        if _n_big(labels, w, min_weight) >= lo:
+            return labels
+    return None
+
+
+def _n_big(labels: np.ndarray, w: np.ndarray, min_weight: float) -> int:
+    """How many clusters have at least ``min_weight`` (all of them where it is 0)."""
+    mass = np.bincount(np.unique(labels, return_inverse=True)[1], weights=w)
+    return int(np.sum(mass >= min_weight)) if min_weight > 0 else len(mass)
+
+
 def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | None = None,
             num_speakers: int | None = None, min_speakers: int | None = None, max_speakers: int | None = None,
             min_weight: float = 0.0, merge: float = 0.0, reassign: bool = True) -> np.ndarray:
@@ -106,22 +144,17 @@ def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | N
     x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
     tree = linkage(x, method="average", metric="cosine")
     labels = fcluster(tree, t=threshold, criterion="distance")
-    k = len(np.unique(labels))
-    target = min(max(k, lo), n) if hi is None else min(max(min(k, hi), lo), n)
-    if target != k:
-        labels = fcluster(tree, t=target, criterion="maxclust")
+    lo = min(lo, n)
+    if lo > 1 and _n_big(labels, w, min_weight) < lo:  # too few voices at the cut (short outliers do not count)
+        deeper = _deeper(tree, w, lo, min_weight)
+        if deeper is not None:
+            labels = deeper
+        elif len(np.unique(labels)) < lo:
+            labels = fcluster(tree, t=lo, criterion="maxclust")
     labels = fold_small(x, labels, w, min_weight, lo)
-    while merge > 0:
-        ks = np.unique(labels)
-        if len(ks) <= lo:
-            break
-        cents = _centroids(x, labels, w)
-        dist = 1 - cents @ cents.T
-        np.fill_diagonal(dist, np.inf)
-        i, j = np.unravel_index(int(np.argmin(dist)), dist.shape)
-        if dist[i, j] >= merge:
-            break
-        labels[labels == ks[j]] = ks[i]
+    # too many: the closest centroids merge, after the small clusters folded. (The tree cut at the asked count
+    # instead split off a few outlying short pieces as speakers of their own and merged the real ones.)
+    labels = merge_closest(x, labels, w, lo, below=merge, down_to=hi)
     if reassign:
         labels = nearest_centroid(x, labels, w, lo)
     return _relabel(labels, w)

@@ -126,9 +126,9 @@ def cluster_vbx(embeddings: np.ndarray, plda: dict, *, threshold: float, fa: flo
                 max_speakers: int | None = None, min_weight: float = 0.0) -> np.ndarray:
     """Cluster labels ``(n,)`` in 0..K-1: the agglomerative clusters cut at ``threshold`` (cosine distance),
     refined by :func:`vb` in the PLDA space (each piece to its likeliest speaker; speakers left without pieces
-    leave), clusters of less than ``min_weight`` folded as in :func:`cluster.cluster`. A count outside the
-    given bounds falls back to the tree cut at the nearest allowed count."""
-    from .cluster import _relabel, check_speaker_counts, cluster, fold_small
+    leave), clusters of less than ``min_weight`` folded as in :func:`cluster.cluster`. Above the given bounds
+    the closest centroids merge; below them, the tree's clustering within the bounds is used instead."""
+    from .cluster import _relabel, check_speaker_counts, cluster, fold_small, merge_closest
 
     lo, hi = check_speaker_counts(num_speakers, min_speakers, max_speakers)
     x = np.asarray(embeddings, dtype=np.float64)
@@ -139,8 +139,7 @@ def cluster_vbx(embeddings: np.ndarray, plda: dict, *, threshold: float, fa: flo
     y, phi = project(x, plda, dims)
     labels = vb(y, phi, init, fa=fa, fb=fb).argmax(1)
     labels = fold_small(_norm(x), labels, w, min_weight, lo)
-    k = len(np.unique(labels))
-    if k < lo or (hi is not None and k > hi):
-        return cluster(x, threshold=threshold, weights=w, num_speakers=min(max(k, lo), hi or k), min_weight=0.0,
+    if len(np.unique(labels)) < lo:  # VBx merged below the bounds: the tree's clustering within them
+        return cluster(x, threshold=threshold, weights=w, min_speakers=lo, max_speakers=hi, min_weight=min_weight,
                        reassign=False)
-    return _relabel(labels, w)
+    return _relabel(merge_closest(_norm(x), labels, w, lo, down_to=hi), w)  # above them: the closest merge
