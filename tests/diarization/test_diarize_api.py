@@ -12,6 +12,7 @@ import torch
 from normlab import UserError
 from normlab.cli import main
 from normlab.diarization import (
+    Diarization,
     EENDModel,
     ModelConfig,
     Turn,
@@ -327,6 +328,44 @@ def test_annotation_round_trip():
     back = from_annotation(ann)
     assert [(t.uri, t.speaker, round(t.start, 6), round(t.duration, 6)) for t in back] == \
         [(t.uri, t.speaker, t.start, t.duration) for t in turns]
+
+
+def test_annotations_keep_the_recording_and_write_as_rttm():
+    """A silent recording's annotation lost its name; turns of two recordings merged into one annotation; a
+    label with a tab or a recording named with a space gave turns that to_rttm() refused."""
+    pytest.importorskip("pyannote.core")
+    from pyannote.core import Annotation, Segment
+
+    assert to_annotation(Diarization([], uri="quiet")).uri == "quiet"
+    with pytest.raises(ValueError, match="the turns of one recording, got 2"):
+        to_annotation([Turn("a", 0.0, 1.0, "s"), Turn("b", 0.0, 1.0, "s")])
+    ann = Annotation(uri="my meeting")
+    ann[Segment(0.0, 1.0)] = "Ann\tLee"
+    back = Diarization(from_annotation(ann))
+    assert [(t.uri, t.speaker) for t in back] == [("my_meeting", "Ann_Lee")] and back.to_rttm()
+    ann[Segment(2.0, 3.0)] = ""
+    with pytest.raises(ValueError, match="speaker label '' at 2.000 s"):
+        from_annotation(ann)
+
+
+def test_a_dicts_uri_is_checked_and_half_precision_tensors_are_read(files):
+    """``{"uri": ""}`` was accepted and its turns could not be written, ``"uri": None`` became 'None'; a
+    bfloat16 tensor raised numpy's TypeError."""
+    d, audio = files
+    wave = torch.from_numpy(audio)[None]
+    with pytest.raises(ValueError, match="'uri' must be a non-empty string, got ''"):
+        _turns(d, {"waveform": wave, "sample_rate": SR, "uri": ""})
+    assert _turns(d, {"waveform": wave, "sample_rate": SR, "uri": None}).uri == "audio"
+    ref = _turns(d, {"waveform": wave.to(torch.bfloat16).float(), "sample_rate": SR})
+    assert _turns(d, {"waveform": wave.to(torch.bfloat16), "sample_rate": SR}) == ref
+
+
+def test_no_turn_ends_after_the_audio(files):
+    """The last 100 ms frame may reach past the end: a 10.05 s file had a turn ending at 10.1 s."""
+    d, audio = files
+    cut = audio[: int(11.95 * SR)]  # speech to the end, 11.95 s: not a whole number of frames
+    turns = _turns(d, cut, sample_rate=SR)
+    assert turns and max(t.end for t in turns) <= turns.duration == 11.95
 
 
 def test_speech_mode_has_one_speaker_at_a_time(files):

@@ -250,3 +250,14 @@ def test_a_fault_in_the_model_file_s_settings_names_the_file(files, tmp_path, ca
     assert rc == 2 and len(err) == 1 and "even.pt: its stored pipeline settings: median must be" in err[0], err
     assert main(["diarize", str(d / "wav" / "talk.wav"), "--model", str(tmp_path / "even.pt"), "--embedding",
                  str(d / "enc.pt"), "--out", str(tmp_path / "o"), "--median", "5"]) == 0  # the user's value wins
+
+
+def test_numpy_numbers_in_the_settings_are_written_as_json_numbers():
+    """``diarize(..., max_speakers=np.int64(3))`` is accepted; its ``to_json()`` raised TypeError, and
+    ``diarize_files(format="json")`` stopped the whole batch after the first file."""
+    from normlab.diarization.pipeline.output import Diarization
+
+    d = Diarization([], uri="x", settings={"max_speakers": np.int64(3), "threshold": np.float32(0.5),
+                                           "whiten": np.bool_(False), "grid": [np.int64(1)]})
+    assert json.loads(d.to_json())["settings"] == {"max_speakers": 3, "threshold": 0.5, "whiten": False,
+                                                   "grid": [1]}

@@ -54,14 +54,14 @@ def resample(mono: np.ndarray, orig: int, target: int) -> np.ndarray:
     return resample_poly(mono, target // g, orig // g).astype(np.float32)
 
 
-def _as_uri(name: str) -> str:
-    """``name`` as an RTTM recording name: each run of white space one ``_``."""
+def as_field(name: str) -> str:
+    """``name`` as one RTTM field (a recording or speaker name): each run of white space one ``_``."""
     return re.sub(r"\s+", "_", name)
 
 
 def recording_uri(path: str | pathlib.Path) -> str:
     """The recording's name in RTTM and output files: the file name without its suffix, white space as ``_``."""
-    return _as_uri(pathlib.Path(path).stem)
+    return as_field(pathlib.Path(path).stem)
 
 
 def remove_dc(mono: np.ndarray, sample_rate: int) -> np.ndarray:
@@ -221,10 +221,16 @@ def as_mono(audio, sample_rate: int | None, target: int) -> tuple[torch.Tensor, 
             raise BadValue(f"an audio dict needs 'waveform' and 'sample_rate' keys, got {sorted(audio)}")
         if sample_rate is not None and sample_rate != audio["sample_rate"]:
             raise BadValue(f"sample_rate={sample_rate} contradicts the dict's {audio['sample_rate']}")
-        uri = _as_uri(str(audio.get("uri", uri)))
+        if audio.get("uri") is not None:  # (None: unnamed, as without the key)
+            named = audio["uri"]
+            if not isinstance(named, str) or not as_field(named):
+                raise BadValue(f"the audio dict's 'uri' must be a non-empty string, got {named!r}")
+            uri = as_field(named)
         audio, sample_rate = audio["waveform"], audio["sample_rate"]
     if isinstance(audio, torch.Tensor):
-        audio = audio.detach().cpu().numpy()
+        audio = audio.detach().cpu()
+        # numpy has no bfloat16: half-precision tensors are widened (exactly) first
+        audio = (audio.float() if audio.dtype in (torch.bfloat16, torch.float16) else audio).numpy()
     if not isinstance(audio, np.ndarray):
         raise BadType(f"audio must be a path, a numpy array, a torch tensor or a dict, got {type(audio).__name__}")
     if sample_rate is None:

@@ -28,7 +28,7 @@ from dataclasses import asdict
 
 from ... import written
 from ..._checks import BadType, BadValue, MissingDependency
-from ..io.audio import SAMPLE_RATE, as_mono, recording_uri
+from ..io.audio import SAMPLE_RATE, as_field, as_mono, recording_uri
 from ..io.features import FeatureConfig
 from ..io.rttm import Turn, check_token
 from .cluster import check_speaker_counts
@@ -182,13 +182,16 @@ def _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options
 def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str | None, counts: dict,
              prov: dict) -> Diarization:
     wave, name = as_mono(audio, sample_rate, SAMPLE_RATE)
-    turns = diarize_waveform(model, encoder, wave, uri or name, cfg, **counts)
+    duration = round(wave.numel() / SAMPLE_RATE, 3)
+    # the frames are 100 ms: the last one may reach past the audio's end, which no turn does
+    turns = [t if t.end <= duration else Turn(t.uri, t.start, round(duration - t.start, 3), t.speaker)
+             for t in diarize_waveform(model, encoder, wave, uri or name, cfg, **counts) if t.start < duration]
     asked = counts["num_speakers"] or counts["min_speakers"]
     found = len({t.speaker for t in turns})
     if asked and found < asked:  # a cluster is made for each, but a speaker who never wins a frame has no turn
         warnings.warn(f"{uri or name}: {found} speaker{'s' * (found != 1)} found where at least {asked} "
                       "were asked for: the others never speak above the threshold", UserWarning, stacklevel=3)
-    return Diarization(turns, uri=uri or name, duration=round(wave.numel() / SAMPLE_RATE, 3),
+    return Diarization(turns, uri=uri or name, duration=duration,
                        settings={**asdict(cfg), **counts}, provenance=prov)
 
 
@@ -263,7 +266,11 @@ def to_annotation(turns: list[Turn], uri: str | None = None):
         from pyannote.core import Annotation, Segment
     except ImportError:
         raise MissingDependency("to_annotation needs pyannote.core: pip install 'normlab[annotation]'") from None
-    uri = uri or (turns[0].uri if turns else None)
+    uris = {t.uri for t in turns}
+    if len(uris) > 1:
+        raise BadValue(f"to_annotation takes the turns of one recording, got {len(uris)} ({', '.join(sorted(uris)[:3])}"
+                       f"{' ...' if len(uris) > 3 else ''})")
+    uri = uri or getattr(turns, "uri", None) or (turns[0].uri if turns else None)  # (a Diarization: its own)
     ann = Annotation(uri=uri)
     for i, t in enumerate(sorted(turns)):
         ann[Segment(t.start, t.end), i] = t.speaker
@@ -271,10 +278,16 @@ def to_annotation(turns: list[Turn], uri: str | None = None):
 
 
 def from_annotation(annotation, uri: str | None = None) -> list[Turn]:
-    """Turns of a ``pyannote.core.Annotation`` (speaker labels as strings, spaces replaced by ``_``)."""
-    uri = uri or annotation.uri or "audio"
-    return sorted(Turn(uri, float(seg.start), float(seg.end - seg.start), str(label).replace(" ", "_"))
-                  for seg, _, label in annotation.itertracks(yield_label=True))
+    """Turns of a ``pyannote.core.Annotation``: the recording's name and the speaker labels as strings, each run
+    of white space one ``_`` (as a file's name becomes its recording's), so that they write as RTTM fields."""
+    uri = as_field(uri or annotation.uri or "audio")
+    turns = []
+    for seg, _, label in annotation.itertracks(yield_label=True):
+        speaker = as_field(str(label))
+        if not speaker:
+            raise BadValue(f"speaker label {label!r} at {seg.start:.3f} s has no characters an RTTM field can hold")
+        turns.append(Turn(uri, float(seg.start), float(seg.end - seg.start), speaker))
+    return sorted(turns)
 
 
 __all__ = ["diarize", "diarize_files", "load_model", "load_encoder", "every_encoder", "provenance", "to_annotation",

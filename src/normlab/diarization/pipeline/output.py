@@ -43,6 +43,16 @@ def exclusive_turns(turns: list[Turn]) -> list[Turn]:
     return sorted(out)
 
 
+def _plain(v):
+    """``v`` with numpy scalars (``np.int64(3)``, ``np.float32(0.4)``, ``np.bool_``) as Python's, in dicts and
+    lists too: what ``json`` can write."""
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return type(v)(_plain(x) for x in v)
+    return v.item() if hasattr(v, "item") and type(v).__module__ == "numpy" else v
+
+
 class Diarization(list):
     """The turns of one recording (a ``list`` of ``Turn``, sorted) and how they were made.
 
@@ -56,7 +66,7 @@ class Diarization(list):
         super().__init__(sorted(turns))
         self.uri = uri if uri is not None else (self[0].uri if self else "audio")
         self.duration = duration
-        self.settings = dict(settings or {})
+        self.settings = _plain(dict(settings or {}))  # numpy numbers a caller passed: JSON's numbers
         self.provenance = dict(provenance or {})
         self.is_exclusive = is_exclusive
 
