@@ -210,6 +210,21 @@ def test_all_zero_row_at_eps_0_has_finite_higher_derivatives(op, impl):
     assert torch.isfinite(g_func).all()
 
 
+@pytest.mark.parametrize("op", ["layer_norm", "add_layer_norm"])
+def test_a_subnormal_eps_counts_on_every_path(op, impl):
+    """eps = 1e-40 (below float32's smallest normal number, but not 0): a constant row's gradient is 1/sqrt(eps)
+    times the centred upstream gradient, as torch computes it. The reference and compiled paths, and every
+    traced or ``torch.func`` call, took such an eps for 0 and gave a gradient of 0."""
+    x, w, b, r = _zero_row(op, 3, 8, torch.float32, 1)
+    dy = torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
+    y = ours(op, x, w, b, impl=impl, r=r, eps=1e-40)
+    ours_dx = grads(y, dy, (x,))[0][1]
+    x2 = x.detach().clone().requires_grad_()
+    s = x2 if r is None else x2 + r.detach()
+    want = torch.autograd.grad(torch.nn.functional.layer_norm(s, (8,), w.detach(), b.detach(), 1e-40), x2, dy)[0][1]
+    assert want.abs().min() > 1e18 and torch.allclose(ours_dx, want, rtol=1e-5)
+
+
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_nonfinite_row_leaves_other_rows_exact(op, bad, impl):
