@@ -78,3 +78,25 @@ def test_features_in_blocks_equal_one_block():
     torch.manual_seed(0)
     w8 = torch.randn(8000 * 31 + 77)
     assert torch.equal(extract(w8, block=500), extract(w8, block=10**9))
+
+
+def test_digital_silence_reads_as_the_recordings_quiet_background():
+    """Seconds of exact zeros before a recording (every band at the log floor) pulled the recording mean
+    towards the floor, so all of its speech read differently, and gave the model a floor it never heard: a
+    2-speaker conversation read 33% DER with 2 s of zeros first, 2.4% without. Now the speech frames read as
+    without the zeros, and the zeros as the quietest twentieth of the recording's sound, band by band."""
+    cfg = FeatureConfig()
+    torch.manual_seed(0)
+    sound = torch.from_numpy(_tone(300, 3.0, 8000)) * torch.rand(24000) + 0.01 * torch.randn(24000)
+    pad = 8000 * 2  # 2 s: whole frames of zeros (80-sample hop)
+    with_zeros, alone = logmel(torch.cat([torch.zeros(pad), sound]), cfg), logmel(sound, cfg)
+    x = extract(torch.cat([torch.zeros(pad), sound]), cfg)
+    centre = x[:, 7 * 23 : 8 * 23]  # the unspliced frames
+    silent = ~(with_zeros > -10).any(1)
+    assert silent[: pad // 80 - 3].all() and not silent[pad // 80 :].any()
+    heard = with_zeros[~silent]
+    fill = heard.kthvalue(heard.shape[0] // 20, dim=0).values  # the quiet background, per band
+    expect = torch.where(silent[:, None], fill, with_zeros)
+    torch.testing.assert_close(centre, (expect - expect.mean(0))[::10])
+    torch.testing.assert_close(with_zeros[pad // 80 :], alone[: with_zeros.shape[0] - pad // 80])
+    assert torch.equal(extract(torch.zeros(24000), cfg), torch.zeros_like(extract(torch.zeros(24000), cfg)))

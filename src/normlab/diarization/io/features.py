@@ -14,6 +14,8 @@ import torch
 
 #: EEND's sample rate: the features are made from 8 kHz audio (the pipeline resamples to it)
 FEATURE_RATE = 8000
+#: mel power below this is read as this (log10: -10): the log floor of digital silence
+POWER_FLOOR = 1e-10
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def logmel(wave: torch.Tensor, cfg: FeatureConfig = FeatureConfig()) -> torch.Te
     spec = torch.stft(wave, cfg.n_fft, hop_length=cfg.hop, win_length=cfg.win, window=window, center=False,
                       return_complex=True)  # F, frames
     power = spec.abs().pow(2).T  # frames, F
-    return torch.log10((power @ mel_filterbank(cfg.n_mels, cfg.n_fft, cfg.sample_rate).T).clamp_min(1e-10))
+    return torch.log10((power @ mel_filterbank(cfg.n_mels, cfg.n_fft, cfg.sample_rate).T).clamp_min(POWER_FLOOR))
 
 
 def extract(wave: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), block: int = 60_000) -> torch.Tensor:
@@ -86,7 +88,14 @@ def extract(wave: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), block: int
         b = min(frames, a + block)
         parts.append(logmel(wave[a * cfg.hop : (b - 1) * cfg.hop + span], cfg))  # b-a, n_mels
     f = torch.cat(parts)
-    f = f - f.mean(dim=0, keepdim=True)  # recording mean removed
+    # Digital silence (every band at the log floor) reads as the recording's quiet background, its 5th
+    # percentile per band: the model never heard the floor (every training mixture has noise), and a few
+    # seconds of zeros at the start had it invent speakers; nor does silence pull the mean below.
+    sound = (f > torch.log10(torch.tensor(POWER_FLOOR))).any(dim=1)  # (the floor as logmel rounds it)
+    if sound.any() and not sound.all():
+        heard = f[sound]
+        f[~sound] = heard.kthvalue(max(1, heard.shape[0] // 20), dim=0).values
+    f = f - f.mean(dim=0, keepdim=True)  # the recording mean removed
     centres = torch.arange(0, frames, cfg.subsample)  # T_out
     idx = (centres[:, None] + torch.arange(-cfg.context, cfg.context + 1)).clamp(0, frames - 1)  # T_out, 2c+1
     return f[idx].reshape(len(centres), -1)  # T_out, (2c+1) n_mels
