@@ -83,6 +83,14 @@ def test_sample_is_out_of_cache_whatever_the_first_call(monkeypatch):
     assert autotune.sample_rows(torch.empty(4096, 256, device="meta"), 256) == small  # not a CPU call
 
 
+def test_rows_shorter_than_a_cache_line_are_timed_on_a_bounded_sample(monkeypatch):
+    """A row of 1 element was timed on the 8 MB's 2M rows: 0.55 s a decision (the cost is per row)."""
+    assert autotune.sample_rows(torch.empty(4, 1), 1) == autotune.SAMPLE_MAX_ROWS
+    monkeypatch.setattr(autotune, "SAMPLE_MAX_ROWS", 1000)
+    assert autotune.sample_rows(torch.empty(4, 3, dtype=torch.bfloat16), 3) == 1000
+    assert autotune.sample_rows(torch.empty(4, 16), 16) > 1000  # a whole cache line: sized in bytes
+
+
 def test_private_cache_is_the_largest_below_the_last_level(monkeypatch):
     size = cpu.private_cache_bytes()
     assert 16 << 10 <= size <= cpu.last_level_cache_bytes()
