@@ -300,3 +300,18 @@ def test_a_lower_bound_splits_the_voices_not_the_outlying_pieces():
     assert len(set(cluster(x, threshold=0.8, weights=w, min_weight=4.0).tolist())) == 1  # the cut merges them
     labels = cluster(x, threshold=0.8, weights=w, min_weight=4.0, min_speakers=2)
     assert _same_partition(labels[:24], np.repeat([0, 1], 12)) and len(set(labels.tolist())) == 2
+
+
+def test_a_lower_bound_never_cuts_above_the_threshold():
+    """Three outlying pieces, each under the floor but together over it: the first cut from the top with two
+    clusters over the floor was the tree's top split, the two merged voices against the outliers together."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(256)
+    b = a + 1.1 * rng.standard_normal(256)
+    x = np.stack([a + 0.2 * rng.standard_normal(256) for _ in range(12)]
+                 + [b + 0.2 * rng.standard_normal(256) for _ in range(12)]
+                 + [-a + 2.6 * rng.standard_normal(256) for _ in range(3)])  # apart at the threshold, too
+    w = np.array([3.0] * 24 + [1.9] * 3)
+    for bounds in ({"min_speakers": 2}, {"num_speakers": 2}):
+        labels = cluster(x, threshold=0.8, weights=w, min_weight=4.0, **bounds)
+        assert _same_partition(labels[:24], np.repeat([0, 1], 12)) and len(set(labels.tolist())) == 2

@@ -89,13 +89,16 @@ def extract(wave: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), block: int
         parts.append(logmel(wave[a * cfg.hop : (b - 1) * cfg.hop + span], cfg))  # b-a, n_mels
     f = torch.cat(parts)
     # Digital silence (every band at the log floor) reads as the recording's quiet background, its 5th
-    # percentile per band: the model never heard the floor (every training mixture has noise), and a few
-    # seconds of zeros at the start had it invent speakers; nor does silence pull the mean below.
+    # percentile per band, and the recording mean is that of the frames with sound: a few seconds of zeros at
+    # the start pulled the mean toward the floor (all of the speech read differently) and gave the model a
+    # floor it never heard (every training mixture has noise); it invented speakers.
     sound = (f > torch.log10(torch.tensor(POWER_FLOOR))).any(dim=1)  # (the floor as logmel rounds it)
     if sound.any() and not sound.all():
         heard = f[sound]
         f[~sound] = heard.kthvalue(max(1, heard.shape[0] // 20), dim=0).values
-    f = f - f.mean(dim=0, keepdim=True)  # the recording mean removed
+        f = f - heard.mean(dim=0, keepdim=True)
+    else:
+        f = f - f.mean(dim=0, keepdim=True)  # the recording mean removed
     centres = torch.arange(0, frames, cfg.subsample)  # T_out
     idx = (centres[:, None] + torch.arange(-cfg.context, cfg.context + 1)).clamp(0, frames - 1)  # T_out, 2c+1
     return f[idx].reshape(len(centres), -1)  # T_out, (2c+1) n_mels

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
 import os
 import pathlib
 import warnings
@@ -184,7 +185,7 @@ def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str |
     wave, name = as_mono(audio, sample_rate, SAMPLE_RATE)
     duration = round(wave.numel() / SAMPLE_RATE, 3)
     # the frames are 100 ms: the last one may reach past the audio's end, which no turn does
-    turns = [t if t.end <= duration else Turn(t.uri, t.start, round(duration - t.start, 3), t.speaker)
+    turns = [t if t.end <= duration else _ending_at(t, duration)
              for t in diarize_waveform(model, encoder, wave, uri or name, cfg, **counts) if t.start < duration]
     asked = counts["num_speakers"] or counts["min_speakers"]
     found = len({t.speaker for t in turns})
@@ -193,6 +194,14 @@ def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str |
                       "were asked for: the others never speak above the threshold", UserWarning, stacklevel=3)
     return Diarization(turns, uri=uri or name, duration=duration,
                        settings={**asdict(cfg), **counts}, provenance=prov)
+
+
+def _ending_at(t: Turn, end: float) -> Turn:
+    """``t`` cut to end at ``end`` (``start + duration <= end`` in floating point too)."""
+    duration = end - t.start
+    while t.start + duration > end:
+        duration = math.nextafter(duration, 0.0)
+    return Turn(t.uri, t.start, duration, t.speaker)
 
 
 def _outputs(path, out_dir: pathlib.Path, format: str, plot: bool) -> list[pathlib.Path]:
@@ -266,11 +275,13 @@ def to_annotation(turns: list[Turn], uri: str | None = None):
         from pyannote.core import Annotation, Segment
     except ImportError:
         raise MissingDependency("to_annotation needs pyannote.core: pip install 'normlab[annotation]'") from None
+    own = getattr(turns, "uri", None)  # a Diarization names its recording, even without turns
+    turns = list(turns)  # (a generator is read once)
     uris = {t.uri for t in turns}
     if len(uris) > 1:
         raise BadValue(f"to_annotation takes the turns of one recording, got {len(uris)} ({', '.join(sorted(uris)[:3])}"
                        f"{' ...' if len(uris) > 3 else ''})")
-    uri = uri or getattr(turns, "uri", None) or (turns[0].uri if turns else None)  # (a Diarization: its own)
+    uri = uri or own or (turns[0].uri if turns else None)
     ann = Annotation(uri=uri)
     for i, t in enumerate(sorted(turns)):
         ann[Segment(t.start, t.end), i] = t.speaker

@@ -1,11 +1,12 @@
 """Agglomerative clustering of speaker embeddings across a recording.
 
 Average-linkage agglomerative clustering on cosine distance; the tree is cut
-at a distance threshold (tuned on a development set), or at a given number
-of speakers, or at the threshold's count clipped to ``[min_speakers,
-max_speakers]``. Clusters that carry little speech (less than
-``min_weight``: a few stray windows) are folded into the nearest large
-cluster, unless that would go below the requested count.
+at a distance threshold (tuned on a development set). Clusters that carry
+little speech (less than ``min_weight``: a few stray windows) are folded
+into the nearest large cluster. A speaker count bounds the result: below
+``min_speakers`` (or ``num_speakers``) the tree is cut deeper until that many
+clusters carry ``min_weight`` each; above ``max_speakers`` the clusters with
+the closest centroids merge, after the folding.
 """
 from __future__ import annotations
 
@@ -94,13 +95,16 @@ def merge_closest(x: np.ndarray, labels: np.ndarray, w: np.ndarray, lo: int = 1,
         labels[labels == ks[j]] = ks[i]
 
 
-def _deeper(tree: np.ndarray, w: np.ndarray, lo: int, min_weight: float) -> np.ndarray | None:
-    """The tree cut at the fewest clusters that give ``lo`` clusters of at least ``min_weight`` each (the
-    small ones are folded afterwards): cut at exactly ``lo``, a few outlying short pieces would make
-    clusters of their own and the voices would stay merged. None where no cut gives that many."""
+def _deeper(tree: np.ndarray, w: np.ndarray, lo: int, min_weight: float, start: int) -> np.ndarray | None:
+    """The tree cut at the fewest clusters, from ``start`` (the threshold cut's count) on, that give ``lo``
+    clusters of at least ``min_weight`` each (the small ones are folded afterwards): a shallower cut, or one at
+    exactly ``lo``, would make a few outlying short pieces a cluster of their own and leave the voices merged.
+    None where no cut gives that many."""
     from scipy.cluster.hierarchy import fcluster
 
-    for m in range(lo, len(w) + 1):
+    if min_weight > 0 and w.sum() < lo * min_weight:  # not speech enough for lo such clusters in any cut
+        return None
+    for m in range(max(lo, start), len(w) + 1):
         labels = fcluster(tree, t=m, criterion="maxclust")
         if _n_big(labels, w, min_weight) >= lo:
             return labels
@@ -146,7 +150,7 @@ def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | N
     labels = fcluster(tree, t=threshold, criterion="distance")
     lo = min(lo, n)
     if lo > 1 and _n_big(labels, w, min_weight) < lo:  # too few voices at the cut (short outliers do not count)
-        deeper = _deeper(tree, w, lo, min_weight)
+        deeper = _deeper(tree, w, lo, min_weight, start=len(np.unique(labels)))
         if deeper is not None:
             labels = deeper
         elif len(np.unique(labels)) < lo:
