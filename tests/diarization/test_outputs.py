@@ -258,6 +258,7 @@ def test_numpy_numbers_in_the_settings_are_written_as_json_numbers():
     from normlab.diarization.pipeline.output import Diarization
 
     d = Diarization([], uri="x", settings={"max_speakers": np.int64(3), "threshold": np.float32(0.5),
-                                           "whiten": np.bool_(False), "grid": [np.int64(1)]})
+                                           "whiten": np.bool_(False), "grid": [np.int64(1)],
+                                           "cuts": np.array([0.5, 0.25])})
     assert json.loads(d.to_json())["settings"] == {"max_speakers": 3, "threshold": 0.5, "whiten": False,
-                                                   "grid": [1]}
+                                                   "grid": [1], "cuts": [0.5, 0.25]}

@@ -376,3 +376,17 @@ def test_saves_wait_for_each_other(tuner, monkeypatch):
         fcntl.flock(held, fcntl.LOCK_UN)
         done.join(timeout=30)
     assert list(json.loads(tuner.path.read_text())["configs"][0]["decisions"])  # then written
+
+
+@needs_two
+def test_a_save_does_not_wait_forever_for_a_lock(tuner, monkeypatch):
+    """A process that holds the lock and never lets go (stopped) hung every later ``auto`` call that saved."""
+    import fcntl
+
+    _rigged(monkeypatch, "cpu")
+    monkeypatch.setattr(autotune, "LOCK_WAIT_S", 0.2)
+    tuner.path.parent.mkdir(parents=True, exist_ok=True)
+    with open(tuner.path.with_name("dispatch.json.lock"), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # never released during the call
+        assert kernels.resolve("auto", "layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
+        assert tuner.path.exists()  # written after the wait

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..devices import HELP_TORCHRUN as DEVICE_HELP
+from ..devices import HELP as DEVICE_HELP
 from ..devices import check_spec
 from ._common import OVERWRITE, OVERWRITE_HELP, a_path, flag, jobs
 

@@ -181,6 +181,9 @@ SAMPLE_MAX_BYTES = 8 << 20
 SHORT_ROW_BYTES = 64
 SAMPLE_MAX_ROWS = 1 << 18
 
+#: seconds a save waits for another process's save (a few ms each) before it writes anyway
+LOCK_WAIT_S = 5.0
+
 
 def sample_rows(x: torch.Tensor, d: int) -> int:
     """Rows of the timing sample: on CPU, an output of ``SAMPLE_MAX_BYTES`` or twice the cores' own caches
@@ -321,13 +324,13 @@ class Tuner:
         file renamed over the old one), the other configurations' sections kept, one process at a time (a lock
         file beside it: two processes saving at once would each drop the other's new decisions); silent where
         the cache is read-only (the decisions then live for this process only)."""
-        import fcntl
-
         tmp = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)  # held for a read and a write of a small file
+            # opened read-only (flock needs no write access: a lock file another user made still locks); a holder
+            # that never lets go (a stopped process) delays a save by LOCK_WAIT_S, then it goes on
+            lock = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDONLY | os.O_CREAT, 0o666)
+            with build._locked(lock, wait_s=LOCK_WAIT_S):
                 saved, others, _ = self._read()
                 merged = {**saved, **self._decisions}
                 own = {"machine": machine(),

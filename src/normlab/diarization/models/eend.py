@@ -96,6 +96,7 @@ class EENDModel(nn.Module):
             # C, S: a constant of the config, kept on the CPU (its readers move it): not a buffer, which a meta-device
             # build followed by to_empty() would leave unset and load_state_dict would not restore
             self.powerset = table
+            self._tables: dict[torch.device, torch.Tensor] = {}
             outputs = table.shape[0]
         self.head = nn.Linear(cfg.d_model, outputs)
 
@@ -105,7 +106,12 @@ class EENDModel(nn.Module):
     def activity(self, feats: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Each local speaker's probability of talking, ``(batch, frames, speakers)``, whatever the head."""
         logits = self(feats, key_padding_mask)
-        return torch.sigmoid(logits) if self.cfg.head == "multilabel" else marginals(logits, self.powerset)
+        if self.cfg.head == "multilabel":
+            return torch.sigmoid(logits)
+        table = self._tables.get(logits.device)
+        if table is None:  # one copy per device, not one per call
+            table = self._tables[logits.device] = self.powerset.to(logits.device)
+        return marginals(logits, table)
 
     def save(self, path: str | pathlib.Path) -> None:
         """Config, post-processing, features, weights and ``provenance`` (versions, commit, machine), atomically."""

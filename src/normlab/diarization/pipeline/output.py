@@ -50,7 +50,9 @@ def _plain(v):
         return {k: _plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return type(v)(_plain(x) for x in v)
-    return v.item() if hasattr(v, "item") and type(v).__module__ == "numpy" else v
+    if type(v).__module__ == "numpy" and hasattr(v, "tolist"):  # a numpy scalar or array: Python's numbers
+        return v.tolist()
+    return v
 
 
 class Diarization(list):
