@@ -53,3 +53,34 @@ def test_branch_ratio_is_what_the_unit_adds(placement):
 def test_needs_layers():
     with pytest.raises(ValueError, match="layers"):
         diagnose(torch.nn.Linear(2, 2), torch.randn(1, 2))
+
+
+def test_the_default_loss_gives_every_layer_a_gradient():
+    """The mean of squares after a final norm with unit gain is constant up to eps: its gradients were 1e-6 to
+    1e-8 and their ratio across layers meaningless."""
+    torch.manual_seed(0)
+    model = normlab.TransformerEncoder(16, 2, 3, 32, placement="pre")
+    rows = diagnose(model, torch.randn(2, 6, 16))
+    assert min(r["grad_ffn_w2"] for r in rows) > 1e-3
+
+
+def test_a_hook_that_does_not_fire_is_an_error_not_a_missing_figure():
+    """Blocks compiled before diagnose added its hooks never ran the ones inside them: the branch ratios of
+    every layer but the first were silently missing."""
+    torch.manual_seed(0)
+    model = normlab.TransformerEncoder(8, 2, 2, 16)
+    normlab.models.compile_blocks(model, backend="eager")
+    model(torch.randn(2, 5, 8))  # compiled without diagnose's hooks
+    with pytest.raises(ValueError, match="diagnose's hooks did not fire .*diagnose before compile_blocks"):
+        diagnose(model, torch.randn(2, 5, 8))
+
+
+def test_a_mask_that_does_not_fit_the_streams_is_one_clear_error():
+    from normlab.models.video import VideoEncoder
+
+    model = VideoEncoder(8, 2, 1, 16, n_patches=3)
+    mask = torch.zeros(2, 4, dtype=torch.bool)
+    mask[1, 3] = True
+    model(torch.randn(2, 4, 3, 8), mask)  # the model takes the frame mask
+    with pytest.raises(ValueError, match=r"key_padding_mask \[2, 4\] does not fit a stream of"):
+        diagnose(model, torch.randn(2, 4, 3, 8), mask)

@@ -30,7 +30,18 @@ def _valid(t: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     t = t.detach().float()
     if mask is None:
         return t.reshape(-1, t.shape[-1])
+    if tuple(mask.shape) != tuple(t.shape[:-1]):
+        raise BadValue(f"diagnose's key_padding_mask {list(mask.shape)} does not fit a stream of "
+                       f"{list(t.shape)}: a mask is read on [B, T, D] streams (the video encoder's fold "
+                       "patches into them: diagnose it without a mask)")
     return t[~mask]
+
+
+def _probe_loss(out: torch.Tensor) -> torch.Tensor:
+    """The output against a fixed random direction: a stand-in task loss that gives every layer a gradient. (The
+    mean of squares does not: after a final norm with unit gain it is constant up to eps.)"""
+    probe = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).to(out.device)
+    return (out.float() * probe).mean()
 
 
 def _group(name: str) -> str:
@@ -62,8 +73,11 @@ def diagnose(model: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor |
              backward: bool = True, loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[dict]:
     """Statistics per layer of ``model.layers`` for one batch; see the module docstring.
 
-    ``loss_fn`` maps the model output to a scalar (default: mean of squares, a
-    stand-in for a task loss that gives every layer a gradient).
+    ``loss_fn`` maps the model output to a scalar (default: the output against a fixed random direction, a
+    stand-in for a task loss that gives every layer a gradient). The statistics come from forward hooks: on
+    blocks compiled with ``compile_blocks`` they fire only where the blocks were compiled after the hooks were
+    added (torch.compile does not check for new hooks), and a hook that did not fire is an error, not a
+    missing number.
     """
     if not isinstance(model, Stack):
         raise BadValue("model is not a normlab stack with .layers to diagnose")
@@ -83,21 +97,27 @@ def diagnose(model: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor |
         return hook
 
     handles = [layers[0].register_forward_pre_hook(lambda _m, args: streams.__setitem__(-1, args[0].detach()))]
+    watched = []  # (layer, unit) whose branch hook must fire
     for i, layer in enumerate(layers):
         handles.append(layer.register_forward_hook(output(i)))
         for name, unit in layer.named_children():
             if isinstance(unit, ResidualUnit):
                 handles.append(watch_branch(unit, branch_ratio(i, name)))
+                watched += [(i, name)] if handles[-1] is not None else []
     try:
         model.zero_grad(set_to_none=True)
         out = model(x, key_padding_mask)
         if backward:
-            loss = loss_fn(out) if loss_fn is not None else out.float().pow(2).mean()
+            loss = loss_fn(out) if loss_fn is not None else _probe_loss(out)
             loss.backward()
     finally:
         for h in handles:
             if h is not None:
                 h.remove()
+    silent = [f"layer {i} {name}" for i, name in watched if f"branch_ratio_{name}" not in rows[i]]
+    if silent or len(streams) < len(layers) + 1:
+        raise BadValue(f"diagnose's hooks did not fire ({', '.join(silent[:3]) or 'a layer output'}): blocks "
+                       "compiled before the hooks were added do not see them; diagnose before compile_blocks")
     outputs = [streams[i] for i in range(len(layers))]
     prev = streams[-1]
     for i, o in enumerate(outputs):

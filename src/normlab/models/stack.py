@@ -164,7 +164,10 @@ def compile_blocks(model: nn.Module, **compile_kw) -> nn.Module:
     :mod:`normlab.kernels.dispatch`). Module names, ``state_dict`` and outputs
     are unchanged (within float rounding). The first call of each shape
     compiles (seconds to minutes); a compiled model cannot be pickled or
-    deep-copied. ``compile_kw`` goes to ``torch.compile`` (e.g. ``dynamic=False``).
+    deep-copied. Hooks on the modules inside a block must be added before its
+    first call: torch.compile does not check for new ones (a hook on the block
+    itself still fires). ``compile_kw`` goes to ``torch.compile`` (e.g.
+    ``dynamic=False``).
     """
     for stack in [m for m in model.modules() if isinstance(m, Stack)]:
         for layer in stack.layers:
