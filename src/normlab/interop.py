@@ -73,9 +73,9 @@ def to_torch(block: TransformerBlock) -> nn.TransformerEncoderLayer:
     if a.causal:
         raise BadValue("block is causal and torch's layer is not by itself (it takes is_causal=True and a mask at "
                        "each call): not converted")
-    if a.dropout != block.attn.drop.p:
-        raise BadValue(f"torch's layer has one dropout; block uses {block.attn.drop.p} and {a.dropout} on the "
-                       "attention weights")
+    if a.dropout != block.attn.drop.p or ffn.drop.p != block.attn.drop.p:
+        raise BadValue(f"torch's layer has one dropout; block uses {block.attn.drop.p} on its branches, "
+                       f"{a.dropout} on the attention weights and {ffn.drop.p} after the feed-forward's activation")
     linear_bias = a.qkv_proj.bias is not None
     for n in (norm, getattr(block.ffn, slot)):
         if n.weight is None or (n.bias is not None) != linear_bias:

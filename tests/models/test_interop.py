@@ -54,6 +54,10 @@ def test_to_torch_rejects_what_torch_lacks():
         interop.to_torch(normlab.TransformerBlock(8, 2, causal=True))
     with pytest.raises(ValueError, match="one dropout"):
         interop.to_torch(normlab.TransformerBlock(8, 2, dropout=0.1, attn_dropout=0.0))
+    bert_like = normlab.TransformerBlock(8, 2, dropout=0.1)  # BERT's blocks: no dropout inside the feed-forward
+    bert_like.ffn.fn.drop.p = 0.0
+    with pytest.raises(ValueError, match="one dropout.* 0.0 after the feed-forward's activation"):
+        interop.to_torch(bert_like)
     with pytest.raises(ValueError, match="norms have a weight"):
         interop.to_torch(normlab.TransformerBlock(8, 2, norm_kw={"bias": False}))
     with pytest.raises(ValueError, match="unsupported activation"):
