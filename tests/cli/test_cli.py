@@ -36,8 +36,9 @@ def test_version_names_normlab_torch_and_python():
     (["report", "--out", ""], "expected a path, got an empty one"),
     (["report", "--jobs", "100000"], "four per core of this machine"),
     (["diarize", "simulate", "--out", "s", "--jobs", "100000"], "four per core of this machine"),
-    (["lesson", "--d-model", "1"], "argument --d-model: expected a whole number >= 2 (LayerNorm over one feature "
-                                   "is always 0), got '1'"),
+    (["lesson", "--d-model", "3"], "argument --d-model: expected a whole number >= 4 (over fewer features a "
+                                   "token's variance can vanish into eps), got '3'"),
+    (["lesson", "--batch", "1", "--tokens", "2"], "batch x tokens must be >= 3"),
     (["diarize", "train", "--data", "d", "--out", "o", "--norm", "groupnorm"], "invalid choice: 'groupnorm'"),
     # a model the pipeline cannot read, whose loss tries 9! orders a step (GBs of memory)
     (["diarize", "train", "--data", "d", "--out", "o", "--n-speakers", "9"], "n_speakers is at most 8"),

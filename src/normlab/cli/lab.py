@@ -26,11 +26,11 @@ REPEATS = 15  # timed repeats per case, the median reported
 
 
 def _features(text: str) -> int:
-    """The lesson's ``--d-model``: at least 2, as LayerNorm over one feature is always 0 (a value minus itself)."""
+    """The lesson's ``--d-model``: at least 4, as over fewer features a token's variance can vanish into eps."""
     v = _size(text)
-    if v < 2:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 2 (LayerNorm over one feature is always 0), "
-                                         f"got {text!r}")
+    if v < 4:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 4 (over fewer features a token's variance "
+                                         f"can vanish into eps), got {text!r}")
     return v
 
 
@@ -161,7 +161,7 @@ def add_parsers(sub, name: str) -> None:
         p.add_argument("--tokens", type=_frames, default=4,
                        help="T, frames per recording, at least 2 (default: %(default)s)")
         p.add_argument("--d-model", type=_features, default=6,
-                       help="D, features per frame, at least 2 (default: %(default)s)")
+                       help="D, features per frame, at least 4 (default: %(default)s)")
         p.add_argument("--seed", type=seed, default=42, help="random seed of the input (default: %(default)s)")
         flag(p, "--json", "print the figures as JSON")
         p.set_defaults(func=_lesson)
