@@ -184,7 +184,7 @@ def test_torchrun_rank_death_stops_the_run_naming_it_and_a_restart_resumes(tmp_p
     assert "rank" in log and ("rank      : 1" in log or "rank: 1" in log or "rank 1" in log), log[-3000:]
     # the surviving rank says it stopped in one line (it printed a traceback and "a bug in normlab")
     assert "internal error" not in log and "Traceback" not in log.split("stopped at step")[0][-2000:], log[-3000:]
-    assert "normlab diarize: error: rank 0 of 2 stopped at step" in log, log[-3000:]
+    assert "normlab diarize train: error: rank 0 of 2 stopped at step" in log, log[-3000:]
     step = torch.load(last, weights_only=False)["step"]
     assert step >= 2 and torch.load(last, weights_only=False)["world_size"] == 2
     # restarted alone (one process), it resumes from the checkpoint and finishes

@@ -343,3 +343,14 @@ def test_without_matplotlib_the_studies_stop_before_any_work(argv, tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pip install 'normlab[plot]'" in err[0] and "Traceback" not in err[0]
     assert not out.exists()
+
+
+def test_run_time_errors_name_the_command_as_usage_errors_do(tmp_path, capsys):
+    """Usage errors said `normlab diarize score: error:`, errors while running `normlab diarize: error:`."""
+    from normlab.cli import main
+
+    assert main(["diarize", "score", str(tmp_path / "missing.rttm"), str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("normlab diarize score: error: "), err
+    assert main(["diarize", "score", "--collar", "-1", "a", "b"]) == 2
+    assert capsys.readouterr().err.startswith("normlab diarize score: error: ")

@@ -210,7 +210,7 @@ def test_a_speaker_count_that_cannot_be_met_is_said(files):
                         str(d / "m.pt"), "--embedding", str(d / "enc.pt"), "--out", str(d / "many"),
                         "--num-speakers", "20"], capture_output=True, text=True, timeout=300)
     err = [x for x in r.stderr.splitlines() if "warning" in x]
-    assert r.returncode == 0 and len(err) == 1 and err[0].startswith("normlab diarize: warning: talk: "), r.stderr
+    assert r.returncode == 0 and len(err) == 1 and err[0].startswith("normlab diarize run: warning: talk: "), r.stderr
 
 
 def test_evaluate_with_a_uem_of_other_recordings_stops_before_any_work(files, tmp_path, capsys):

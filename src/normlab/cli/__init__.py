@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser(command)
         args, extra = parser.parse_known_args(argv)
         if extra:  # named after the (sub)command that was parsed, whose --help lists what it takes
-            prog = " ".join(["normlab", args.command, getattr(args, "diarize_command", None) or ""]).strip()
-            parser.exit(2, f"{prog}: error: unrecognized arguments: {' '.join(extra)} (see {prog} --help)\n")
+            parser.exit(2, f"{_prog(args)}: error: unrecognized arguments: {' '.join(extra)} (see {_prog(args)} "
+                           "--help)\n")
     except SystemExit as e:  # --help, --version (0) or a usage error (2), already printed
         return int(e.code or 0)
     import warnings
@@ -113,11 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     # a warning is one line for the person at the terminal, as errors are (not Python's file:line and source);
     # Python's own format again once the command returns (main may run inside a program)
     python_format = warnings.formatwarning
-    warnings.formatwarning = lambda message, category, *_, **__: f"normlab {args.command}: warning: {message}\n"
+    warnings.formatwarning = lambda message, category, *_, **__: f"{_prog(args)}: warning: {message}\n"
     try:
         return _run(args)
     finally:
         warnings.formatwarning = python_format
+
+
+def _prog(args) -> str:
+    """The command as its usage errors name it (``normlab diarize train``), for its run-time lines too."""
+    sub = getattr(args, "diarize_command", None)
+    return f"normlab {args.command}" + (f" {sub}" if sub else "")
 
 
 def _run(args) -> int:
@@ -127,7 +133,7 @@ def _run(args) -> int:
     except KeyboardInterrupt:
         # only the commands that keep finished work (their parsers set ``resumes``) promise a resume
         again = " (finished work is kept; re-run to resume)" if getattr(args, "resumes", False) else ""
-        print(f"normlab {args.command}: interrupted{again}", file=sys.stderr)
+        print(f"{_prog(args)}: interrupted{again}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader of our output went away (`normlab ... | head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail again
@@ -137,7 +143,7 @@ def _run(args) -> int:
             return _failed(args, e)
         # stdout, or a file written through its handle, on a full disk (the error names no file); what the
         # failed write held is dropped, so the exit's flush does not fail again, and stdout stays the caller's
-        print(f"normlab {args.command}: error: cannot write its output: {e.strerror or e}", file=sys.stderr)
+        print(f"{_prog(args)}: error: cannot write its output: {e.strerror or e}", file=sys.stderr)
         return 2
     except Exception as e:
         return _failed(args, e)
@@ -154,13 +160,13 @@ def _failed(args, e: Exception) -> int:
                       ": ask for smaller sizes")
     if not isinstance(e, UserError):
         traceback.print_exc()
-        print(f"normlab {args.command}: internal error ({type(e).__name__}): a bug in normlab, not a mistake in "
+        print(f"{_prog(args)}: internal error ({type(e).__name__}): a bug in normlab, not a mistake in "
               "the command; please report it with the traceback above", file=sys.stderr)
         return 1
     if os.environ.get("NORMLAB_DEBUG"):
         raise
     message = str(e).splitlines()[0] if str(e) else type(e).__name__
-    print(f"normlab {args.command}: error: {message}", file=sys.stderr)
+    print(f"{_prog(args)}: error: {message}", file=sys.stderr)
     return 2
 
 
