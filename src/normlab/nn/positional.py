@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from .._checks import BadValue, check_choice
+from .constants import DeviceConstant
 
 POSITIONS = ("sinusoidal", "learned", "none")
 
@@ -22,28 +23,19 @@ def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
 
 
 class Sinusoids:
-    """The sinusoidal table's first rows, made at the first call for each device and dtype and kept.
-
-    No parameter and no buffer (a non-persistent buffer is left unset by ``to_empty()`` after a meta-device
-    build, and ``load_state_dict`` does not restore one), and no module: nothing to hook.
-    """
+    """The sinusoidal table's first rows, made at the first call for each device and dtype and kept
+    (:class:`~normlab.nn.constants.DeviceConstant`); no module: nothing to hook."""
 
     def __init__(self, d_model: int, max_len: int, name: str = "max_len"):
         self.d_model, self.max_len, self.name = d_model, max_len, name  # name: the option that set max_len
-        self._tables: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+        # made in float32, then cast (the values a float32 buffer cast at each call gave)
+        self._table = DeviceConstant(lambda: sinusoidal_table(max_len, d_model))  # T, D
 
     def __call__(self, t: int, like: torch.Tensor) -> torch.Tensor:
         """``PE[:t]`` ``(t, D)`` on ``like``'s device, in its dtype."""
         if t > self.max_len:
             raise BadValue(f"sequence length {t} exceeds {self.name} {self.max_len}")
-        key = (like.device, like.dtype)
-        table = self._tables.get(key)
-        if table is None:
-            # made in float32, then cast (the values a float32 buffer cast at each call gave)
-            table = sinusoidal_table(self.max_len, self.d_model).to(device=like.device, dtype=like.dtype)  # T, D
-            if not (torch.jit.is_tracing() or torch.compiler.is_compiling()):  # tracers record it as ops
-                self._tables[key] = table
-        return table[:t]  # T, D
+        return self._table(like.device, like.dtype)[:t]  # T, D
 
 
 class PositionalEncoding(nn.Module):

@@ -11,6 +11,7 @@ from torch import nn
 from ..._checks import BadValue, NotFound, check_choice, check_count, check_rate
 from ...models.conformer import ConformerEncoder
 from ...models.transformer import TransformerEncoder
+from ...nn.constants import DeviceConstant
 from ..io.features import FeatureConfig
 from .powerset import marginals, subsets
 
@@ -93,10 +94,10 @@ class EENDModel(nn.Module):
             if not 1 <= cfg.max_active <= cfg.n_speakers:
                 raise BadValue(f"max_active must be in 1..n_speakers ({cfg.n_speakers}), got {cfg.max_active}")
             table = subsets(cfg.n_speakers, cfg.max_active)
-            # C, S: a constant of the config, kept on the CPU (its readers move it): not a buffer, which a meta-device
-            # build followed by to_empty() would leave unset and load_state_dict would not restore
+            # C, S: a constant of the config on the CPU, and on the logits' device where read (not a buffer:
+            # DeviceConstant says why)
             self.powerset = table
-            self._tables: dict[torch.device, torch.Tensor] = {}
+            self._powerset = DeviceConstant(lambda: table)
             outputs = table.shape[0]
         self.head = nn.Linear(cfg.d_model, outputs)
 
@@ -108,10 +109,7 @@ class EENDModel(nn.Module):
         logits = self(feats, key_padding_mask)
         if self.cfg.head == "multilabel":
             return torch.sigmoid(logits)
-        table = self._tables.get(logits.device)
-        if table is None:  # one copy per device, not one per call
-            table = self._tables[logits.device] = self.powerset.to(logits.device)
-        return marginals(logits, table)
+        return marginals(logits, self._powerset(logits.device))
 
     def save(self, path: str | pathlib.Path) -> None:
         """Config, post-processing, features, weights and ``provenance`` (versions, commit, machine), atomically."""

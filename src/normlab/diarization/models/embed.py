@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ..._checks import BadValue
+from ...nn.constants import DeviceConstant
 from ..io.audio import SAMPLE_RATE
 from .weights import MissingAssetError, asset, is_safetensors, load_weights, read_weights, write_safetensors
 
@@ -69,19 +70,13 @@ class MelFrontend(nn.Module):
 
     def __init__(self):
         super().__init__()
-        # the window and the filterbank are constants, made per device at first use: not buffers, which a
-        # meta-device build followed by to_empty() would leave unset and load_state_dict would not restore
-        self._constants: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+        # constants made where they are used, not buffers (DeviceConstant says why)
+        self._window = DeviceConstant(lambda: torch.hann_window(N_FFT, periodic=True))
+        self._fbank = DeviceConstant(slaney_mel_filterbank)
 
     def constants(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The Hann window ``(N_FFT,)`` and the mel filterbank ``(40, F)`` on ``like``'s device, in its dtype."""
-        key = (like.device, like.dtype)
-        found = self._constants.get(key)
-        if found is None:
-            found = tuple(t.to(device=like.device, dtype=like.dtype)
-                          for t in (torch.hann_window(N_FFT, periodic=True), slaney_mel_filterbank()))
-            self._constants[key] = found
-        return found
+        return self._window(like.device, like.dtype), self._fbank(like.device, like.dtype)
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
         window, fbank = self.constants(wave)

@@ -1,0 +1,29 @@
+"""Constant tensors of a module (a sinusoidal table, a window, a filterbank) made where they are used."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+class DeviceConstant:
+    """``make()``'s tensor, made at its first use for each device and dtype and kept.
+
+    No parameter and no buffer: a non-persistent buffer is left unset by ``to_empty()`` after a meta-device
+    build, and ``load_state_dict`` does not restore one. Nothing is kept while a tracer or ``torch.compile``
+    runs (they record the making as ops).
+    """
+
+    def __init__(self, make: Callable[[], torch.Tensor]):
+        self._make = make
+        self._made: dict[tuple[torch.device, torch.dtype | None], torch.Tensor] = {}
+
+    def __call__(self, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The tensor on ``device``, in ``dtype`` (None: ``make()``'s own)."""
+        key = (device, dtype)
+        made = self._made.get(key)
+        if made is None:
+            made = self._make().to(device=device, dtype=dtype)
+            if not (torch.jit.is_tracing() or torch.compiler.is_compiling()):
+                self._made[key] = made
+        return made
