@@ -95,3 +95,11 @@ def test_cli_lesson_text_and_error(capsys):
     assert "[2, 8, 16]" in capsys.readouterr().out
     assert main(["lesson", "--d-model", "0"]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_a_criterions_line_says_which_side_of_its_limit_the_value_is():
+    """A FAIL read `max abs error 1.28e-05 < 1e-5`; the limit is printed as written (the README shows `< 1e-5`)."""
+    assert lesson._below("c", "max abs error", 2.98e-7, "1e-5") == ("c", True, "max abs error 2.98e-07 < 1e-5")
+    assert lesson._below("c", "max abs error", 1.28e-5, "1e-5") == ("c", False, "max abs error 1.28e-05 >= 1e-5")
+    text = lesson.format_lesson(lesson.run_lesson())
+    assert "max |var - 1| " in text and " < 1e-3" in text and "1e-05" not in text

@@ -162,15 +162,9 @@ def run_lesson(cfg: LessonConfig = LessonConfig()) -> dict:
     criteria = [
         ("outputs are finite", finite, "no NaN or Inf in any output (hand-written, module, torch, block, RMSNorm)"),
         ("shapes stay [B, T, D]", all(s == [B, T, D] for s in shapes.values()), f"every output is {[B, T, D]}"),
-        ("hand-written == torch", max(errors.values()) < 1e-5,
-         f"max abs error {max(errors.values()):.2e} {_below(max(errors.values()), 1e-5)}"),
-        ("per-token mean ~ 0", ln_stats["max_abs_mean"] < 1e-5,
-         f"max |mean| {ln_stats['max_abs_mean']:.2e} {_below(ln_stats['max_abs_mean'], 1e-5)}"),
-        (
-            "per-token variance ~ 1",
-            ln_stats["max_abs_var_minus_1"] < 1e-3,
-            f"max |var - 1| {ln_stats['max_abs_var_minus_1']:.2e} {_below(ln_stats['max_abs_var_minus_1'], 1e-3)}",
-        ),
+        _below("hand-written == torch", "max abs error", max(errors.values()), "1e-5"),
+        _below("per-token mean ~ 0", "max |mean|", ln_stats["max_abs_mean"], "1e-5"),
+        _below("per-token variance ~ 1", "max |var - 1|", ln_stats["max_abs_var_minus_1"], "1e-3"),
         ("parameters = 2 * D", n_params == 2 * D, f"{n_params} == {2 * D}"),
         (
             "LN ignores batch companions",
@@ -201,9 +195,11 @@ def run_lesson(cfg: LessonConfig = LessonConfig()) -> dict:
     }
 
 
-def _below(value: float, limit: float) -> str:
-    """``< 1e-05`` where ``value`` is below ``limit``, ``>= 1e-05`` where it is not (a FAIL's line says why)."""
-    return f"{'<' if value < limit else '>='} {limit:g}"
+def _below(name: str, what: str, value: float, limit: str) -> tuple[str, bool, str]:
+    """The criterion ``value < limit`` (``limit`` as written, "1e-5"), its line saying which side the value is on
+    (``< 1e-5``, or ``>= 1e-5`` where it fails)."""
+    ok = value < float(limit)
+    return name, ok, f"{what} {value:.2e} {'<' if ok else '>='} {limit}"
 
 
 def _table(rows: list[list[float]], title: str) -> list[str]:
