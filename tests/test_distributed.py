@@ -368,7 +368,7 @@ def test_launcher_values_out_of_range_are_one_line(monkeypatch):
     from normlab.studies.ray_executor import _check_reachable
 
     monkeypatch.setenv("LOCAL_RANK", "abc")
-    with pytest.raises(BadValue, match="LOCAL_RANK must be a whole number"):
+    with pytest.raises(BadValue, match="LOCAL_RANK=.abc. is not a whole number >= 0"):
         devices.resolve("cpu")
     monkeypatch.setenv("NORMLAB_JOIN_TIMEOUT", "100000000000000")
     with pytest.raises(BadValue, match="NORMLAB_JOIN_TIMEOUT"):

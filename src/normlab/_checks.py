@@ -195,6 +195,20 @@ def env_on(name: str) -> bool:
     return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+def env_whole(name: str, default: str | None = None, *, least: int = 0, most: int | None = None) -> int:
+    """The whole number a launcher put in the environment variable ``name`` (``default`` where unset), checked
+    against ``least`` and ``most``: one line naming the variable and its value instead of ``int()``'s traceback."""
+    text = os.environ.get(name, default)
+    try:
+        v = int(text) if text is not None else None
+    except ValueError:
+        v = None
+    if v is None or v < least or (most is not None and v > most):
+        bound = f"from {least} to {most}" if most is not None else f">= {least}"
+        raise BadValue(f"the launcher's {name}={text!r} is not a whole number {bound}")
+    return v
+
+
 def acc_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype statistics are accumulated in: float64 for float64, else float32."""
     return torch.float64 if dtype == torch.float64 else torch.float32

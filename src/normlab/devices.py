@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import re
 
 SPEC = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
@@ -34,15 +33,12 @@ def resolve(spec: str = "auto", local_rank: int | None = None):
     """
     import torch
 
-    from ._checks import BadValue
+    from ._checks import BadValue, env_whole
 
     if not SPEC.match(spec or ""):
         raise BadValue(f"--device must be cpu, cuda, cuda:N or auto, got {spec!r}")
     if local_rank is None:
-        text = os.environ.get("LOCAL_RANK", "0").strip()
-        if not text.isdigit():
-            raise BadValue(f"LOCAL_RANK must be a whole number >= 0 (the launcher sets it), got {text!r}")
-        local_rank = int(text)
+        local_rank = env_whole("LOCAL_RANK", "0")
     if spec == "cpu" or (spec == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():

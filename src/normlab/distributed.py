@@ -31,45 +31,36 @@ def world() -> tuple[int, int]:
 
 def launched() -> bool:
     """True when a launcher started this process as one of several ranks (``WORLD_SIZE`` above 1)."""
-    return _whole("WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"), least=1) > 1
+    from ._checks import env_whole
+
+    return env_whole("WORLD_SIZE", "1", least=1) > 1
 
 
 #: seconds a rank waits for the others to join (``NORMLAB_JOIN_TIMEOUT``); collectives keep ``timeout_s``
 JOIN_TIMEOUT_S = 120.0
 
 
-def _whole(name: str, text: str, least: int = 0, most: int | None = None) -> int:
-    from ._checks import BadValue
-
-    try:
-        v = int(text)
-    except ValueError:
-        v = None
-    if v is None or v < least or (most is not None and v > most):
-        bound = f"from {least} to {most}" if most is not None else f">= {least}"
-        raise BadValue(f"the launcher's {name}={text!r} is not a whole number {bound}")
-    return v
-
-
 def launch_settings() -> dict:
     """``rank, world, host, port`` from the launcher's environment, checked: one line naming what is wrong (a
     launch with ``WORLD_SIZE`` but no ``RANK``, a port that is not a port) instead of torch's traceback."""
-    from ._checks import BadValue
+    from ._checks import BadValue, env_whole
 
-    world_size = _whole("WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"), least=1)
+    world_size = env_whole("WORLD_SIZE", "1", least=1)
     missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]
     if missing:
         raise BadValue(f"WORLD_SIZE={world_size} but {', '.join(missing)} not set: start the ranks with torchrun "
                        "(it sets them all), or unset WORLD_SIZE to run alone")
-    rank = _whole("RANK", os.environ["RANK"], most=world_size - 1)
-    port = _whole("MASTER_PORT", os.environ["MASTER_PORT"], least=1, most=65535)
+    rank = env_whole("RANK", most=world_size - 1)
+    port = env_whole("MASTER_PORT", least=1, most=65535)
     return {"rank": rank, "world": world_size, "host": os.environ["MASTER_ADDR"], "port": port}
 
 
 def _join_timeout() -> float:
+    from ._checks import env_whole
+
     text = os.environ.get("NORMLAB_JOIN_TIMEOUT")
     # at most a week: timedelta overflows near 1e14 s
-    return JOIN_TIMEOUT_S if text is None else float(_whole("NORMLAB_JOIN_TIMEOUT", text, least=1, most=7 * 86400))
+    return JOIN_TIMEOUT_S if text is None else float(env_whole("NORMLAB_JOIN_TIMEOUT", least=1, most=7 * 86400))
 
 
 def _join(settings: dict, join_timeout: float, timeout_s: float):
