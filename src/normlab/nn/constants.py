@@ -11,19 +11,25 @@ class DeviceConstant:
 
     No parameter and no buffer: a non-persistent buffer is left unset by ``to_empty()`` after a meta-device
     build, and ``load_state_dict`` does not restore one. Nothing is kept while a tracer or ``torch.compile``
-    runs (they record the making as ops).
+    runs (they record the making as ops). ``make`` is a tensor or a function of no arguments that makes one;
+    the module pickles (``torch.save(model)``, ``copy.deepcopy``) where ``make`` does: a tensor, a module-level
+    function or a ``functools.partial`` of one, not a lambda. The tensors made are not pickled.
     """
 
-    def __init__(self, make: Callable[[], torch.Tensor]):
+    def __init__(self, make: Callable[[], torch.Tensor] | torch.Tensor):
         self._make = make
         self._made: dict[tuple[torch.device, torch.dtype | None], torch.Tensor] = {}
+
+    def __getstate__(self) -> dict:
+        return {"_make": self._make, "_made": {}}
 
     def __call__(self, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The tensor on ``device``, in ``dtype`` (None: ``make()``'s own)."""
         key = (device, dtype)
         made = self._made.get(key)
         if made is None:
-            made = self._make().to(device=device, dtype=dtype)
+            made = (self._make if isinstance(self._make, torch.Tensor) else self._make()).to(device=device,
+                                                                                           dtype=dtype)
             if not (torch.jit.is_tracing() or torch.compiler.is_compiling()):
                 self._made[key] = made
         return made

@@ -1,6 +1,7 @@
 """Positional encodings added to ``[B, T, D]`` inputs."""
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -29,7 +30,7 @@ class Sinusoids:
     def __init__(self, d_model: int, max_len: int, name: str = "max_len"):
         self.d_model, self.max_len, self.name = d_model, max_len, name  # name: the option that set max_len
         # made in float32, then cast (the values a float32 buffer cast at each call gave)
-        self._table = DeviceConstant(lambda: sinusoidal_table(max_len, d_model))  # T, D
+        self._table = DeviceConstant(functools.partial(sinusoidal_table, max_len, d_model))  # T, D
 
     def __call__(self, t: int, like: torch.Tensor) -> torch.Tensor:
         """``PE[:t]`` ``(t, D)`` on ``like``'s device, in its dtype."""

@@ -97,7 +97,7 @@ class EENDModel(nn.Module):
             # C, S: a constant of the config on the CPU, and on the logits' device where read (not a buffer:
             # DeviceConstant says why)
             self.powerset = table
-            self._powerset = DeviceConstant(lambda: table)
+            self._powerset = DeviceConstant(table)
             outputs = table.shape[0]
         self.head = nn.Linear(cfg.d_model, outputs)
 

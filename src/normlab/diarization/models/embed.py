@@ -15,6 +15,7 @@ L2-normalized mean of the embeddings of 1.6 s partials, as Resemblyzer's
 """
 from __future__ import annotations
 
+import functools
 import math
 import pathlib
 
@@ -71,7 +72,7 @@ class MelFrontend(nn.Module):
     def __init__(self):
         super().__init__()
         # constants made where they are used, not buffers (DeviceConstant says why)
-        self._window = DeviceConstant(lambda: torch.hann_window(N_FFT, periodic=True))
+        self._window = DeviceConstant(functools.partial(torch.hann_window, N_FFT, periodic=True))
         self._fbank = DeviceConstant(slaney_mel_filterbank)
 
     def constants(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
