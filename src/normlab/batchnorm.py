@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import BadValue, acc_dtype, check_eps, check_padding_mask
+from ._checks import BadValue, acc_dtype, check_count, check_eps, check_input, check_padding_mask
 
 
 class MaskedBatchNorm(nn.Module):
@@ -30,6 +30,7 @@ class MaskedBatchNorm(nn.Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, device=None, dtype=None):
         super().__init__()
+        check_count(num_features, "num_features")
         check_eps(eps)
         if momentum is not None and not (isinstance(momentum, (int, float)) and 0 <= momentum <= 1):
             raise BadValue(f"momentum must be a number in [0, 1] or None (a cumulative average), got {momentum!r}")
@@ -43,6 +44,7 @@ class MaskedBatchNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``x``: ``(..., D)``; ``padding_mask``: bool ``x.shape[:-1]`` or a prefix of it, True = padding."""
+        check_input(x, (self.num_features,))  # before the running statistics move
         if not self.training:
             mean, var = self.running_mean, self.running_var
         else:

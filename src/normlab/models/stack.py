@@ -76,16 +76,15 @@ class Stack(nn.Module):
         closes = specs[-1].slots.pre and not getattr(self.layers[-1], "self_closing", False)
         self.final_norm = specs[-1].make_norm() if closes else None
 
-    def run_layers(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, mask_final_norm: bool = True
-                   ) -> torch.Tensor:
-        """The blocks, then the final norm (given ``mask`` unless ``mask_final_norm`` is False)."""
+    def run_layers(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The blocks, then the final norm, each given ``mask``."""
         check_padding_mask(mask, x)
         hidden, residual = x, None
         for layer in self.layers:
             hidden, residual = layer(hidden, residual, mask)
         if self.final_norm is None:
             return materialize(hidden, residual)
-        return add_norm(hidden, residual, self.final_norm, mask if mask_final_norm else None)[0]
+        return add_norm(hidden, residual, self.final_norm, mask)[0]
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.run_layers(x, mask)

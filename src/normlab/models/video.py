@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._checks import BadValue, check_choice
+from .._checks import BadType, BadValue, check_choice, check_padding_mask
 from ..nn.attention import MultiHeadSelfAttention
 from ..nn.feedforward import FeedForward
 from ..nn.positional import Sinusoids
@@ -25,6 +25,16 @@ from .transformer import TransformerBlock
 ATTENTIONS = ("joint", "divided")
 
 
+class FrameAttention(MultiHeadSelfAttention):
+    """Self-attention among one frame's patches. A frame is padded whole or not at all, so no key is masked
+    here: the frame mask reaches the unit's norms only (a batchnorm leaves padded frames out of its
+    statistics). Masking every key of a padded frame would give its patches NaN, and the next time attention
+    would carry that NaN into the valid frames (a weight of 0 times NaN)."""
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return super().forward(x)
+
+
 class DividedBlock(Block):
     """Time attention, space attention and FFN units on ``[B, T, N, D]``; built by :class:`VideoEncoder`."""
 
@@ -32,7 +42,7 @@ class DividedBlock(Block):
                  spec: LayerSpec):
         super().__init__(spec)
         self.time = spec.unit(MultiHeadSelfAttention(d_model, n_heads, dropout))
-        self.space = spec.unit(MultiHeadSelfAttention(d_model, n_heads, dropout))
+        self.space = spec.unit(FrameAttention(d_model, n_heads, dropout))
         self.ffn = spec.unit(FeedForward(d_model, d_ff or 4 * d_model, "gelu", dropout))
 
     def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None = None,
@@ -46,9 +56,10 @@ class DividedBlock(Block):
             return None if v is None else v.view(b, n, t, d).transpose(1, 2).reshape(b * t, n, d)
 
         mt = None if mask is None else mask.repeat_interleave(n, dim=0)  # B*N, T
+        mf = None if mask is None else mask.reshape(b * t)  # B*T: a whole frame (its N patches) padded or not
         hidden, residual = self.time(per_patch(hidden), per_patch(residual), mt)
-        hidden, residual = self.space(per_frame(hidden), per_frame(residual))
-        hidden, residual = self.ffn(hidden, residual)
+        hidden, residual = self.space(per_frame(hidden), per_frame(residual), mf)
+        hidden, residual = self.ffn(hidden, residual, mf)
         return hidden.reshape(b, t, n, d), (None if residual is None else residual.reshape(b, t, n, d))  # B, T, N, D
 
 
@@ -77,11 +88,17 @@ class VideoEncoder(Stack):
         self.frame_pos = Sinusoids(d_model, max_frames, "max_frames")  # T, D at first use (no buffer, no module)
 
     def forward(self, x: torch.Tensor, frame_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
+            what = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+            raise BadType(f"expected a floating-point tensor (B, T, N, D), got {what}")
+        d_model = self.patch_pos.shape[1]
+        if x.dim() != 4 or x.shape[2] != self.n_patches or x.shape[3] != d_model:
+            raise BadValue(f"expected input of shape (B, T, {self.n_patches}, {d_model}) (N = {self.n_patches} "
+                           f"patches per frame), got {list(x.shape)}")
+        check_padding_mask(frame_mask, x)  # (B, T), before any layer reads it
         b, t, n, d = x.shape
-        if n != self.n_patches:
-            raise BadValue(f"expected {self.n_patches} patches per frame, got input of shape {list(x.shape)}")
         x = x + self.patch_pos + self.frame_pos(t, x)[:, None, :]  # B, T, N, D
         if self.attention == "divided":
-            return self.run_layers(x, frame_mask, mask_final_norm=False)  # B, T, N, D
+            return self.run_layers(x, frame_mask)  # B, T, N, D
         mask = None if frame_mask is None else frame_mask.repeat_interleave(n, dim=1)  # B, T*N
-        return self.run_layers(x.reshape(b, t * n, d), mask, mask_final_norm=False).view(b, t, n, d)  # B, T, N, D
+        return self.run_layers(x.reshape(b, t * n, d), mask).view(b, t, n, d)  # B, T, N, D
