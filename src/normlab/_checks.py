@@ -45,6 +45,10 @@ class Unavailable(UserError, RuntimeError):
     """Something the request needs is not on this machine: a system tool, a GPU, torch.distributed."""
 
 
+class CellsFailed(UserError, RuntimeError):
+    """Cells of a sweep raised: their errors are in the store, the finished cells kept; a re-run retries them."""
+
+
 class Unreachable(UserError, ConnectionError):
     """A network address the caller gave does not answer."""
 

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from normlab._checks import CellsFailed
 from normlab.studies import STUDIES, load
 from normlab.studies.base import Context
 from normlab.studies.criteria import CRITERIA
@@ -37,14 +38,32 @@ def test_store_resumes_without_recomputing(tmp_path):
     assert cell_key(square_cell, {"x": 1}) != cell_key(square_cell, {"x": 2})
 
 
-def test_failing_cell_is_recorded_not_raised(tmp_path):
+def test_failing_cell_is_recorded_the_sweep_goes_on_then_it_raises(tmp_path):
     r = Runner(Store(str(tmp_path / "runs.sqlite")))
-    out = r.map("demo", square_cell, [{"x": -1}, {"x": 3}])
-    assert out[0]["status"] == "error" and "negative input" in out[0]["error"]
-    assert out[1]["y"] == 9
+    # no study reads an error as a result (a missing final loss read as a divergence and decided a claim)
+    with pytest.raises(CellsFailed, match=r"1 of 2 cells of demo failed \(first, x=-1: ValueError: negative input\)"):
+        r.map("demo", square_cell, [{"x": -1}, {"x": 3}])
+    assert r.ran == 2  # the other cell ran and is kept
     again = Runner(Store(str(tmp_path / "runs.sqlite")))
-    again.map("demo", square_cell, [{"x": -1}, {"x": 3}])
+    with pytest.raises(CellsFailed):
+        again.map("demo", square_cell, [{"x": -1}, {"x": 3}])
     assert again.ran == 1  # the error is retried, the finished cell is not
+    assert again.map("demo", square_cell, [{"x": 3}])[0]["y"] == 9
+
+
+def _out_of_memory(cfg: dict) -> dict:
+    raise RuntimeError("not enough memory")
+
+
+def test_a_study_with_failed_cells_gives_no_verdict_and_the_others_still_run(tmp_path, monkeypatch):
+    from normlab.studies import lesson_stats
+    from normlab.studies.report import run_studies
+
+    monkeypatch.setattr(lesson_stats, "stats_cell", _out_of_memory)
+    with pytest.raises(CellsFailed, match="of lesson_stats failed .*not enough memory"):
+        run_studies(tmp_path, only=["lesson_stats", "invariance"], progress=False)
+    assert not (tmp_path / "results.json").exists()  # a report without lesson_stats would read whole
+    assert Store(str(tmp_path / "runs.sqlite")).count("invariance") == 1  # the next study ran and is kept
 
 
 def test_parallel_jobs_match_serial(tmp_path):

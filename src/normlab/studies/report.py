@@ -8,7 +8,7 @@ import pathlib
 import time
 
 from .. import provenance, written
-from .._checks import BadValue
+from .._checks import BadValue, CellsFailed
 from ..locks import folder_lock
 from ..progress import Progress
 from . import STUDIES, load
@@ -58,15 +58,22 @@ def _run_studies(out: pathlib.Path, scale: str, jobs: int, only: list[str] | Non
     prov = provenance.record()
     store.add_session(dict(prov, executor=executor, jobs=jobs, device=str(device)))
     ctx = Context(runner, scale, out / "figures", seed_offset=seed_offset)
-    studies, t0 = [], time.time()
+    studies, failed, t0 = [], [], time.time()
     try:
         for name in dict.fromkeys(only or STUDIES):  # each once, however often it was named
             t = time.time()
-            res = load(name).run(ctx)
+            try:
+                res = load(name).run(ctx)
+            except CellsFailed as e:  # the other studies still run; no verdict is drawn from a failed cell
+                failed.append(str(e))
+                continue
             res["seconds"] = round(time.time() - t, 1)
             studies.append(res)
     finally:
         runner.close()
+    if failed:  # results.json and index.html stay as they were: a report without these studies would read whole
+        raise CellsFailed(failed[0] if len(failed) == 1 else
+                          f"{len(failed)} studies had failed cells; {'; '.join(failed)}")
     claims = [dict(c, study=s["name"]) for s in studies for c in s["claims"]]
     summaries = [{k: s.get(k) for k in ("name", "title", "figure", "seconds", "table")} for s in studies]
     if old:  # some studies re-run: keep the others' claims, in report order

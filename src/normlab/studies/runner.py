@@ -14,7 +14,9 @@ skips the finished ones. Cells run in ``jobs`` local worker processes
 (``executor="local"``) or as Ray tasks (``executor="ray"``, see
 ``ray_executor.py``); the store, resume and results are the same either way.
 A cell that raises is recorded with status ``error`` and its message; the
-sweep goes on, and a re-run retries it. Training cells report divergence
+sweep goes on, then ``map`` raises ``CellsFailed`` naming them (no study reads
+an error as a result: a missing loss is not a divergence), and a re-run
+retries them. Training cells report divergence
 themselves (status ``diverged``, with the step): that is a result, kept.
 The rows a training cell logs (``tracking.log_step``) are written to
 ``metrics/<study>/<fn>-<key>.csv`` beside the store.
@@ -235,6 +237,15 @@ class Runner:
             self._record(study, fn, k, c, result, secs, results, rows)
             done += 1
             self.progress.show(study, done, total, _label(c))
+        failed = [(c, results[k]) for k, c in todo.items() if results[k]["status"] == "error"]
+        if failed:
+            from .._checks import CellsFailed
+
+            (c, first), n = failed[0], len(failed)
+            where = _label(c) or "its only cell"
+            raise CellsFailed(f"{n} of {total} cell{'s' * (total != 1)} of {study} failed (first, {where}: "
+                              f"{first['error']}); the finished cells are kept: run the same command again to retry "
+                              "the failed ones")
         return [results[k] for k in keys]
 
     def _execute(self, fn: Callable, todo: dict[str, dict]) -> Iterator[tuple]:
