@@ -1,4 +1,6 @@
 """normlab.written: a file in an output folder is replaced only where normlab wrote it and nobody changed it."""
+import pathlib
+
 import pytest
 
 from normlab import written
@@ -70,3 +72,32 @@ def test_a_kill_inside_a_write_leaves_the_file_normlab_wrote_before(tmp_path, mo
     assert page.read_text() == "<p>first run</p>\n"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != written.LIST) == ["index.html"]  # no temporary
     written.check([page])  # still normlab's own: the next run replaces it
+
+
+def test_a_kill_inside_a_figure_save_leaves_the_figure_normlab_saved_before(tmp_path, monkeypatch):
+    """A study's figure was saved in place: a Ctrl-C mid-save left a 124-byte PNG that the rerun refused."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from normlab.studies.base import Context, finish
+
+    ctx = Context(None, "quick", tmp_path / "figures")
+    fig = Figure()
+    fig.add_subplot().plot([0, 1])
+    finish(ctx, fig, "demo", "a demo", [])
+    first = (tmp_path / "figures" / "demo.png").read_bytes()
+    real = Figure.savefig
+
+    def killed_halfway(self, fname, *args, **kw):
+        pathlib.Path(fname).write_bytes(b"\x89PNG half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Figure, "savefig", killed_halfway)
+    again = Figure()
+    again.add_subplot().plot([1, 0])
+    with pytest.raises(KeyboardInterrupt):
+        finish(ctx, again, "demo", "a demo", [])
+    monkeypatch.setattr(Figure, "savefig", real)
+    assert (tmp_path / "figures" / "demo.png").read_bytes() == first
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir() if p.name != written.LIST) == ["demo.png"]
+    written.check([tmp_path / "figures" / "demo.png"])  # still normlab's own: the next run replaces it

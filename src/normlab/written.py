@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import pathlib
+from collections.abc import Callable
 
 from ._checks import BadValue
 
@@ -63,14 +64,19 @@ def record(path) -> None:
 
 
 def write_text(path, text: str) -> None:
-    """Write ``text`` to ``path`` whole (a temporary file renamed over it: a kill mid-write leaves the old file,
-    not half a new one that the next run would take for the user's) and record it."""
+    """Write ``text`` to ``path`` whole and record it (:func:`write_with`)."""
+    write_with(path, lambda tmp: tmp.write_text(text))
+
+
+def write_with(path, write: Callable[[pathlib.Path], object]) -> None:
+    """``write(tmp)`` into a temporary file beside ``path``, renamed over it (a kill mid-write leaves the old
+    file, not half a new one that the next run would take for the user's), then recorded."""
     path = pathlib.Path(path)
     if path.is_symlink():  # never write through a link into a file elsewhere
         path.unlink()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text)
+        write(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

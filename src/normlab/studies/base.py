@@ -140,10 +140,8 @@ def finish(ctx: Context, fig, name: str, title: str, claims: list[dict]) -> dict
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    path = ctx.figure(name)
-    if path.is_symlink():  # never write through a link into a file elsewhere
-        path.unlink()
-    fig.savefig(path, bbox_inches="tight")
+    # whole or not at all, and recorded: the report's next run may replace it (run_studies checks the folder
+    # first); saved in place, a kill mid-save left half a figure that the next run refused as the user's
+    written.write_with(ctx.figure(name), lambda tmp: fig.savefig(tmp, bbox_inches="tight", format="png"))
     plt.close(fig)
-    written.record(path)  # the report's next run may replace it (run_studies checks the folder first)
     return {"name": name, "title": title, "claims": claims, "figure": f"{name}.png"}
