@@ -368,8 +368,13 @@ def test_launcher_values_out_of_range_are_one_line(monkeypatch):
     from normlab.studies.ray_executor import _check_reachable
 
     monkeypatch.setenv("LOCAL_RANK", "abc")
+    assert str(devices.resolve("cpu")) == "cpu"  # LOCAL_RANK names a GPU: a CPU run never reads it
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 1)
     with pytest.raises(BadValue, match="LOCAL_RANK=.abc. is not a whole number >= 0"):
-        devices.resolve("cpu")
+        devices.resolve("cuda")
+    assert str(devices.resolve("cuda:0")) == "cuda:0"
+    monkeypatch.undo()
     monkeypatch.setenv("NORMLAB_JOIN_TIMEOUT", "100000000000000")
     with pytest.raises(BadValue, match="NORMLAB_JOIN_TIMEOUT"):
         distributed._join_timeout()

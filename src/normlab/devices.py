@@ -37,14 +37,15 @@ def resolve(spec: str = "auto", local_rank: int | None = None):
 
     if not SPEC.match(spec or ""):
         raise BadValue(f"--device must be cpu, cuda, cuda:N or auto, got {spec!r}")
-    if local_rank is None:
-        local_rank = env_whole("LOCAL_RANK", "0")
     if spec == "cpu" or (spec == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
+        return torch.device("cpu")  # LOCAL_RANK unread: it names a GPU
     if not torch.cuda.is_available():
         raise BadValue(f"--device {spec}: no CUDA GPU is available here (torch {torch.__version__}); "
                        "use --device cpu or auto")
-    index = int(spec.split(":")[1]) if ":" in spec else local_rank
+    if ":" in spec:
+        index = int(spec.split(":")[1])
+    else:
+        index = env_whole("LOCAL_RANK", "0") if local_rank is None else local_rank
     count = torch.cuda.device_count()
     if index >= count:
         raise BadValue(f"--device {spec}: GPU {index} asked for, {count} present")
