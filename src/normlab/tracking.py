@@ -55,7 +55,8 @@ class MetricsLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         rows = read(self.path) if self.path.exists() else []
         kept = [r for r in rows if r["step"] <= resume_step]
-        if not self.path.exists() or len(kept) != len(rows):
+        cut = self.path.exists() and not _raw(self.path).endswith(("\n", "\r"))  # a row half written
+        if not self.path.exists() or len(kept) != len(rows) or cut:
             tmp = self.path.with_suffix(".csv.tmp")
             with open(tmp, "w", newline="") as f:
                 w = csv.writer(f)
@@ -86,18 +87,32 @@ class MetricsLog:
 
 
 def read(path: str | os.PathLike) -> list[dict]:
-    """Rows of a metrics.csv as dicts (``step`` int, the rest float)."""
-    with open(path, newline="") as f:
-        rows = csv.DictReader(f)
-        try:
-            if not set(COLUMNS) <= set(rows.fieldnames or ()):
-                raise ValueError(f"columns {', '.join(rows.fieldnames or ())}")
-            return [{c: int(r[c]) if c == "step" else float(r[c]) for c in COLUMNS} for r in rows]
-        except (ValueError, TypeError) as e:  # a file of someone else's under the name, or edited by hand
-            from ._checks import BadValue
+    """Rows of a metrics.csv as dicts (``step`` int, the rest float). A last row without its line end (a write
+    cut short by a kill, a full disk, a power loss) is left out: the run it logged resumes from its checkpoint."""
+    text = _whole_rows(_raw(path))
+    rows = csv.DictReader(text.splitlines(keepends=True))
+    try:
+        if not set(COLUMNS) <= set(rows.fieldnames or ()):
+            raise ValueError(f"columns {', '.join(rows.fieldnames or ())}")
+        return [{c: int(r[c]) if c == "step" else float(r[c]) for c in COLUMNS} for r in rows]
+    except (ValueError, TypeError) as e:  # a file of someone else's under the name, or edited by hand
+        from ._checks import BadValue
 
-            raise BadValue(f"{path} is not a normlab metrics file ({str(e)[:100]}; normlab writes "
-                           f"{', '.join(COLUMNS)}): move it away") from None
+        raise BadValue(f"{path} is not a normlab metrics file ({str(e)[:100]}; normlab writes "
+                       f"{', '.join(COLUMNS)}): move it away") from None
+
+
+def _raw(path) -> str:
+    """The file's text with its line ends as written."""
+    with open(path, newline="") as f:
+        return f.read()
+
+
+def _whole_rows(text: str) -> str:
+    """``text`` up to its last line end (all of it where it ends with one, or is one line: the header)."""
+    if text.endswith(("\n", "\r")) or "\n" not in text:
+        return text
+    return text[: text.rindex("\n") + 1]
 
 
 def write(path: str | os.PathLike, rows: list[dict]) -> None:

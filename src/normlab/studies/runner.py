@@ -291,10 +291,10 @@ class Runner:
             self._ray = None
 
     def _record(self, study, fn, key, config, result, secs, results, rows=()):
-        self.store.put(key, study, fn.__qualname__, config, result, secs)
-        if rows:
+        if rows:  # first: a cell in the store is never run again, so its rows must be on disk before it is
             folder = pathlib.Path(self.store.path).parent / "metrics" / study
             tracking.write(folder / f"{fn.__qualname__}-{key[:12]}.csv", rows)
+        self.store.put(key, study, fn.__qualname__, config, result, secs)
         results[key] = {"status": result.get("status", "ok"), **result}
         self.ran += 1
 

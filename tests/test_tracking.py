@@ -1,0 +1,25 @@
+"""metrics.csv: a resumed run keeps its rows up to the checkpoint, even after a write cut short."""
+from normlab import tracking
+
+
+def test_a_row_cut_short_is_dropped_and_the_run_resumes(tmp_path):
+    path = tmp_path / "metrics.csv"
+    with tracking.MetricsLog(path) as log:
+        for step in range(1, 11):
+            log.log(step, 1.0 / step, 1e-3, 0.5, step * 0.1)
+    with open(path, "a") as f:
+        f.write("11,0.9")  # killed (or the disk filled) halfway through a row
+    assert [r["step"] for r in tracking.read(path)] == list(range(1, 11))
+    with tracking.MetricsLog(path, resume_step=8) as log:  # refused before: "not a normlab metrics file"
+        log.log(9, 0.2, 1e-3, 0.5, 1.0)
+    assert [r["step"] for r in tracking.read(path)] == list(range(1, 10))
+    assert path.read_text().count("\n") == 10  # the header and nine whole rows: the cut row is gone
+
+
+def test_a_whole_file_reads_every_row(tmp_path):
+    path = tmp_path / "metrics.csv"
+    tracking.write(path, [{"step": s, "loss": 1.0, "lr": 0.1, "grad_norm": 2.0, "seconds": 0.5} for s in (1, 2)])
+    assert [r["step"] for r in tracking.read(path)] == [1, 2]
+    with tracking.MetricsLog(path, resume_step=2) as log:
+        log.log(3, 0.5, 0.1, 1.0, 1.5)
+    assert [r["step"] for r in tracking.read(path)] == [1, 2, 3]
