@@ -284,11 +284,17 @@ def test_a_partial_rerun_never_joins_a_report_of_another_scale(tmp_path):
 
     run_studies(tmp_path, scale="test", only=["lesson_stats"], progress=False)
     before = (tmp_path / "results.json").read_text()
-    with pytest.raises(BadValue, match="holds a test report with seed offset 0; a test run with seed offset 100"):
+    with pytest.raises(BadValue, match="a test report with seed offset 0 on cpu; a test run with seed offset 100"):
         run_studies(tmp_path, scale="test", only=["invariance"], progress=False, seed_offset=100)
+    # GPU verdicts never join CPU ones (the merged report took the new run's device for every study)
+    with pytest.raises(BadValue, match="on cpu; a test run with seed offset 0 on cuda of some studies cannot join"):
+        run_studies(tmp_path, scale="test", only=["invariance"], progress=False, device="cuda")
     assert (tmp_path / "results.json").read_text() == before
-    joined = run_studies(tmp_path, scale="test", only=["invariance"], progress=False)
+    joined = run_studies(tmp_path, scale="test", only=["invariance"], progress=False, jobs=2)
     assert {c["study"] for c in joined["claims"]} == {"lesson_stats", "invariance"}
+    runs = {s["name"]: s["run"] for s in joined["studies"]}  # each study says how its own cells ran
+    assert (runs["lesson_stats"]["jobs"], runs["invariance"]["jobs"]) == (1, 2)
+    assert (runs["lesson_stats"]["threads_per_cell"], runs["invariance"]["threads_per_cell"]) == (2, 1)
     alone = run_studies(tmp_path, scale="test", only=["invariance"], progress=False, seed_offset=100, overwrite=True)
     assert {c["study"] for c in alone["claims"]} == {"invariance"} and alone["seed_offset"] == 100
 

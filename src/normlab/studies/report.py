@@ -44,12 +44,13 @@ def _run_studies(out: pathlib.Path, scale: str, jobs: int, only: list[str] | Non
                  address: str | None, device: str, seed_offset: int, overwrite: bool) -> dict:
     previous = out / "results.json"
     old = _previous(previous) if only else {}
-    if old and (old.get("scale"), old.get("seed_offset", 0)) != (scale, seed_offset):  # would mix two settings
+    theirs = (old.get("scale"), old.get("seed_offset", 0), old.get("device", "cpu"))
+    if old and theirs != (scale, seed_offset, str(device)):  # would mix two settings (or CPU and GPU verdicts)
         if not overwrite:
-            raise BadValue(f"{previous} holds a {old.get('scale')} report with seed offset "
-                           f"{old.get('seed_offset', 0)}; a {scale} run with seed offset {seed_offset} of some studies "
-                           "cannot join it: give --out another folder, the same scale and seed offset, or --overwrite "
-                           "to replace it")
+            raise BadValue(f"{previous} holds a {theirs[0]} report with seed offset {theirs[1]} on {theirs[2]}; a "
+                           f"{scale} run with seed offset {seed_offset} on {device} of some studies cannot join it: "
+                           "give --out another folder, the same scale, seed offset and device, or --overwrite to "
+                           "replace it")
         old = {}
     out.mkdir(parents=True, exist_ok=True)
     store = Store(str(out / "runs.sqlite"))
@@ -68,6 +69,8 @@ def _run_studies(out: pathlib.Path, scale: str, jobs: int, only: list[str] | Non
                 failed.append(str(e))
                 continue
             res["seconds"] = round(time.time() - t, 1)
+            res["run"] = {"executor": executor, "jobs": jobs, "threads_per_cell": runner.threads,
+                          "normlab": prov.get("normlab"), "git_commit": prov.get("git_commit")}  # this study's own run
             studies.append(res)
     finally:
         runner.close()
@@ -75,7 +78,7 @@ def _run_studies(out: pathlib.Path, scale: str, jobs: int, only: list[str] | Non
         raise CellsFailed(failed[0] if len(failed) == 1 else
                           f"{len(failed)} studies had failed cells; {'; '.join(failed)}")
     claims = [dict(c, study=s["name"]) for s in studies for c in s["claims"]]
-    summaries = [{k: s.get(k) for k in ("name", "title", "figure", "seconds", "table")} for s in studies]
+    summaries = [{k: s.get(k) for k in ("name", "title", "figure", "seconds", "table", "run")} for s in studies]
     if old:  # some studies re-run: keep the others' claims, in report order
         fresh = {s["name"] for s in studies}
         summaries += [s for s in old.get("studies", []) if s["name"] not in fresh]
