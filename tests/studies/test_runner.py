@@ -146,6 +146,24 @@ def test_unreachable_ray_address_is_one_line_and_leaves_the_store(tmp_path, caps
     assert not (tmp_path / "rep").exists()  # said before the report made its folder and store
 
 
+def test_address_auto_without_a_cluster_is_one_line_before_the_folder(tmp_path, capsys, monkeypatch):
+    """``--address auto`` was not checked before the report made its folder, lock and store."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'normlab[scale]')")
+    from ray._private.services import find_gcs_addresses
+
+    if find_gcs_addresses():
+        pytest.skip("a Ray cluster runs on this machine")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray"))  # no ray_current_cluster file of another run
+    from normlab.cli import main
+
+    code = main(["report", "--executor", "ray", "--address", "auto", "--only", "invariance",
+                 "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--address auto: Could not find any running Ray instance" in err
+    assert not (tmp_path / "rep").exists()
+
+
 @pytest.mark.parametrize("reply", [b"HTTP/1.1 400 Bad Request\r\n\r\n", b"SSH-2.0-OpenSSH_9.2\r\n", None])
 def test_an_address_that_is_not_a_ray_cluster_is_one_line_not_minutes_of_retries(reply, capsys):
     """A web server, an SSH daemon, a port that accepts and says nothing: Ray's own client retried for minutes,

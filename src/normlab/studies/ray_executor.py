@@ -63,8 +63,24 @@ def check_ready(address: str | None) -> None:
 
     if importlib.util.find_spec("ray") is None:
         raise MissingDependency("--executor ray needs Ray: pip install 'normlab[scale]'")
-    if address not in (None, "auto"):
+    if address == "auto":
+        address = _auto_address()
+    if address is not None:
         _check_reachable(address)
+
+
+def _auto_address() -> str | None:
+    """``HOST:PORT`` of the cluster ``--address auto`` joins (``RAY_ADDRESS``, else the one ``ray start`` runs on
+    this machine), or one line where there is none; None where this Ray cannot say (checked at ``ray.init``)."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:  # Ray's own lookup moved: ray.init reports it
+        return None
+    try:
+        return canonicalize_bootstrap_address("auto")
+    except (ConnectionError, ValueError) as e:
+        raise Unreachable(f"--address auto: {str(e).splitlines()[0]} (start one with `ray start --head`, or give "
+                          "HOST:PORT)") from None
 
 
 class RayExecutor:
