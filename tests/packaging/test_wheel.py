@@ -69,7 +69,7 @@ def _backend(cmd: str, out: pathlib.Path, cwd: pathlib.Path) -> pathlib.Path:
 @pytest.fixture(scope="module")
 def dists(tmp_path_factory):
     """``(sdist, wheel)``: the sdist from a copy of the sources, the wheel from the unpacked sdist."""
-    pytest.importorskip("setuptools", minversion="70.1")  # the build backend (the dev extra), with bdist_wheel
+    pytest.importorskip("setuptools", minversion="77")  # the build backend (the dev extra), with bdist_wheel
     tmp = tmp_path_factory.mktemp("build")
     src = tmp / "src"
     for f in _source_files():
