@@ -67,6 +67,17 @@ def test_a_folder_of_someone_elses_data_is_not_simulated_into(tmp_path):
         simulate(theirs, cfg)
 
 
+def test_a_rerun_with_fewer_mixtures_is_refused(tmp_path):
+    """With --n-mixtures 2 after 4, ref.rttm listed 2 mixtures while training and scoring read all 4 WAVs (two
+    scored against an empty reference)."""
+    out = simulate(tmp_path / "s", SimConfig(**{**SMALL, "n_mixtures": 3}))
+    before = (out / "ref.rttm").read_text()
+    with pytest.raises(ValueError, match="holds 1 recording beyond the 2 asked for"):
+        simulate(out, SimConfig(**SMALL))
+    assert (out / "ref.rttm").read_text() == before
+    assert len(read_rttm(simulate(out, SimConfig(**{**SMALL, "n_mixtures": 3})) / "ref.rttm")) == 3
+
+
 def test_frame_labels():
     y = frame_labels([Turn("a", 0.0, 0.25, "x"), Turn("a", 0.2, 0.2, "y")], ["x", "y"], 5, 0.1)
     assert y[:, 0].tolist() == [1, 1, 0, 0, 0] and y[:, 1].tolist() == [0, 0, 1, 1, 0]
@@ -219,9 +230,11 @@ def test_a_refused_simulation_leaves_a_folder_the_corrected_one_can_use(tmp_path
     assert (simulate(out, SimConfig(**SMALL)) / "ref.rttm").is_file()
 
 
-@pytest.mark.parametrize("field, value", [("rt60", (0.0, 1e9)), ("rt60", (0.2, 11.0)), ("max_utterances", 100000)])
+@pytest.mark.parametrize("field, value", [("rt60", (0.0, 1e9)), ("rt60", (0.2, 11.0)), ("max_utterances", 100000),
+                                          ("rt60", (0.0001, 0.0001)), ("rt60", (0.0, 0.0))])
 def test_absurd_rooms_and_lengths_are_one_line(field, value):
-    """An RT60 of 1e9 s asked for a 39 TiB impulse response (out of memory); 100,000 utterances ran for ever."""
+    """An RT60 of 1e9 s asked for a 39 TiB impulse response (out of memory); 100,000 utterances ran for ever; an
+    RT60 of 0.1 ms made an empty impulse response (an IndexError inside a worker)."""
     with pytest.raises(ValueError, match=field):
         SimConfig(**{**SMALL, field: value})
 

@@ -52,7 +52,7 @@ def room_impulse_response(rt60: float, sample_rate: int, rng: np.random.Generato
     """
     if rt60 <= 0:
         raise BadValue(f"rt60 must be > 0 seconds, got {rt60}")
-    t = np.arange(int(rt60 * sample_rate)) / sample_rate
+    t = np.arange(max(1, int(rt60 * sample_rate))) / sample_rate  # at least the direct path
     h = rng.standard_normal(t.size) * 10 ** (-3 * t / rt60) * tail  # amplitude -60 dB at t = rt60
     h[0] = 1.0
     return (h / np.sqrt(np.sum(h**2))).astype(np.float32)

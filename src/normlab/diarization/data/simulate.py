@@ -91,9 +91,9 @@ class SimConfig:
             raise BadValue(f"beta (the mean silence, s) must be a number of seconds in (0, 600], got {self.beta}")
         if not (isinstance(self.seed, int) and self.seed >= 0):
             raise BadValue(f"seed must be a whole number >= 0, got {self.seed!r}")
-        if self.rt60 is not None and not 0 <= self.rt60[0] <= self.rt60[1] <= MAX_RT60:
-            raise BadValue(f"rt60 must be MIN MAX seconds with 0 <= MIN <= MAX <= {MAX_RT60:g} (a cathedral reads "
-                           f"about 8), got {list(self.rt60)}")
+        if self.rt60 is not None and not MIN_RT60 <= self.rt60[0] <= self.rt60[1] <= MAX_RT60:
+            raise BadValue(f"rt60 must be MIN MAX seconds with {MIN_RT60:g} <= MIN <= MAX <= {MAX_RT60:g} (a small "
+                           f"room reads about 0.2, a cathedral about 8), got {list(self.rt60)}")
         if self.style == "mixture" and self.sources in ("real", "mixed", "neural"):
             raise BadValue(f"sources {self.sources!r} hold recorded people, who speak their prompts in style "
                            "'conversation'; EEND-style mixtures synthesize every sentence (sources 'espeak' or 'all')")
@@ -106,6 +106,8 @@ class SimConfig:
 #: the longest reverberation time a room may have, seconds (its impulse response is this long), and the most
 #: utterances a speaker may have in one recording: beyond them a request is a typo, not a room or a mixture
 MAX_RT60 = 10.0
+#: the shortest: below it the impulse response is under a sample or two at 8 kHz (no room is that dry)
+MIN_RT60 = 0.01
 MAX_UTTERANCES = 500
 
 
@@ -301,6 +303,7 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     out = pathlib.Path(out)
     _same_settings(out, cfg)
     _not_users(out)
+    _no_others(out, cfg)
     (out / "wav").mkdir(parents=True, exist_ok=True)
     pool = voices(cfg.split, cfg.sources) if cfg.style != "nonspeech" else []
     if pool:
@@ -341,6 +344,18 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     write_uem(uem, out / "all.uem")
     (out / "config.json").write_text(settings)
     return out
+
+
+def _no_others(out: pathlib.Path, cfg: SimConfig) -> None:
+    """A folder that holds recordings beyond the ``n_mixtures`` asked for (a rerun with a smaller count) would get
+    a ``ref.rttm`` without them while training and scoring read every ``wav/*.wav``: refused."""
+    names = {f"{mixture_uri(cfg, i)}.wav" for i in range(cfg.n_mixtures)}
+    others = sorted(p.name for p in (out / "wav").glob("*.wav") if p.name not in names) if (out / "wav").is_dir() \
+        else []
+    if others:
+        raise BadValue(f"{out} holds {len(others)} recording{'s' * (len(others) != 1)} beyond the {cfg.n_mixtures} "
+                       f"asked for ({others[0]}, ...): the reference would leave them out; simulate into another "
+                       "folder, or ask for at least as many mixtures as it holds")
 
 
 def _not_users(out: pathlib.Path) -> None:
