@@ -103,8 +103,10 @@ def test_dataset_batches_and_cli_train(tmp_path, capsys):
     assert main(args) == 0
     assert (tmp_path / "model" / "model.pt").exists() and (tmp_path / "model" / "ckpt" / "last.pt").exists()
     assert not list((tmp_path / "model" / "ckpt").glob("*.tmp"))  # a killed write's leftover is removed
-    assert EENDModel.load(tmp_path / "model" / "model.pt") and \
-        model_provenance.read(tmp_path / "model" / "model.pt")["window_seconds"] == 8.0
+    made = model_provenance.read(tmp_path / "model" / "model.pt")
+    assert EENDModel.load(tmp_path / "model" / "model.pt") and made["window_seconds"] == 8.0
+    # the voices it heard, with their packages and licences, as the recipe's models record them
+    assert made["train_sources"]["voices"] and "espeak-ng" in made["train_sources"]["licences"]
     assert main(args[:7] + ["8"] + args[8:]) == 0  # resumes at step 6, runs 2 more
     assert "trained 8 steps" in capsys.readouterr().out
     with pytest.raises(ValueError, match="no wav"):

@@ -223,7 +223,10 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     tests = {}
     for item in args.test:
         name, _, dirs = item.rpartition("=")
-        tests[name or pathlib.Path(dirs.split(",")[0]).name] = dirs.split(",")
+        name = name or pathlib.Path(dirs.split(",")[0]).name
+        if name in tests:  # the later set replaced the earlier one, which was never scored
+            raise BadValue(f"--test {item}: a second test set named {name!r}; name each as NAME=DIR")
+        tests[name] = dirs.split(",")
     # everything the grid's end needs, checked before the grid runs (it takes many minutes)
     for option, dirs in (("--dev", args.dev.split(",")), ("--test", [d for ds in tests.values() for d in ds])):
         for d in dirs:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import math
 import numbers
 import os
@@ -337,6 +338,7 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
                 "max_local_speakers": model_cfg.n_speakers, "window_frames": frames,
                 "window_seconds": round(frames * mixtures.cfg.frame_seconds, 6), "training": settings,
                 "steps": state["step"], "world_size": size, "train_seconds": round(state.get("seconds", 0.0), 1),
+                "train_sources": model_provenance.sources(_voices_of(folders)),
                 "versions": model_provenance.versions(), **({"diverged": state["diverged"]}
                                                             if state.get("diverged") else {})})
             os.replace(tmp, out / "model.pt")
@@ -345,3 +347,16 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
     return {"rank": rank, "world_size": size, "device": str(dev), "losses": losses, "mixtures": len(mixtures.items),
             "steps": steps, "seconds": seconds, "samples_per_s": batch * steps / seconds if steps else 0.0,
             "diverged": diverged}
+
+
+def _voices_of(folders: list) -> list[str]:
+    """The voices the simulated training folders were made from (their ``config.json``), sorted, each once."""
+    keys: set[str] = set()
+    for d in folders:
+        conf = pathlib.Path(d) / "config.json"
+        if conf.exists():
+            try:
+                keys.update(json.loads(conf.read_text()).get("voices", []))
+            except (ValueError, AttributeError):  # not a simulation's settings: its voices are unknown
+                continue
+    return sorted(keys)
