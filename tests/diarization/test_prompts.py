@@ -59,3 +59,18 @@ def test_a_header_without_samples_is_no_prompt_and_the_others_decode(tmp_path, m
         P.prompts.cache_clear()
     assert [len(x) for x in got] == [sr, sr // 2]
     assert list((tmp_path / "cache" / "prompts").glob("tmp-*.npz"))  # cached where NORMLAB_CACHE_DIR says
+
+
+def test_a_recording_reachable_by_two_paths_is_listed_once(tmp_path):
+    """asterisk links digits/fr to ../fr/digits: Armelle's 327 prompts were listed as 485 (digits and letters
+    drawn twice as often)."""
+    (tmp_path / "fr" / "digits").mkdir(parents=True)
+    for name in ("1.wav", "2.wav"):
+        (tmp_path / "fr" / "digits" / name).write_bytes(b"RIFF....")
+    (tmp_path / "fr" / "hello.wav").write_bytes(b"RIFF....")
+    (tmp_path / "digits").mkdir()
+    (tmp_path / "digits" / "fr").symlink_to(tmp_path / "fr" / "digits")
+    person = P.Person("x", ("pkg",), (str(tmp_path / "fr" / "**" / "*.wav"), str(tmp_path / "digits" / "fr" / "*.wav")),
+                      "fr", "f", "CC0")
+    found = P.files(person)
+    assert len(found) == 3 and len({f.resolve() for f in found}) == 3

@@ -86,7 +86,13 @@ def files(p: Person) -> list[pathlib.Path]:
     for pattern in p.globs:
         root = pathlib.Path(pattern).anchor
         found.update(pathlib.Path(root).glob(str(pathlib.Path(pattern).relative_to(root))))
-    return sorted(f for f in found if f.is_file() and f.stat().st_size > 0)
+    # each recording once: a folder linked under two names (asterisk's digits/fr -> ../fr/digits) listed its
+    # prompts twice, and they were drawn twice as often
+    unique: dict[pathlib.Path, pathlib.Path] = {}
+    for f in sorted(found):
+        if f.is_file() and f.stat().st_size > 0:
+            unique.setdefault(f.resolve(), f)
+    return sorted(unique.values())
 
 
 def installed(split: str) -> list[Person]:
