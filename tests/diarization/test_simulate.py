@@ -293,3 +293,18 @@ def test_a_kill_inside_a_wav_write_is_simulated_again(tmp_path, monkeypatch):
     assert sorted(p.name for p in (again / "wav").iterdir()) == wavs
     for name in wavs:
         assert (again / "wav" / name).read_bytes() == (clean / "wav" / name).read_bytes()
+
+
+def test_voices_of_another_version_never_stop_a_finished_training(tmp_path):
+    """The model file's sources were looked up after training: a voice this version does not know (data of
+    another version) or a null list raised there, every rerun, and model.pt was never written."""
+    import json
+
+    from normlab.diarization.training.train import _sources
+
+    for i, voices in enumerate([["recorded.nobody", "espeak-ng.Adam"], ["neural.zzz"], None, "espeak-ng.Adam"]):
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "config.json").write_text(json.dumps({"voices": voices}))
+    made = _sources([tmp_path / str(i) for i in range(4)])
+    assert made["voices"] == ["espeak-ng.Adam"] and made["unknown"] == ["neural.zzz", "recorded.nobody"]
+    assert "espeak-ng" in made["licences"]

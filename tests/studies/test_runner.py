@@ -162,6 +162,10 @@ def test_address_auto_without_a_cluster_is_one_line_before_the_folder(tmp_path, 
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "--address auto: Could not find any running Ray instance" in err
     assert not (tmp_path / "rep").exists()
+    from normlab.studies.ray_executor import check_ready
+
+    monkeypatch.setenv("RAY_ADDRESS", "ray://127.0.0.1:10001")  # Ray Client mode: ray.init connects, not checked here
+    check_ready("auto")
 
 
 @pytest.mark.parametrize("reply", [b"HTTP/1.1 400 Bad Request\r\n\r\n", b"SSH-2.0-OpenSSH_9.2\r\n", None])

@@ -51,6 +51,17 @@ def test_failing_cell_is_recorded_the_sweep_goes_on_then_it_raises(tmp_path):
     assert again.map("demo", square_cell, [{"x": 3}])[0]["y"] == 9
 
 
+def _two_lines(cfg: dict) -> dict:
+    raise RuntimeError("shape mismatch\n  at layer 3")
+
+
+def test_a_failed_cell_s_message_stays_one_whole_line(tmp_path):
+    """The CLI prints a UserError's first line: a two-line cell error cut the message before its hint."""
+    with pytest.raises(CellsFailed) as e:
+        Runner(Store(str(tmp_path / "runs.sqlite"))).map("demo", _two_lines, [{"x": 1}])
+    assert "\n" not in str(e.value) and str(e.value).endswith("run the same command again to retry the failed ones")
+
+
 def _out_of_memory(cfg: dict) -> dict:
     raise RuntimeError("not enough memory")
 

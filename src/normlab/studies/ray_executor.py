@@ -65,7 +65,7 @@ def check_ready(address: str | None) -> None:
         raise MissingDependency("--executor ray needs Ray: pip install 'normlab[scale]'")
     if address == "auto":
         address = _auto_address()
-    if address is not None:
+    if address is not None and not address.startswith("ray://"):  # a Ray Client address: ray.init checks it
         _check_reachable(address)
 
 
@@ -76,6 +76,8 @@ def _auto_address() -> str | None:
         from ray._private.services import canonicalize_bootstrap_address
     except ImportError:  # Ray's own lookup moved: ray.init reports it
         return None
+    if os.environ.get("RAY_ADDRESS", "").startswith("ray://"):
+        return None  # Ray Client mode: ray.init connects (and says so where it cannot)
     try:
         return canonicalize_bootstrap_address("auto")
     except (ConnectionError, ValueError) as e:

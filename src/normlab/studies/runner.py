@@ -243,9 +243,10 @@ class Runner:
 
             (c, first), n = failed[0], len(failed)
             where = _label(c) or "its only cell"
+            error = (first.get("error") or "?").splitlines()[0]  # the message is one line
             raise CellsFailed(f"{n} of {total} cell{'s' * (total != 1)} of {study} failed (first, {where}: "
-                              f"{first['error']}); the finished cells are kept: run the same command again to retry "
-                              "the failed ones")
+                              f"{error}); the finished cells are kept: run the same command again to retry the "
+                              "failed ones")
         return [results[k] for k in keys]
 
     def _execute(self, fn: Callable, todo: dict[str, dict]) -> Iterator[tuple]:

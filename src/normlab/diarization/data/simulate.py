@@ -354,7 +354,8 @@ def _no_others(out: pathlib.Path, cfg: SimConfig) -> None:
         else []
     if others:
         raise BadValue(f"{out} holds {len(others)} recording{'s' * (len(others) != 1)} beyond the {cfg.n_mixtures} "
-                       f"asked for ({others[0]}, ...): the reference would leave them out; simulate into another "
+                       f"asked for ({others[0]}{', ...' if len(others) > 1 else ''}): the reference would leave them "
+                       "out; simulate into another "
                        "folder, or ask for at least as many mixtures as it holds")
 
 

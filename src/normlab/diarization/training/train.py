@@ -321,6 +321,7 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
                           "docs/scaling.md)", stacklevel=2)
         # the data by where it is (however the path was written) and what it holds (simulated again into the
         # same folder, it is other data)
+        sources = _sources(folders)  # before training: nothing about the data may fail after it
         settings = {"model": asdict(model_cfg), "data": [os.path.abspath(d) for d in folders],
                     "data_digest": data_digest(folders), "batch": batch, "frames": frames, "seed": cfg.seed,
                     "lr": cfg.lr, "warmup": cfg.warmup, "decay": cfg.decay, "clip": cfg.clip}
@@ -338,7 +339,7 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
                 "max_local_speakers": model_cfg.n_speakers, "window_frames": frames,
                 "window_seconds": round(frames * mixtures.cfg.frame_seconds, 6), "training": settings,
                 "steps": state["step"], "world_size": size, "train_seconds": round(state.get("seconds", 0.0), 1),
-                "train_sources": model_provenance.sources(_voices_of(folders)),
+                "train_sources": sources,
                 "versions": model_provenance.versions(), **({"diverged": state["diverged"]}
                                                             if state.get("diverged") else {})})
             os.replace(tmp, out / "model.pt")
@@ -349,14 +350,25 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
             "diverged": diverged}
 
 
-def _voices_of(folders: list) -> list[str]:
-    """The voices the simulated training folders were made from (their ``config.json``), sorted, each once."""
+def _sources(folders: list) -> dict:
+    """The voices the simulated training folders were made from (their ``config.json``), with their packages and
+    licences (``provenance.sources``); voices this version does not know (data simulated by another version) are
+    listed under ``"unknown"``, without a licence."""
+    from . import provenance as model_provenance
+
     keys: set[str] = set()
     for d in folders:
         conf = pathlib.Path(d) / "config.json"
-        if conf.exists():
-            try:
-                keys.update(json.loads(conf.read_text()).get("voices", []))
-            except (ValueError, AttributeError):  # not a simulation's settings: its voices are unknown
-                continue
-    return sorted(keys)
+        try:
+            voices = json.loads(conf.read_text()).get("voices") if conf.exists() else []
+        except (ValueError, AttributeError):  # not a simulation's settings: its voices are unknown
+            voices = []
+        keys.update(v for v in (voices if isinstance(voices, list) else []) if isinstance(v, str))
+    known, unknown = [], []
+    for key in sorted(keys):
+        try:
+            model_provenance.sources([key])
+            known.append(key)
+        except UserError:
+            unknown.append(key)
+    return {**model_provenance.sources(known), **({"unknown": unknown} if unknown else {})}
