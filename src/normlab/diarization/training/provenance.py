@@ -16,6 +16,8 @@ from importlib import metadata
 
 import torch
 
+from ..._checks import BadValue
+
 #: licences of the synthesizers and voices the simulation can use (Debian packages; see docs/diarization.md)
 LICENCES = {
     "espeak-ng": "GPL-3.0-or-later (the program; used as a tool, its audio output is not a derived work)",
@@ -49,11 +51,14 @@ def versions() -> dict[str, str]:
 
 def sources(voice_keys: list[str]) -> dict:
     """The synthesizers and voices used, their packages' versions (Debian's; Python's for the neural voices) and
-    licences."""
+    licences. Recorded persons and neural voices this version does not know (data simulated by another
+    version) are listed under ``"unknown"``, without a package or licence."""
     from ..data.neural import voice as neural_voice
     from ..data.prompts import MUSIC_LICENCE, MUSIC_PACKAGE, person
     from ..data.voices import PACKAGES
 
+    unknown = sorted(k for k in voice_keys if not _known(k))
+    voice_keys = [k for k in voice_keys if k not in unknown]
     synths = {k.split(".", 1)[0] for k in voice_keys}
     packages = sorted({p for s in synths for p in PACKAGES.get(s, ())} | {"sox"})
     licences = {p: LICENCES[p] for p in packages}
@@ -71,7 +76,20 @@ def sources(voice_keys: list[str]) -> dict:
             licences[v.package] = v.licence
     packages = sorted(k for k in licences if k not in python_packages)
     return {"voices": sorted(voice_keys), "packages": {**debian_versions(packages), **python_packages},
-            "licences": licences}
+            "licences": licences, **({"unknown": unknown} if unknown else {})}
+
+
+def _known(key: str) -> bool:
+    """Whether this version knows the recorded person or neural voice ``key`` names (any other key: yes)."""
+    from ..data.neural import voice as neural_voice
+    from ..data.prompts import person
+
+    kind, _, name = key.partition(".")
+    lookup = {"recorded": person, "neural": neural_voice}.get(kind)
+    try:
+        return lookup is None or bool(lookup(name))
+    except BadValue:
+        return False
 
 
 def _python_version(package: str) -> str:

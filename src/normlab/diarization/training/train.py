@@ -352,8 +352,7 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
 
 def _sources(folders: list) -> dict:
     """The voices the simulated training folders were made from (their ``config.json``), with their packages and
-    licences (``provenance.sources``); voices this version does not know (data simulated by another version) are
-    listed under ``"unknown"``, without a licence."""
+    licences (``provenance.sources``: voices of another version under ``"unknown"``)."""
     from . import provenance as model_provenance
 
     keys: set[str] = set()
@@ -364,11 +363,4 @@ def _sources(folders: list) -> dict:
         except (ValueError, AttributeError):  # not a simulation's settings: its voices are unknown
             voices = []
         keys.update(v for v in (voices if isinstance(voices, list) else []) if isinstance(v, str))
-    known, unknown = [], []
-    for key in sorted(keys):
-        try:
-            model_provenance.sources([key])
-            known.append(key)
-        except UserError:
-            unknown.append(key)
-    return {**model_provenance.sources(known), **({"unknown": unknown} if unknown else {})}
+    return model_provenance.sources(sorted(keys))
