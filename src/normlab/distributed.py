@@ -58,9 +58,8 @@ def launch_settings() -> dict:
 def _join_timeout() -> float:
     from ._checks import env_whole
 
-    text = os.environ.get("NORMLAB_JOIN_TIMEOUT")
     # at most a week: timedelta overflows near 1e14 s
-    return JOIN_TIMEOUT_S if text is None else float(env_whole("NORMLAB_JOIN_TIMEOUT", least=1, most=7 * 86400))
+    return float(env_whole("NORMLAB_JOIN_TIMEOUT", str(int(JOIN_TIMEOUT_S)), least=1, most=7 * 86400))
 
 
 def _join(settings: dict, join_timeout: float, timeout_s: float):

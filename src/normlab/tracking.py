@@ -53,10 +53,11 @@ class MetricsLog:
     def __init__(self, path: str | os.PathLike, resume_step: int = 0, tensorboard: str | os.PathLike | None = None):
         self.path = pathlib.Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        rows = read(self.path) if self.path.exists() else []
+        raw = _raw(self.path) if self.path.exists() else None
+        rows = _parse(raw, self.path) if raw is not None else []
         kept = [r for r in rows if r["step"] <= resume_step]
-        cut = self.path.exists() and not _raw(self.path).endswith(("\n", "\r"))  # a row half written
-        if not self.path.exists() or len(kept) != len(rows) or cut:
+        cut = raw is not None and not raw.endswith(("\n", "\r"))  # a row half written
+        if raw is None or len(kept) != len(rows) or cut:
             tmp = self.path.with_suffix(".csv.tmp")
             with open(tmp, "w", newline="") as f:
                 w = csv.writer(f)
@@ -89,8 +90,12 @@ class MetricsLog:
 def read(path: str | os.PathLike) -> list[dict]:
     """Rows of a metrics.csv as dicts (``step`` int, the rest float). A last row without its line end (a write
     cut short by a kill, a full disk, a power loss) is left out: the run it logged resumes from its checkpoint."""
-    text = _whole_rows(_raw(path))
-    rows = csv.DictReader(text.splitlines(keepends=True))
+    return _parse(_raw(path), path)
+
+
+def _parse(raw: str, path) -> list[dict]:
+    """``read``'s rows of a metrics file's text ``raw`` (``path`` names it in the error)."""
+    rows = csv.DictReader(_whole_rows(raw).splitlines(keepends=True))
     try:
         if not set(COLUMNS) <= set(rows.fieldnames or ()):
             raise ValueError(f"columns {', '.join(rows.fieldnames or ())}")

@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser(command)
         args, extra = parser.parse_known_args(argv)
         if extra:  # named after the (sub)command that was parsed, whose --help lists what it takes
-            parser.exit(2, f"{_prog(args)}: error: unrecognized arguments: {' '.join(extra)} (see {_prog(args)} "
-                           "--help)\n")
+            prog = _prog(args)
+            parser.exit(2, f"{prog}: error: unrecognized arguments: {' '.join(extra)} (see {prog} --help)\n")
     except SystemExit as e:  # --help, --version (0) or a usage error (2), already printed
         return int(e.code or 0)
     import warnings

@@ -355,8 +355,7 @@ def _no_others(out: pathlib.Path, cfg: SimConfig) -> None:
     if others:
         raise BadValue(f"{out} holds {len(others)} recording{'s' * (len(others) != 1)} beyond the {cfg.n_mixtures} "
                        f"asked for ({others[0]}{', ...' if len(others) > 1 else ''}): the reference would leave them "
-                       "out; simulate into another "
-                       "folder, or ask for at least as many mixtures as it holds")
+                       "out; simulate into another folder, or ask for at least as many mixtures as it holds")
 
 
 def _not_users(out: pathlib.Path) -> None:
@@ -373,7 +372,7 @@ def _not_users(out: pathlib.Path) -> None:
 
 
 def _same_settings(out: pathlib.Path, cfg: SimConfig) -> None:
-    """A folder simulated before resumes (or grows: ``n_mixtures`` may change) with the same settings only:
+    """A folder simulated before resumes (or grows: ``n_mixtures`` may rise) with the same settings only:
     with others its ``ref.rttm`` would describe the new mixtures beside the old ones' audio."""
     if not any((out / "wav").glob("*.wav")):
         return  # no mixture finished there yet: no settings to keep
