@@ -55,8 +55,9 @@ def rstd_of(second_moment: torch.Tensor, eps: float) -> torch.Tensor:
     # only then can the sum be 0: 0 * inf is defined as 0, so the row gives bias. The rsqrt reads 1 there, not
     # 0: where() passes no gradient to the branch it drops, but rsqrt'(0) = inf times that zero is NaN. An eps
     # below `tiny` that survives the addition (a subnormal, without flush-to-zero) counts, as in torch's kernel
-    positive = second_moment + eps > 0  # N, 1
-    rstd = torch.rsqrt(torch.where(positive, second_moment + eps, torch.ones_like(second_moment)))  # N, 1
+    total = second_moment + eps  # N, 1
+    positive = total > 0  # N, 1
+    rstd = torch.rsqrt(torch.where(positive, total, torch.ones_like(total)))  # N, 1
     return torch.where(positive, rstd, torch.zeros_like(rstd))  # N, 1
 
 
