@@ -65,7 +65,7 @@ def record(path) -> None:
 
 def write_text(path, text: str) -> None:
     """Write ``text`` to ``path`` whole and record it (:func:`write_with`)."""
-    write_with(path, lambda tmp: tmp.write_text(text))
+    write_with(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def write_with(path, write: Callable[[pathlib.Path], object]) -> None:

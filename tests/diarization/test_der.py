@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import random
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -132,6 +135,32 @@ def test_rttm_and_uem_round_trip(tmp_path):
         read_rttm(tmp_path / "junk.rttm")
     with pytest.raises(ValueError, match="spaces"):
         write_rttm([Turn("a b", 0, 1, "A")], tmp_path / "y.rttm")
+
+
+def test_uem_uris_with_a_semicolon_read_back_and_a_leading_one_is_refused(tmp_path):
+    uem = {"take;2": [(0.0, 1.5)], "a": [(2.0, 3.0)]}
+    write_uem(uem, tmp_path / "x.uem")
+    assert read_uem(tmp_path / "x.uem") == uem
+    (tmp_path / "c.uem").write_text(";; a comment\na 1 0.0 1.0 ;; a note after the region\n")
+    assert read_uem(tmp_path / "c.uem") == {"a": [(0.0, 1.0)]}
+    with pytest.raises(ValueError, match="begin with ';'"):
+        write_uem({";x": [(0.0, 1.0)]}, tmp_path / "y.uem")
+    assert not (tmp_path / "y.uem").exists()
+
+
+def test_rttm_and_uem_are_written_as_utf8_whatever_the_locale(tmp_path):
+    # an ASCII locale (LC_ALL=C without UTF-8 mode): the files are UTF-8 still, as read_rttm and read_uem read them
+    script = ("import sys; from normlab.diarization import Turn, write_rttm, write_uem; d = sys.argv[1]; "
+              "write_rttm([Turn('r\\u00e9union', 0.0, 1.0, 'Jos\\u00e9')], d + '/x.rttm'); "
+              "write_uem({'r\\u00e9union': [(0.0, 1.0)]}, d + '/x.uem'); "
+              "from normlab import written; written.write_text(d + '/w.rttm', 'r\\u00e9union\\n')")  # ASCII args
+    env = {**os.environ, "LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+    done = subprocess.run([sys.executable, "-X", "utf8=0", "-c", script, str(tmp_path)], env=env,
+                          capture_output=True, text=True, encoding="utf-8")
+    assert done.returncode == 0, done.stderr[-500:]
+    assert read_rttm(tmp_path / "x.rttm") == {"réunion": [Turn("réunion", 0.0, 1.0, "José")]}
+    assert (tmp_path / "x.uem").read_bytes() == "réunion 1 0.000 1.000\n".encode()
+    assert (tmp_path / "w.rttm").read_bytes() == "réunion\n".encode()  # what diarize and evaluate write
 
 
 def test_pit_is_invariant_to_swapping_label_columns():

@@ -64,6 +64,14 @@ def test_the_result_is_a_list_of_turns_with_rttm_and_json():
     assert [(x.start, x.end, x.speaker) for x in ex] == [(0.5, 1.5, "a"), (1.5, 3.0, "b")]
 
 
+def test_a_diarization_checks_its_turns_and_writes_strict_json():
+    d = Diarization([Turn("rec", np.float32(0.5), np.float64(1.25), "a")])
+    assert json.loads(d.to_json())["turns"] == [{"uri": "rec", "start": 0.5, "end": 1.75, "speaker": "a"}]
+    for bad in (Turn("rec", float("nan"), 1.0, "a"), ("rec", 0.0, 1.0, "a")):
+        with pytest.raises(ValueError, match="start|Turn"):
+            Diarization([bad])
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("outputs")

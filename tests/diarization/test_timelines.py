@@ -35,6 +35,14 @@ def test_frame_errors_are_where_der_counts_them():
         assert err.seconds(kind) == pytest.approx(getattr(der, kind), abs=0.02), kind
 
 
+def test_speakers_that_never_talk_together_are_not_mapped():
+    # y talks only where no reference speaker does: pure false alarm, mapped to no one (as pyannote.metrics)
+    ref = [Turn("r", 0.0, 5.0, "A"), Turn("r", 10.0, 5.0, "B")]
+    hyp = [Turn("r", 0.0, 5.0, "x"), Turn("r", 20.0, 5.0, "y")]
+    assert speaker_mapping(ref, hyp) == {"x": "A"} == frame_errors(ref, hyp).mapping
+    assert diarization_error_rate(ref, hyp).der == pytest.approx(1.0)  # B missed, y false alarm: 10 s of 10
+
+
 def test_frame_errors_on_random_turns_sum_to_der():
     rng = np.random.default_rng(3)
 

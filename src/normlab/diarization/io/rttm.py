@@ -128,4 +128,4 @@ def format_rttm(turns: list[Turn]) -> str:
 
 
 def write_rttm(turns: list[Turn], path: str | pathlib.Path) -> None:
-    pathlib.Path(path).write_text(format_rttm(turns))
+    pathlib.Path(path).write_text(format_rttm(turns), encoding="utf-8")

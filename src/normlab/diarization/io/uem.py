@@ -1,6 +1,7 @@
 """UEM files: the regions of each recording that are scored (the format is in docs/diarization.md).
 
-``<uri> <channel> <onset> <offset>`` per region, seconds; ``;`` starts a comment.
+``<uri> <channel> <onset> <offset>`` per region, seconds; a field that starts with ``;``
+starts a comment (to the line's end), so a uri may hold a ``;`` but not begin with one.
 """
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ def read_uem(path: str | pathlib.Path) -> dict[str, list[tuple[float, float]]]:
     """Scored regions per uri."""
     regions: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for n, line in enumerate(table_lines(read_text_file(path, "UEM")), start=1):
-        line = line.split(";", 1)[0]
         fields = table_fields(line)
+        fields = fields[:next((i for i, f in enumerate(fields) if f.startswith(";")), len(fields))]
         if not fields:
             continue
         try:
@@ -48,7 +49,9 @@ def write_uem(regions: dict[str, list[tuple[float, float]]], path: str | pathlib
         raise BadValue(f"UEM regions must be a dict {{uri: [(onset, offset), ...]}}, got a {type(regions).__name__}")
     for uri, rs in regions.items():
         check_token(uri, "uri")
+        if uri.startswith(";"):
+            raise BadValue(f"a UEM uri cannot begin with ';' (it would read back as a comment), got {uri!r}")
         for r in rs:
             check_region(r, f"UEM region of {uri}")
     lines = [f"{uri} 1 {on:.3f} {off:.3f}" for uri in sorted(regions) for on, off in sorted(regions[uri])]
-    pathlib.Path(path).write_text("".join(line + "\n" for line in lines))
+    pathlib.Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")

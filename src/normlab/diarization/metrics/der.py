@@ -162,7 +162,10 @@ def scored_region(reference: list[Turn], hypothesis: list[Turn], *, collar: floa
 
 
 def _mapping(ref: dict[str, Intervals], hyp: dict[str, Intervals]) -> list[tuple[str, str]]:
-    """The one-to-one ``(reference, hypothesis)`` speaker pairs with the most co-occurrence time (Hungarian)."""
+    """The one-to-one ``(reference, hypothesis)`` speaker pairs with the most co-occurrence time (Hungarian).
+
+    A pair that never talks at the same time is no match (as pyannote.metrics' mapper): its hypothesis speaker
+    maps to no reference speaker. DER is the same either way (such a pair has no correct time)."""
     from scipy.optimize import linear_sum_assignment
 
     rn, hn = sorted(ref), sorted(hyp)
@@ -170,7 +173,7 @@ def _mapping(ref: dict[str, Intervals], hyp: dict[str, Intervals]) -> list[tuple
         return []
     co = [[sum(e - s for s, e in intersect(ref[r], hyp[h])) for h in hn] for r in rn]
     rows, cols = linear_sum_assignment(co, maximize=True)
-    return [(rn[i], hn[j]) for i, j in zip(rows, cols)]
+    return [(rn[i], hn[j]) for i, j in zip(rows, cols) if co[i][j] > 0]
 
 
 def speaker_mapping(reference: list[Turn], hypothesis: list[Turn], *, collar: float = 0.0,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from ..._checks import BadValue
-from ..io.rttm import Turn, format_rttm
+from ..io.rttm import Turn, check_turn, format_rttm
 
 
 def exclusive_turns(turns: list[Turn]) -> list[Turn]:
@@ -55,6 +55,13 @@ def _plain(v):
     return v
 
 
+def _checked(turn) -> Turn:
+    """``turn`` checked (``check_turn``: a ``Turn`` of finite seconds) with its times as Python floats (numpy's
+    would not write as JSON)."""
+    check_turn(turn)
+    return Turn(turn.uri, float(turn.start), float(turn.duration), turn.speaker)
+
+
 class Diarization(list):
     """The turns of one recording (a ``list`` of ``Turn``, sorted) and how they were made.
 
@@ -65,7 +72,7 @@ class Diarization(list):
 
     def __init__(self, turns=(), *, uri: str | None = None, duration: float | None = None,
                  settings: dict | None = None, provenance: dict | None = None, is_exclusive: bool = False):
-        super().__init__(sorted(turns))
+        super().__init__(sorted(_checked(t) for t in turns))  # BadValue on a turn to_rttm would refuse
         self.uri = uri if uri is not None else (self[0].uri if self else "audio")
         self.duration = duration
         self.settings = _plain(dict(settings or {}))  # numpy numbers a caller passed: JSON's numbers
@@ -91,7 +98,7 @@ class Diarization(list):
                 "settings": self.settings, "provenance": self.provenance}
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)  # NaN is not JSON
 
     def __repr__(self) -> str:
         return f"Diarization(uri={self.uri!r}, {len(self)} turns{', exclusive' if self.is_exclusive else ''})"
