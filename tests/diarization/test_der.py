@@ -231,6 +231,8 @@ def test_cli_score_refuses_what_it_cannot_score(tmp_path, capsys):
             assert main(argv) == 2, (name, argv)
             err = capsys.readouterr().err.strip().splitlines()
             assert len(err) == 1 and "Traceback" not in err[0], (name, err)
+            if name == "empty":  # no turns at all: said so, not "no speech outside the collars"
+                assert "has no speaker turns" in err[0], err
     for collar in ("nan", "inf", "-1"):
         assert main(["diarize", "score", "--collar", collar, str(ok), str(ok)]) == 2
         assert "finite number of seconds" in capsys.readouterr().err

@@ -80,6 +80,8 @@ def _cmd_diarize_score(args: argparse.Namespace) -> int:
         raise BadValue(f"{args.uem} has no regions of the reference's {len(ref)} recordings"
                        f"{'' if uem else ' (it has no regions at all)'}: nothing would be scored")
     result = score(ref, hyp, collar=args.collar, skip_overlap=args.skip_overlap, uem=uem)
+    if not ref:
+        raise BadValue(f"nothing to score: {args.ref} has no speaker turns (no SPEAKER line)")
     if result.total == 0:
         raise BadValue(f"nothing to score: the reference has no speech{' inside the UEM' if uem else ''}"
                        f"{' outside the collars' if args.collar > 0 else ''} ({len(ref)} recordings)")
