@@ -113,6 +113,13 @@ def _dual() -> bool:
     return _forward_ad._current_level >= 0
 
 
+def transformed() -> bool:
+    """Whether a ``torch.func`` transform or forward-mode AD is running: only plain torch ops carry their wrapped
+    tensors and tangents (a ctypes kernel, an autograd Function without ``jvp`` or a fused op with no derivative
+    formula would not)."""
+    return _transforming() or _dual()
+
+
 def get_kernel(name: str) -> Kernel:
     """The kernel registered under ``name`` (not ``"auto"``; see :func:`resolve`)."""
     try:
@@ -229,7 +236,7 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
     w = weight if weight is None or weight.dim() == 1 else weight.reshape(d)
     b = bias if bias is None or bias.dim() == 1 else bias.reshape(d)
     # tracers, torch.func transforms, forward-mode AD and meta tensors (shapes only) get the plain ops
-    if exporting() or _transforming() or _dual() or x.is_meta:
+    if exporting() or transformed() or x.is_meta:
         _check_forced(impl, op, x, eps)
         if d > 0:  # rows by a reshape of (-1, D) and back by reshape_as: a trace records no batch size or rank
             flat = lambda t: None if t is None else t.reshape(-1, d)  # noqa: E731
@@ -262,4 +269,4 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
 
 
 __all__ = ["IMPLS", "OPS", "PREFERENCE", "decide", "dispatch", "exporting", "get_kernel", "resolve", "traceable",
-           "use_compiled"]
+           "transformed", "use_compiled"]

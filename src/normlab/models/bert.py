@@ -28,6 +28,9 @@ class BertEncoder(nn.Module):
         act = config.get("hidden_act", "gelu")
         if act not in ("gelu", "relu"):
             raise BadValue(f"unsupported hidden_act {act!r}: gelu or relu")
+        pos = config.get("position_embedding_type", "absolute")
+        if pos != "absolute":  # relative distances need weights and attention terms this encoder does not have
+            raise BadValue(f"unsupported position_embedding_type {pos!r}: absolute")
         self.config = config
         self.word_embeddings = nn.Embedding(config["vocab_size"], d, padding_idx=config.get("pad_token_id", 0))
         self.position_embeddings = nn.Embedding(config["max_position_embeddings"], d)
@@ -46,7 +49,14 @@ class BertEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
+            what = f"{input_ids.dtype} {list(input_ids.shape)}" if isinstance(input_ids, torch.Tensor) else \
+                type(input_ids).__name__
+            raise BadValue(f"input_ids must be an integer tensor (B, T), got {what}")
         b, t = input_ids.shape
+        if t > self.position_embeddings.num_embeddings:
+            raise BadValue(f"{t} tokens is more than this model's {self.position_embeddings.num_embeddings} "
+                           "positions (max_position_embeddings)")
         pos = torch.arange(t, device=input_ids.device)
         types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
         h = self.word_embeddings(input_ids) + self.position_embeddings(pos) + self.token_type_embeddings(types)

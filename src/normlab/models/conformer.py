@@ -82,10 +82,13 @@ class ConformerBlock(Block):
         super().__init__(spec or layer_spec(placement, layer_index, n_layers, dim=d_model, norm=norm,
                                             norm_kw=norm_kw, init=init))
         s, d_ff = self.spec, d_ff or 4 * d_model
-        self.ffn1 = s.unit(FeedForward(d_model, d_ff, "swish", dropout), scale=0.5)
-        self.attn = s.unit(MultiHeadSelfAttention(d_model, n_heads, dropout if attn_dropout is None else attn_dropout))
+        # dropout after the FFNs' activation and on the FFN and attention branches' outputs (the paper's; the
+        # convolution module ends with its own)
+        self.ffn1 = s.unit(FeedForward(d_model, d_ff, "swish", dropout), scale=0.5, dropout=dropout)
+        self.attn = s.unit(MultiHeadSelfAttention(d_model, n_heads, dropout if attn_dropout is None else attn_dropout),
+                           dropout=dropout)
         self.conv = s.unit(ConvModule(d_model, kernel_size, dropout, conv_norm))
-        self.ffn2 = s.unit(FeedForward(d_model, d_ff, "swish", dropout), scale=0.5)
+        self.ffn2 = s.unit(FeedForward(d_model, d_ff, "swish", dropout), scale=0.5, dropout=dropout)
         self.final_norm = s.make_norm() if s.slots.pre else None
         if alone:
             init_block(self, self.spec)

@@ -13,13 +13,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._checks import BadType, BadValue, check_choice, check_padding_mask
+from .._checks import BadType, BadValue, check_choice, check_count, check_padding_mask
 from ..nn.attention import MultiHeadSelfAttention
 from ..nn.feedforward import FeedForward
 from ..nn.positional import Sinusoids
 from ..nn.residual import Carry
 from .placement import LayerSpec
-from .stack import Block, Stack
+from .stack import Block, Stack, check_sizes
 from .transformer import TransformerBlock
 
 ATTENTIONS = ("joint", "divided")
@@ -40,10 +40,13 @@ class DividedBlock(Block):
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, *, dropout: float = 0.0,
                  spec: LayerSpec):
+        check_sizes(d_model, n_heads, d_ff, dropout)
         super().__init__(spec)
-        self.time = spec.unit(MultiHeadSelfAttention(d_model, n_heads, dropout))
-        self.space = spec.unit(FrameAttention(d_model, n_heads, dropout))
-        self.ffn = spec.unit(FeedForward(d_model, d_ff or 4 * d_model, "gelu", dropout))
+        # dropout on the attention weights, after the FFN's activation and on each branch's output, as the joint
+        # mode's TransformerBlock
+        self.time = spec.unit(MultiHeadSelfAttention(d_model, n_heads, dropout), dropout=dropout)
+        self.space = spec.unit(FrameAttention(d_model, n_heads, dropout), dropout=dropout)
+        self.ffn = spec.unit(FeedForward(d_model, d_ff or 4 * d_model, "gelu", dropout), dropout=dropout)
 
     def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None) -> Carry:
@@ -80,6 +83,7 @@ class VideoEncoder(Stack):
                  attention: str = "divided", norm: str = "layernorm", placement: str = "pre",
                  dropout: float = 0.0, init: str = "torch", norm_kw: dict | None = None, max_frames: int = 1024):
         check_choice(attention, ATTENTIONS, "attention")
+        check_count(n_patches, "n_patches")
         block = DividedBlock if attention == "divided" else TransformerBlock
         super().__init__(n_layers, lambda spec: block(d_model, n_heads, d_ff, dropout=dropout, spec=spec),
                          dim=d_model, norm=norm, placement=placement, init=init, norm_kw=norm_kw,

@@ -6,6 +6,7 @@ import torch.nn.functional as TF
 from torch import nn
 
 from .._checks import check_choice
+from ..kernels.dispatch import exporting, transformed
 from .hooks import watched
 
 ACTIVATIONS = ("gelu", "relu", "swish", "swiglu")
@@ -14,13 +15,14 @@ ACTIVATIONS = ("gelu", "relu", "swish", "swiglu")
 def _fast_inference(x: torch.Tensor, lin: nn.Module) -> bool:
     """True when ``lin(x)`` may skip its module call: ``lin`` is a plain ``nn.Linear`` (a subclass or another
     module put in its place runs its own forward), autograd records nothing (inference), no hook watches ``lin``
-    (its own or a global one), and no tracer, exporter or compiler is recording (they get the plain ops)."""
+    (its own or a global one), and no tracer, exporter, compiler, ``torch.func`` transform or forward-mode AD is
+    recording (they get the plain ops)."""
     if type(lin) is not nn.Linear or watched(lin):
         return False
     if torch.is_grad_enabled() and (x.requires_grad or lin.weight.requires_grad
                                     or (lin.bias is not None and lin.bias.requires_grad)):
         return False
-    return not (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling())
+    return not (exporting() or transformed() or torch.compiler.is_compiling())
 
 
 def _linear_activation(x: torch.Tensor, lin: nn.Linear, gelu: bool) -> torch.Tensor:
@@ -60,7 +62,7 @@ class FeedForward(nn.Module):
             # a plain Linear on rows returns a fresh tensor (not a view), so relu can run in place: no second
             # F-wide tensor, and relu's backward needs only its output (another module in fc1's place may return
             # its input, or a tensor its own backward needs)
-            h = self.fc1(x.reshape(-1, x.shape[-1])).relu_().view(*x.shape[:-1], -1)  # B, T, F
+            h = self.fc1(x.reshape(-1, x.shape[-1])).relu_().view(*x.shape[:-1], self.fc1.out_features)  # B, T, F
         else:
             h = self.fc1(x)  # B, T, F   (a hook on fc1 keeps its output: no in-place relu on it)
             if self.activation == "relu":
