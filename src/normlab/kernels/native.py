@@ -1,15 +1,13 @@
-"""torch's own fused LayerNorm kernels (aten.native_layer_norm and its backward).
+"""torch's own fused LayerNorm kernels (aten.native_layer_norm and its backward), float32 and float64.
 
 On CPU these are already close to the memory limit for float32/float64 and
 satisfy the numerics contract there (float32 statistics, Welford-style row
-moments, one thread per row). For float16/bfloat16 the CPU kernel computes in
-float32 and rounds ``y`` once, as the contract asks, but returns its
-statistics in the input dtype: a backward from them would not hold the
-contract. So half inputs on CPU run here only where no backward can follow
-(autograd not recording: ``no_grad``, ``inference_mode``): the forward-only
-calls of inference, where its output has the C++ kernel's accuracy
-(docs/numerics.md). It has no RMSNorm; the residual-add variant is the eager
-add, then the kernel.
+moments, one thread per row). Half precision is not run here: torch's CPU
+kernel returns its statistics in the input dtype (a backward from them would
+not hold the contract), and its forward computes ``x * rstd - mean * rstd``,
+so a constant row of large values does not give the bias (a bfloat16 row of
+30000 with D = 1 came out 0.44 off; the contract says exactly the bias). It
+has no RMSNorm; the residual-add variant is the eager add, then the kernel.
 """
 from __future__ import annotations
 
@@ -20,18 +18,15 @@ from .._checks import acc_dtype, eps_vanishes
 from .base import OP_SPECS, Kernel, add_residual
 
 FULL = (torch.float32, torch.float64)
-#: run here only without autograd recording (their statistics come back in the half dtype)
-HALF = (torch.float16, torch.bfloat16)
 
 
 def _params(s: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None):
-    """``w, b`` as torch's kernel takes them for rows ``s``: both in the rows' dtype, or both float32 under
-    half rows (its mixed mode). Any other mix (float32 rows with bfloat16 or float64 weights; a float32 ``s``
-    of half inputs, ``residual_in_fp32``, with half weights; a half weight beside a float32 bias) is
-    converted to the accumulation dtype, as the C++ kernels do: exact for half weights, float64 ones
-    rounded to float32 as there."""
+    """``w, b`` as torch's kernel takes them for rows ``s``: both in the rows' dtype. Any other mix (float32
+    rows with bfloat16 or float64 weights; a half weight beside a float32 bias) is converted to the
+    accumulation dtype, as the C++ kernels do: exact for half weights, float64 ones rounded to float32 as
+    there."""
     dts = {p.dtype for p in (w, b) if p is not None}
-    if not dts or dts == {s.dtype} or (s.dtype in HALF and dts == {torch.float32}):
+    if not dts or dts == {s.dtype}:
         return w, b
     ad = acc_dtype(s.dtype)
     return (None if w is None else w.to(ad)), (None if b is None else b.to(ad))
@@ -45,7 +40,7 @@ class NativeKernel(Kernel):
         # there, the contract gives bias.
         if OP_SPECS[op].rms or eps_vanishes(eps, x.dtype):
             return False
-        return x.dtype in FULL or (x.dtype in HALF and x.device.type == "cpu" and not torch.is_grad_enabled())
+        return x.dtype in FULL
 
     def fwd(self, x, residual, w, b, eps, *, rms, s_dtype=None):
         s = x if residual is None else add_residual(x, residual, s_dtype or x.dtype)  # N, D
