@@ -1,4 +1,6 @@
 """Simulation with espeak-ng, the dataset, and the simulate/train commands."""
+import dataclasses
+import json
 import shutil
 
 import numpy as np
@@ -65,6 +67,23 @@ def test_a_folder_of_someone_elses_data_is_not_simulated_into(tmp_path):
     (theirs / "wav" / "x.wav").write_bytes(b"")
     with pytest.raises(ValueError, match="was not simulated by normlab"):
         simulate(theirs, cfg)
+    # a config.json of the user's own is no mark of normlab's: it and the reference beside it were replaced
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "config.json").write_text('{"lr": 0.1}\n')
+    (own / "ref.rttm").write_text("mine\n")
+    with pytest.raises(ValueError, match="was not simulated by normlab"):
+        simulate(own, cfg)
+    assert (own / "config.json").read_text() == '{"lr": 0.1}\n' and (own / "ref.rttm").read_text() == "mine\n"
+
+
+def test_simulate_train_and_recipe_refuse_an_empty_path(capsys):
+    """An empty --out (or --data) meant the current folder: simulate wrote config.json, ref.rttm and wav/ there."""
+    from normlab.cli import main
+
+    for argv in (["diarize", "simulate", "--out", ""], ["diarize", "train", "--data", "", "--out", "x"],
+                 ["diarize", "train", "--data", "d", "--out", " "], ["diarize", "recipe", "--out", ""]):
+        assert main(argv) == 2 and "expected a path, got an empty one" in capsys.readouterr().err, argv
 
 
 def test_a_rerun_with_fewer_mixtures_is_refused(tmp_path):
@@ -228,7 +247,8 @@ def test_a_refused_simulation_leaves_a_folder_the_corrected_one_can_use(tmp_path
         simulate(out, SimConfig(**{**SMALL, "n_speakers": 100}))
     assert not (out / "config.json").exists()
     (out / "wav").mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text('{"n_speakers": 7}\n')  # a run killed before its first mixture
+    killed = {**dataclasses.asdict(SimConfig(**SMALL)), "n_speakers": 7}  # a run killed before its first mixture
+    (out / "config.json").write_text(json.dumps(killed) + "\n")
     assert (simulate(out, SimConfig(**SMALL)) / "ref.rttm").is_file()
 
 

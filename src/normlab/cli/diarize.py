@@ -378,7 +378,7 @@ def add_parsers(sub, name: str) -> None:
     sc.set_defaults(func=_cmd_diarize_score)
 
     si = dsub.add_parser("simulate", help="simulate conversations with synthesized voices (EEND recipe)")
-    si.add_argument("--out", required=True, help="output folder (re-running resumes; required)")
+    si.add_argument("--out", required=True, type=a_path, help="output folder (re-running resumes; required)")
     si.add_argument("--n-mixtures", type=positive_int, default=100, help=f"mixtures to simulate {d}")
     si.add_argument("--n-speakers", type=positive_int, default=2,
                     help=f"speakers per mixture (the most, with --min-speakers) {d}")
@@ -409,8 +409,10 @@ def add_parsers(sub, name: str) -> None:
                          description="Train an EEND model on simulated mixtures; resumes from OUT/ckpt. Data-parallel "
                          "with `torchrun --nproc_per_node N -m normlab diarize train ...` (gloo on CPU, nccl on CUDA; "
                          "--batch is the global batch, split over the processes).")
-    tr.add_argument("--data", required=True, help="a folder written by `normlab diarize simulate` (required)")
-    tr.add_argument("--out", required=True, help="writes OUT/model.pt and checkpoints in OUT/ckpt (required)")
+    tr.add_argument("--data", required=True, type=a_path,
+                    help="a folder written by `normlab diarize simulate` (required)")
+    tr.add_argument("--out", required=True, type=a_path,
+                    help="writes OUT/model.pt and checkpoints in OUT/ckpt (required)")
     tr.add_argument("--steps", type=positive_int, default=2000, help=f"optimizer steps {d}")
     tr.add_argument("--lr", type=_rate, default=1e-3, help=f"peak learning rate {d}")
     tr.add_argument("--warmup", type=_steps, default=200, help=f"linear warmup steps {d}")
@@ -552,8 +554,9 @@ def add_parsers(sub, name: str) -> None:
 
     rc = dsub.add_parser("recipe", help="simulate, train, tune on dev, score on test: the shipped model's recipe",
                          formatter_class=HelpFormatter)
-    rc.add_argument("--out", required=True, help="writes OUT/model.pt, OUT/results.json (re-running resumes; required)")
-    rc.add_argument("--data", default=None, help="folder for the simulated splits (default: OUT/data)")
+    rc.add_argument("--out", required=True, type=a_path,
+                    help="writes OUT/model.pt, OUT/results.json (re-running resumes; required)")
+    rc.add_argument("--data", default=None, type=a_path, help="folder for the simulated splits (default: OUT/data)")
     rc.add_argument("--threads", type=threads, default=2, help=f"torch threads per process {d}")
     rc.add_argument("--jobs", type=jobs, default=2, help=f"simulation worker processes {d}")
     add_recipe_options(rc, {"norm": list(NORMS), "placement": list(PLACEMENTS), "encoder": ENCODERS, "head": HEADS,

@@ -358,17 +358,31 @@ def _no_others(out: pathlib.Path, cfg: SimConfig) -> None:
                        "out; simulate into another folder, or ask for at least as many mixtures as it holds")
 
 
+#: keys every normlab version's simulation ``config.json`` holds: what tells it from someone else's file of that name
+_CONFIG_KEYS = ("n_mixtures", "n_speakers", "beta", "sample_rate", "split", "seed")
+
+
+def _simulated_here(config: pathlib.Path) -> bool:
+    """Whether ``config`` is a ``config.json`` that ``simulate`` wrote (a JSON object with its settings)."""
+    try:
+        settings = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(settings, dict) and all(k in settings for k in _CONFIG_KEYS)
+
+
 def _not_users(out: pathlib.Path) -> None:
-    """A folder without normlab's ``config.json`` that already holds a ``ref.rttm``, an ``all.uem`` or files in
-    ``wav/`` is someone else's data: simulating there would replace its reference and mix new recordings into it."""
-    if (out / "config.json").exists():
+    """A folder without normlab's ``config.json`` that already holds a ``config.json``, a ``ref.rttm``, an
+    ``all.uem`` or files in ``wav/`` is someone else's data: simulating there would replace its reference and
+    settings and mix new recordings into it."""
+    if _simulated_here(out / "config.json"):
         return
     wav = out / "wav"
-    theirs = [p for p in (out / "ref.rttm", out / "all.uem") if p.exists()]
+    theirs = [p for p in (out / "config.json", out / "ref.rttm", out / "all.uem") if p.exists()]
     theirs += sorted(wav.iterdir())[:1] if wav.is_dir() else []
     if theirs:
-        raise BadValue(f"{out} holds {theirs[0]} but was not simulated by normlab (it has no config.json): simulate "
-                       "into another folder")
+        raise BadValue(f"{out} holds {theirs[0]} but was not simulated by normlab (it has no config.json of "
+                       "normlab's): simulate into another folder")
 
 
 def _same_settings(out: pathlib.Path, cfg: SimConfig) -> None:
