@@ -101,3 +101,56 @@ def test_a_kill_inside_a_figure_save_leaves_the_figure_normlab_saved_before(tmp_
     assert (tmp_path / "figures" / "demo.png").read_bytes() == first
     assert sorted(p.name for p in (tmp_path / "figures").iterdir() if p.name != written.LIST) == ["demo.png"]
     written.check([tmp_path / "figures" / "demo.png"])  # still normlab's own: the next run replaces it
+
+
+def _write_many(folder: str, prefix: str, n: int, start) -> None:
+    start.wait(60)  # both processes write at once
+    for i in range(n):
+        written.write_text(pathlib.Path(folder) / f"{prefix}{i}.rttm", f"{prefix}{i}\n")
+
+
+def test_two_processes_writing_into_one_folder_keep_every_entry(tmp_path):
+    """``xargs -P 2 normlab diarize ... --out same``: the list was read, changed and replaced through one
+    temporary name with no lock, so entries were lost (17 of 200 listed) and calls failed on the other's rename."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    start = ctx.Barrier(2)
+    procs = [ctx.Process(target=_write_many, args=(str(tmp_path), p, 150, start)) for p in "ab"]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    written.check([tmp_path / f"{p}{i}.rttm" for p in "ab" for i in range(150)])  # every file is normlab's
+
+
+def test_a_folder_that_cannot_be_written_is_said_before_any_work(tmp_path, monkeypatch, capsys):
+    """A read-only --out was found when the first output was written: `diarize` after diarizing (one error per
+    file), `bench` after the whole bench. Now one line first. (Root writes anywhere: the refusal is simulated
+    where the probe writes.)"""
+    import tempfile
+
+    from normlab.cli import main
+    from normlab.diarization.pipeline import api
+
+    ro = tmp_path / "ro"
+    real = tempfile.TemporaryFile
+
+    def refuse(*a, dir=None, **k):
+        if dir is not None and pathlib.Path(dir) == ro:
+            raise PermissionError(13, "Permission denied")
+        return real(*a, dir=dir, **k)
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
+    with pytest.raises(ValueError, match="--out .*ro: cannot write there .Permission denied"):
+        written.writable_folder(ro)
+    assert written.writable_folder(tmp_path / "ok" / "deep").is_dir()
+    monkeypatch.setattr(api, "_prepare", lambda *a, **k: pytest.fail("work began before the check"))
+    (tmp_path / "a.wav").write_bytes(b"")
+    with pytest.raises(ValueError, match="cannot write there"):
+        api.diarize_files([tmp_path / "a.wav"], ro)
+    monkeypatch.setattr("normlab.lab.bench.run", lambda *a, **k: pytest.fail("measured before the check"))
+    assert main(["bench", "--out", str(ro), "--shapes", "8x8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot write there" in err[0], err

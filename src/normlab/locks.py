@@ -1,4 +1,4 @@
-"""One process at a time in a folder of results: an exclusive ``flock`` on ``folder/.lock``."""
+"""One process at a time in a folder of results: an exclusive ``flock`` on ``folder/.normlab.lock``."""
 from __future__ import annotations
 
 import contextlib
@@ -8,17 +8,21 @@ import platform
 
 from ._checks import BadValue
 
+#: the lock's file name in each folder it guards
+LOCK = ".normlab.lock"
+
 
 @contextlib.contextmanager
 def folder_lock(folder: pathlib.Path, doing: str, hint: str, shown: pathlib.Path | None = None):
-    """Hold ``folder/.lock`` (made with the folder if missing) for the block; where another process holds it,
+    """Hold ``folder/.normlab.lock`` (made with the folder if missing; a name of normlab's own: a user's
+    ``.lock`` there was truncated) for the block; where another process holds it,
     one line: ``SHOWN is being DOING by HOLDER: HINT`` (``shown``: the folder the user named, default
     ``folder``). The lock ends with its process, however it ends."""
     import fcntl
 
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "a+") as f:
+    with open(folder / LOCK, "a+") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -9,6 +9,7 @@ not write, or one edited since) stops the command before any work, unless the ca
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -53,14 +54,51 @@ def check(paths, *, overwrite: bool = False, hint: str = "write into another fol
                        "or pass --overwrite to replace it")
 
 
+def writable_folder(folder, option: str = "--out") -> pathlib.Path:
+    """Make ``folder`` (and its parents) and make sure a file can be written there, before any work: a
+    read-only folder was found only when the first output was written, after all the measuring. BadValue (one
+    line) where it cannot; returns the folder."""
+    import tempfile
+
+    folder = pathlib.Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise BadValue(f"{option} {folder}: cannot write there ({e.strerror or e}): give another {option}") from None
+    return folder
+
+
+@contextlib.contextmanager
+def _list_locked(folder: pathlib.Path):
+    """Hold an exclusive ``flock`` on the folder itself while its list is read, changed and replaced: two
+    processes writing into one folder (``xargs -P`` over ``diarize``) each lost the other's entries, and shared
+    one temporary name. Where ``fcntl`` is missing (Windows) or a folder cannot be locked, no lock."""
+    try:
+        import fcntl
+
+        fd = os.open(folder, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # the lock ends with its descriptor
+
+
 def record(path) -> None:
     """Note in its folder's list that normlab has just written ``path`` (call after writing it)."""
     path = pathlib.Path(path)
-    files = _listed(path.parent)
-    files[path.name] = _digest(path)
-    tmp = path.parent / (LIST + ".tmp")
-    tmp.write_text(json.dumps({"files": dict(sorted(files.items()))}, indent=1) + "\n")
-    os.replace(tmp, path.parent / LIST)
+    digest = _digest(path)
+    with _list_locked(path.parent):
+        files = _listed(path.parent)
+        files[path.name] = digest
+        tmp = path.parent / f"{LIST}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"files": dict(sorted(files.items()))}, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path.parent / LIST)
 
 
 def write_text(path, text: str) -> None:

@@ -365,7 +365,10 @@ def test_two_reports_in_one_folder_the_second_is_refused(tmp_path):
     from normlab.studies.report import run_studies
 
     out = tmp_path / "report"
+    out.mkdir()
+    (out / ".lock").write_text("my notes\n")  # a file of the user's under a common name: the lock's was that
     with folder_lock(out, "written", "wait"):  # another report holds the folder
         with pytest.raises(UserError, match=f"{out} is being written by process {os.getpid()}"):
             run_studies(out, scale="test", only=["lesson_stats"], progress=False)
     assert not (out / "runs.sqlite").exists()
+    assert (out / ".lock").read_text() == "my notes\n"

@@ -135,11 +135,12 @@ def _outputs(args: argparse.Namespace) -> list[pathlib.Path]:
 
 
 def _check_out(args: argparse.Namespace) -> None:
-    """Before any measuring: the folder can be made, and no file there that normlab did not write is replaced."""
+    """Before any measuring: the folder can be made and written to, and no file there that normlab did not write
+    is replaced."""
     from .. import written
 
     written.check(_outputs(args), overwrite=args.overwrite, hint="give another --out")
-    pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
+    written.writable_folder(args.out)
 
 
 def _write(args: argparse.Namespace, result: dict, table: str) -> int:

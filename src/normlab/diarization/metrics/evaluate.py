@@ -141,6 +141,7 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
         from .report_html import page_path
 
         written.check([page_path(html)], overwrite=overwrite, hint="give --html another folder")
+        written.writable_folder(page_path(html).parent, "--html")
     status = diarize_files(paths, out_dir, progress=progress, overwrite=overwrite, **diarize_kw)
     hyp: dict[str, list[Turn]] = {}
     for p in paths:

@@ -249,8 +249,8 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
         raise BadValue(f"{kept[0]} exists beside its audio and would be replaced: diarize into another folder "
                        "(--out), or move it away first")
     written.check(outputs, overwrite=overwrite, hint="diarize into another folder (--out)")
+    written.writable_folder(out_dir)  # a read-only folder: one line now, not an error per file after the work
     m, enc, cfg, counts, prov = _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options)
-    out_dir.mkdir(parents=True, exist_ok=True)
     status = {}
     for i, p in enumerate(paths):
         if progress:

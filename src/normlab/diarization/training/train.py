@@ -261,8 +261,8 @@ def data_digest(folders: list[pathlib.Path]) -> str:
 
 
 def run_lock(folder: pathlib.Path):
-    """Hold ``folder/.lock`` for the block: a second training into the same folder stops with one line instead of
-    training beside the first (the two replaced each other's checkpoints)."""
+    """Hold ``folder/.normlab.lock`` for the block: a second training into the same folder stops with one line
+    instead of training beside the first (the two replaced each other's checkpoints)."""
     return folder_lock(folder, "trained", "wait for it to finish (or stop it), or give another --out",
                        shown=folder.parent)
 
