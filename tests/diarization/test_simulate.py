@@ -328,3 +328,15 @@ def test_voices_of_another_version_never_stop_a_finished_training(tmp_path):
     made = _sources([tmp_path / str(i) for i in range(4)])
     assert made["voices"] == ["espeak-ng.Adam"] and made["unknown"] == ["neural.zzz", "recorded.nobody"]
     assert "espeak-ng" in made["licences"]
+
+
+def test_simulate_reports_progress_counted_from_zero(tmp_path):
+    """Progress callbacks take ``i`` counted from 0 (the bar adds 1): simulate passed the count done, so its bar
+    read 2 of 3 after the first mixture, closed with one to go and printed "simulate: 4/3" in a log."""
+    seen = []
+    out = simulate(tmp_path / "s", SimConfig(**{**SMALL, "n_mixtures": 3}), progress=lambda i, n, uri: seen.append(i))
+    assert seen == [0, 1, 2]
+    next(iter(sorted((out / "wav").glob("*.wav")))).unlink()  # a run killed before its first mixture was written
+    seen.clear()
+    simulate(out, SimConfig(**{**SMALL, "n_mixtures": 3}), progress=lambda i, n, uri: seen.append(i))
+    assert seen == [2]  # the third mixture of three, the two others already there

@@ -190,3 +190,16 @@ def test_whiten_fits_on_ge2e_pieces_where_the_mode_chose_campplus(tmp_path, caps
     blob["postprocess"].pop("encoders")
     torch.save(blob, model_path)
     assert main(argv) == 0, capsys.readouterr().err
+
+
+def test_the_fit_reports_progress_counted_from_zero(tmp_path):
+    """Progress callbacks take ``i`` counted from 0 (the bar adds 1): the fit passed the count done, so its
+    bar read 2 of 2 after the first recording and opened a second bar at the end."""
+    from normlab.diarization.models.embed import SpeakerEncoder
+    from normlab.diarization.pipeline.whiten import fit_files
+
+    tiny_models(tmp_path, 3.0, window=4.0, step=2.0, median=1, vad="off", piece=1.0)
+    seen = []
+    fit_files(EENDModel.load(tmp_path / "m.pt"), SpeakerEncoder.load(tmp_path / "enc.pt"),
+              [_folder(tmp_path / "train", [1, 2])], progress=lambda i, n, label: seen.append((i, n)))
+    assert seen == [(1, 2)]  # one block of 50 recordings holds both: the last of 2 is number 1 from 0

@@ -326,7 +326,8 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
             for i in todo:
                 yield i, make(cfg, i, pool)
 
-    for done, (i, (audio, turns, uri)) in enumerate(finished(), start=cfg.n_mixtures - len(todo) + 1):
+    # ``progress(k, n, uri)`` as every progress callback: ``k`` counted from 0 (the k + 1-th mixture is ready)
+    for done, (i, (audio, turns, uri)) in enumerate(finished(), start=cfg.n_mixtures - len(todo)):
         write_rttm(turns, paths[i][1])
         # written last, whole: its presence marks a finished mixture (a kill inside the write leaves only the
         # temporary file, which the rerun writes again)

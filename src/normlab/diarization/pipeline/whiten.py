@@ -121,7 +121,7 @@ def fit_files(model, encoder, dirs: list, *, lam: float = 1.0, per_folder: int |
             found = run([w for w, _ in part], cfg)
             segs += [(found[recording_uri(w)], ref) for w, ref in part]
             if progress:
-                progress(len(segs), len(files), "segment")
+                progress(len(segs) - 1, len(files), "segment")  # counted from 0, as every progress callback
     finally:
         run.close()
     fitted = fit(segs, cfg.threshold, lam)

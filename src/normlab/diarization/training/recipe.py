@@ -202,7 +202,7 @@ def simulate_splits(data: str | pathlib.Path, cfg: RecipeConfig, progress: Progr
     data = pathlib.Path(data)
     for name, sim in _splits(cfg):
         if which == "all" or (which == "train") == name.startswith("train"):
-            simulate(data / name, sim, progress=(lambda i, n, uri, s=name: progress(i - 1, n, f"simulate {s} {uri}"))
+            simulate(data / name, sim, progress=(lambda i, n, uri, s=name: progress(i, n, f"simulate {s} {uri}"))
                      if progress else None, jobs=jobs)
     return data
 
