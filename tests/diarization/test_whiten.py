@@ -1,6 +1,8 @@
 """The speaker embeddings' whitening (``pipeline/whiten.py``, ``normlab diarize whiten``): learned from the
 pieces of one speaker in training conversations, it shrinks the directions one voice wanders in, travels in
 the model file, and the pipeline uses it only where asked (``whiten``) and the file holds one."""
+import json
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -138,6 +140,9 @@ def test_the_model_file_carries_it_and_the_pipeline_asks_for_it(tmp_path, capsys
                                     "overlap_threshold=0.5")]  # raw embeddings only: whitened at WHITENED_GRID
     assert main(["diarize", "tune", "--dev", str(_folder(tmp_path / "dev", [3, 4])), "--model", str(model_path),
                  *enc, "--out", str(tmp_path / "t.json"), "--save", *grid]) == 0
+    record = json.loads((tmp_path / "t.json").read_text())  # what made it, as every artifact: versions, command
+    assert record["provenance"]["torch"] and record["command"]["dev"] == [str(tmp_path / "dev")]
+    assert record["command"]["embedding"] == str(tmp_path / "enc.pt") and record["command"]["save"] is True
     model = EENDModel.load(model_path)
     alt = model.postprocess["whitened"]["eend"]
     assert alt["whiten"] and alt["cluster_threshold"] in WHITENED_GRID["cluster_threshold"]

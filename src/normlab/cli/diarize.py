@@ -250,8 +250,12 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
 
     result = tune_pipeline(model, encoder, args.dev.split(","), tests, segment_grid=grids[0], stitch_grid=grids[1],
                            jobs=args.jobs, progress=show, incumbent=model.postprocess.get("modes"))
-    out.write_text(json.dumps({"model": str(args.model or SHIPPED), **result}, indent=1) + "\n")
-    written.record(out)
+    from .. import provenance
+
+    run = {"dev": args.dev.split(","), "test": tests, "grid": args.grid, "embedding": args.embedding,
+           "jobs": args.jobs, "save": args.save}  # what made the file, beside the versions
+    written.write_text(out, json.dumps({"model": str(args.model or SHIPPED), **result, "command": run,
+                                        "provenance": provenance.record()}, indent=1) + "\n")
     if args.save:
         write_pipeline(args.model, result["modes"], result["speakers"],
                        {k: v for k, v in result.items() if k != "grid"}, result["whitened"], result.get("ahc"),
