@@ -335,6 +335,16 @@ def test_tensorboard_holds_each_step_once_after_a_resume(tmp_path):
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4, 5, 6]
+    # a run killed before its first checkpoint starts again from step 1: its first steps were drawn twice
+    with tracking.MetricsLog(tmp_path / "m2.csv", tensorboard=tmp_path / "tb2") as m:
+        for s in (1, 2, 3):
+            m.log(s, 1.0, 1e-3, 0.5, float(s))
+    with tracking.MetricsLog(tmp_path / "m2.csv", resume_step=0, tensorboard=tmp_path / "tb2") as m:
+        for s in (1, 2):
+            m.log(s, 0.5, 1e-3, 0.5, float(s))
+    events = EventAccumulator(str(tmp_path / "tb2"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [(1, 0.5), (2, 0.5)]
 
 
 def test_ranks_share_the_cores_by_default(tmp_path, monkeypatch, capsys):

@@ -1,4 +1,6 @@
 """metrics.csv: a resumed run keeps its rows up to the checkpoint, even after a write cut short."""
+import pytest
+
 from normlab import tracking
 
 
@@ -23,3 +25,12 @@ def test_a_whole_file_reads_every_row(tmp_path):
     with tracking.MetricsLog(path, resume_step=2) as log:
         log.log(3, 0.5, 0.1, 1.0, 1.5)
     assert [r["step"] for r in tracking.read(path)] == [1, 2, 3]
+
+
+def test_a_file_that_is_not_text_is_one_line_not_a_traceback(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_bytes(bytes(range(256)))  # someone else's file under the name
+    for call in (lambda: tracking.read(path), lambda: tracking.MetricsLog(path, resume_step=3)):
+        with pytest.raises(ValueError, match="is not a normlab metrics file .not UTF-8"):
+            call()
+    assert path.read_bytes() == bytes(range(256))

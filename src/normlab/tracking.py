@@ -36,8 +36,9 @@ def check_tensorboard():
 def _writer(tensorboard: str | os.PathLike | None, resume_step: int = 0):
     if tensorboard is None:
         return None
-    # a resumed run trains the steps after its checkpoint again: TensorBoard drops what it logged for them
-    return check_tensorboard()(str(tensorboard), purge_step=resume_step + 1 if resume_step else None)
+    # a resumed run trains the steps after its checkpoint again: TensorBoard drops what it logged for them (a run
+    # killed before its first checkpoint too: it starts again from step 1, and its curve was drawn twice)
+    return check_tensorboard()(str(tensorboard), purge_step=resume_step + 1)
 
 
 class MetricsLog:
@@ -59,12 +60,12 @@ class MetricsLog:
         cut = raw is not None and not raw.endswith(("\n", "\r"))  # a row half written
         if raw is None or len(kept) != len(rows) or cut:
             tmp = self.path.with_suffix(".csv.tmp")
-            with open(tmp, "w", newline="") as f:
+            with open(tmp, "w", newline="", encoding="utf-8") as f:
                 w = csv.writer(f)
                 w.writerow(COLUMNS)
                 w.writerows([[r[c] for c in COLUMNS] for r in kept])
             os.replace(tmp, self.path)
-        self._file = open(self.path, "a", newline="")
+        self._file = open(self.path, "a", newline="", encoding="utf-8")
         self._csv = csv.writer(self._file)
         self._tb = _writer(tensorboard, resume_step)
 
@@ -108,9 +109,15 @@ def _parse(raw: str, path) -> list[dict]:
 
 
 def _raw(path) -> str:
-    """The file's text with its line ends as written."""
-    with open(path, newline="") as f:
-        return f.read()
+    """The file's text with its line ends as written (BadValue for a file that is not text: no metrics file)."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError:
+        from ._checks import BadValue
+
+        raise BadValue(f"{path} is not a normlab metrics file (not UTF-8 text; normlab writes "
+                       f"{', '.join(COLUMNS)}): move it away") from None
 
 
 def _whole_rows(text: str) -> str:
@@ -125,7 +132,7 @@ def write(path: str | os.PathLike, rows: list[dict]) -> None:
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="") as f:
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(COLUMNS)
         w.writerows([[r[c] for c in COLUMNS] for r in rows])
