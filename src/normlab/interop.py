@@ -34,6 +34,10 @@ def from_torch(layer: nn.TransformerEncoderLayer) -> TransformerBlock:
         raise BadType(f"expected torch.nn.TransformerEncoderLayer, got {type(layer).__name__}")
     if not getattr(layer.self_attn, "batch_first", False):
         raise BadValue("only batch_first=True layers are supported ([B, T, D] throughout normlab)")
+    for n in (layer.norm1, layer.norm2):  # a norm put in place of torch's, or one without its weight
+        if type(n) is not nn.LayerNorm or not n.elementwise_affine or (n.bias is None) != (layer.norm1.bias is None):
+            raise BadValue(f"only layers whose two norms are torch.nn.LayerNorm with a weight (and both with or both "
+                           f"without a bias) map to normlab; this one has {n}")
     attn = layer.self_attn
     d = attn.embed_dim
     bias = attn.in_proj_bias is not None
@@ -61,6 +65,8 @@ def from_torch(layer: nn.TransformerEncoderLayer) -> TransformerBlock:
 @torch.no_grad()
 def to_torch(block: TransformerBlock) -> nn.TransformerEncoderLayer:
     """The ``torch.nn.TransformerEncoderLayer(batch_first=True)`` equivalent to ``block``."""
+    if not isinstance(block, TransformerBlock):
+        raise BadType(f"expected a normlab TransformerBlock, got {type(block).__name__}")
     if block.placement not in ("pre", "post"):
         raise BadValue(f"torch has only pre and post placements, block uses {block.placement!r}")
     a, ffn = block.attn.fn, block.ffn.fn

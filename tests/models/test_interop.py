@@ -63,6 +63,15 @@ def test_to_torch_rejects_what_torch_lacks():
     with pytest.raises(ValueError, match="unsupported activation"):
         interop.from_torch(nn.TransformerEncoderLayer(8, 2, 16, activation=nn.GELU(approximate="tanh"),
                                                       batch_first=True))
+    # what is not a layer or block of the kind, or whose norms cannot carry over: one clear error each
+    with pytest.raises(TypeError, match="TransformerBlock"):
+        interop.to_torch(nn.LayerNorm(8))
+    for slot, norm in (("norm1", nn.LayerNorm(8, elementwise_affine=False)), ("norm2", nn.LayerNorm(8, bias=False)),
+                       ("norm1", nn.RMSNorm(8))):
+        layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+        setattr(layer, slot, norm)
+        with pytest.raises(ValueError, match="two norms are torch.nn.LayerNorm"):
+            interop.from_torch(layer)
 
 
 def test_from_torch_keeps_each_norms_eps():
@@ -120,6 +129,16 @@ def test_load_bert_with_prefix_and_errors(tmp_path):
     (empty / "config.json").write_text(json.dumps(hf.config.to_dict()))
     with pytest.raises(FileNotFoundError, match="safetensors"):
         interop.load_bert(empty)
+    (empty / "pytorch_model.bin").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="cannot be read as torch weights"):
+        interop.load_bert(empty)
+    (empty / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
+    with pytest.raises(ValueError, match="cannot be read as safetensors"):
+        interop.load_bert(empty)
+    for text, says in (("{not json", "cannot be read as JSON"), ('{"hidden_size": 8}', "lacks num_attention_heads")):
+        (empty / "config.json").write_text(text)
+        with pytest.raises(ValueError, match=says):
+            interop.load_bert(empty)
 
 
 def test_load_bert_reads_gamma_and_beta(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import pickle
 
 import torch
 from torch import nn
@@ -100,9 +101,17 @@ def _read_weights(path: pathlib.Path) -> dict[str, torch.Tensor]:
             from safetensors.torch import load_file
         except ImportError as e:
             raise MissingDependency("reading model.safetensors needs the 'safetensors' package") from e
-        return load_file(str(st))
+        try:
+            return load_file(str(st))
+        except Exception as e:
+            if not (isinstance(e, OSError) or type(e).__module__.startswith("safetensors")):
+                raise  # not the file's fault
+            raise BadValue(f"{st} cannot be read as safetensors ({str(e)[:120]})") from None
     if pt.exists():
-        return torch.load(pt, map_location="cpu", weights_only=True)
+        try:
+            return torch.load(pt, map_location="cpu", weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as e:  # a cut or foreign file
+            raise BadValue(f"{pt} cannot be read as torch weights ({type(e).__name__}: {str(e)[:120]})") from None
     raise NotFound(f"{path} has neither model.safetensors nor pytorch_model.bin")
 
 
@@ -112,7 +121,15 @@ def load_bert(path: str | pathlib.Path) -> BertEncoder:
     cfg_file = path / "config.json"
     if not cfg_file.exists():
         raise NotFound(f"{path} has no config.json")
-    config = json.loads(cfg_file.read_text())
+    try:
+        config = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as e:
+        raise BadValue(f"{cfg_file} cannot be read as JSON ({str(e)[:120]})") from None
+    keys = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size",
+            "max_position_embeddings")
+    lacking = [k for k in keys if not isinstance(config, dict) or k not in config]
+    if lacking:
+        raise BadValue(f"{cfg_file} is not a BERT config: it lacks {', '.join(lacking)}")
     # older checkpoints name the LayerNorms' parameters gamma and beta (TensorFlow's names)
     renamed = {".LayerNorm.gamma": ".LayerNorm.weight", ".LayerNorm.beta": ".LayerNorm.bias"}
     state = {next((k[: -len(old)] + new for old, new in renamed.items() if k.endswith(old)), k): v
