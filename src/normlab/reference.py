@@ -103,9 +103,12 @@ def layer_norm_forward(
 
 
 def layer_norm_backward(
-    dy: torch.Tensor, cache: NormCache
+    dy: torch.Tensor, cache: NormCache, ds: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Gradients of (1) given dL/dy. Returns ``(dx, dweight, dbias)``.
+
+    ``ds``: a gradient that reaches ``x`` directly besides (the add ops' residual sum ``s``, an output too); it
+    is added to ``dx`` in the accumulation dtype, so a half-precision ``dx`` is rounded once.
 
     With ``x_hat = (x - mean) * rstd`` and ``g = dy * weight``:   (4)
 
@@ -128,7 +131,12 @@ def layer_norm_backward(
     rows = tuple(range(dy.dim() - 1))  # reduce over every leading dim
     dweight = (dya * xhat).sum(dim=rows) if weight is not None else None  # D
     dbias = dya.sum(dim=rows)  # D
-    return dx.to(x.dtype), dweight, dbias
+    return _with(dx, ds).to(x.dtype), dweight, dbias
+
+
+def _with(dx: torch.Tensor, ds: torch.Tensor | None) -> torch.Tensor:
+    """``dx + ds`` in ``dx``'s (accumulation) dtype; ``dx`` where there is no ``ds``."""
+    return dx if ds is None else dx + ds.to(dx.dtype)
 
 
 # ---------------------------------------------------------------- RMSNorm
@@ -148,9 +156,9 @@ def rms_norm_forward(
 
 
 def rms_norm_backward(
-    dy: torch.Tensor, cache: NormCache
+    dy: torch.Tensor, cache: NormCache, ds: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Gradients of (5). Returns ``(dx, dweight)``.
+    """Gradients of (5). Returns ``(dx, dweight)``; ``ds`` as in :func:`layer_norm_backward`.
 
     With ``x_hat = x * rstd`` and ``g = dy * weight``:   (7)
 
@@ -166,4 +174,4 @@ def rms_norm_backward(
     dx = rstd * (g - xhat * gx_mean)  # N, D   eq. (7)
     rows = tuple(range(dy.dim() - 1))
     dweight = (dya * xhat).sum(dim=rows) if weight is not None else None  # D
-    return dx.to(x.dtype), dweight
+    return _with(dx, ds).to(x.dtype), dweight

@@ -77,13 +77,16 @@ def test_a_folder_of_someone_elses_data_is_not_simulated_into(tmp_path):
     assert (own / "config.json").read_text() == '{"lr": 0.1}\n' and (own / "ref.rttm").read_text() == "mine\n"
 
 
-def test_simulate_train_and_recipe_refuse_an_empty_path(capsys):
+def test_simulate_train_and_recipe_refuse_an_empty_path(capsys, tmp_path, monkeypatch):
     """An empty --out (or --data) meant the current folder: simulate wrote config.json, ref.rttm and wav/ there."""
     from normlab.cli import main
+
+    monkeypatch.chdir(tmp_path)  # where a regression would write
 
     for argv in (["diarize", "simulate", "--out", ""], ["diarize", "train", "--data", "", "--out", "x"],
                  ["diarize", "train", "--data", "d", "--out", " "], ["diarize", "recipe", "--out", ""]):
         assert main(argv) == 2 and "expected a path, got an empty one" in capsys.readouterr().err, argv
+    assert not any(tmp_path.iterdir())
 
 
 def test_a_rerun_with_fewer_mixtures_is_refused(tmp_path):

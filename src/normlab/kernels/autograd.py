@@ -81,8 +81,8 @@ def _differentiable_bwd(dy, s, weight, ds, eps: float, rms: bool):
     recomputed, so their dependence on ``s`` is in the graph): ``(dsum, dw, db)``, ``db`` None for RMSNorm."""
     if rms:
         _, cache = reference.rms_norm_forward(s, weight, eps)
-        (dx, dw), db = reference.rms_norm_backward(dy, cache), None
+        (dx, dw), db = reference.rms_norm_backward(dy, cache, ds), None
     else:
         _, cache = reference.layer_norm_forward(s, weight, None, eps)
-        dx, dw, db = reference.layer_norm_backward(dy, cache)
-    return (dx if ds is None else dx + ds), dw, db
+        dx, dw, db = reference.layer_norm_backward(dy, cache, ds)
+    return dx, dw, db

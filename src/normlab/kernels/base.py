@@ -85,10 +85,10 @@ class Kernel:
         """``(dx, dw, db)`` with ``dx = norm'(x)^T dy + ds``."""
         cache = reference.NormCache(x, w, mean, rstd)
         if rms:
-            (dx, dw), db = reference.rms_norm_backward(dy, cache), None
+            (dx, dw), db = reference.rms_norm_backward(dy, cache, ds), None
         else:
-            dx, dw, db = reference.layer_norm_backward(dy, cache)
-        return (dx if ds is None else dx + ds), dw, db
+            dx, dw, db = reference.layer_norm_backward(dy, cache, ds)
+        return dx, dw, db
 
     def bwd_pair(self, dy: Tensor, x: Tensor, mean: Opt, rstd: Tensor, w: Opt, ds: Opt, *,
                  rms: bool) -> tuple[Tensor, Tensor, Opt, Opt]:
