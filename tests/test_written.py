@@ -154,3 +154,16 @@ def test_a_folder_that_cannot_be_written_is_said_before_any_work(tmp_path, monke
     assert main(["bench", "--out", str(ro), "--shapes", "8x8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot write there" in err[0], err
+
+
+def test_a_folder_that_cannot_be_locked_is_written_without_the_lock(tmp_path, monkeypatch):
+    """NFS emulates flock with write locks, which a folder opened to read cannot take: the file was renamed into
+    place, then the lock raised, so it was never listed and the next run refused it as the user's."""
+    import fcntl
+
+    def refuse(fd, op):
+        raise OSError(9, "Bad file descriptor")
+
+    monkeypatch.setattr(fcntl, "flock", refuse)
+    written.write_text(tmp_path / "a.rttm", "x\n")
+    written.check([tmp_path / "a.rttm"])  # listed: normlab's own

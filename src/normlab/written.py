@@ -83,7 +83,10 @@ def _list_locked(folder: pathlib.Path):
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system that locks no folder (NFS emulates flock with write locks): no lock
+            pass
         yield
     finally:
         os.close(fd)  # the lock ends with its descriptor

@@ -141,8 +141,8 @@ def test_uem_uris_with_a_semicolon_read_back_and_a_leading_one_is_refused(tmp_pa
     uem = {"take;2": [(0.0, 1.5)], "a": [(2.0, 3.0)]}
     write_uem(uem, tmp_path / "x.uem")
     assert read_uem(tmp_path / "x.uem") == uem
-    (tmp_path / "c.uem").write_text(";; a comment\na 1 0.0 1.0 ;; a note after the region\n")
-    assert read_uem(tmp_path / "c.uem") == {"a": [(0.0, 1.0)]}
+    (tmp_path / "c.uem").write_text(";; a comment\na 1 0.0 1.0 ;; a note after the region\nb 1 2.0 3.0;; close\n")
+    assert read_uem(tmp_path / "c.uem") == {"a": [(0.0, 1.0)], "b": [(2.0, 3.0)]}
     with pytest.raises(ValueError, match="begin with ';'"):
         write_uem({";x": [(0.0, 1.0)]}, tmp_path / "y.uem")
     assert not (tmp_path / "y.uem").exists()
@@ -233,6 +233,9 @@ def test_cli_score_refuses_what_it_cannot_score(tmp_path, capsys):
             assert len(err) == 1 and "Traceback" not in err[0], (name, err)
             if name == "empty":  # no turns at all: said so, not "no speech outside the collars"
                 assert "has no speaker turns" in err[0], err
+    (tmp_path / "a.uem").write_text("a 1 0 4\n")  # with a UEM too: said so, not "no regions of its 0 recordings"
+    assert main(["diarize", "score", str(tmp_path / "empty.rttm"), str(ok), "--uem", str(tmp_path / "a.uem")]) == 2
+    assert "has no speaker turns" in capsys.readouterr().err
     for collar in ("nan", "inf", "-1"):
         assert main(["diarize", "score", "--collar", collar, str(ok), str(ok)]) == 2
         assert "finite number of seconds" in capsys.readouterr().err

@@ -75,6 +75,11 @@ def test_a_folder_of_someone_elses_data_is_not_simulated_into(tmp_path):
     with pytest.raises(ValueError, match="was not simulated by normlab"):
         simulate(own, cfg)
     assert (own / "config.json").read_text() == '{"lr": 0.1}\n' and (own / "ref.rttm").read_text() == "mine\n"
+    (own / "wav").mkdir()
+    (own / "wav" / "take1.wav").write_bytes(b"")
+    (own / "config.json").write_text('{"seed": 42}\n')  # not read as settings normlab's mixtures were made with
+    with pytest.raises(ValueError, match="was not simulated by normlab"):
+        simulate(own, cfg)
 
 
 def test_simulate_train_and_recipe_refuse_an_empty_path(capsys, tmp_path, monkeypatch):

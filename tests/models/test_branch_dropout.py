@@ -66,8 +66,15 @@ def test_bert_refuses_what_it_cannot_read_in_one_line():
     model = BertEncoder(cfg).eval()
     assert model(torch.randint(0, 50, (1, 6))).shape == (1, 6, 8)
     for ids, error in ((torch.randint(0, 50, (1, 7)), "positions"), (torch.randint(0, 50, (5,)), r"\(B, T\)"),
-                       (torch.randn(1, 4), r"\(B, T\)")):
+                       (torch.randn(1, 4), r"\(B, T\)"), (torch.ones(1, 4, dtype=torch.bool), r"\(B, T\)"),
+                       (torch.tensor([[1, 50]]), r"\[0, 50\) .vocab_size"), (torch.tensor([[-1, 3]]), "vocab_size")):
         with pytest.raises(ValueError, match=error):
             model(ids)
+    with pytest.raises(ValueError, match="type_vocab_size"):
+        model(torch.tensor([[1, 2]]), token_type_ids=torch.tensor([[0, 2]]))
+    with pytest.raises(ValueError, match="must match input_ids"):
+        model(torch.tensor([[1, 2]]), token_type_ids=torch.tensor([[0]]))
+    with pytest.raises(ValueError, match="lacks intermediate_size"):
+        BertEncoder({k: v for k, v in cfg.items() if k != "intermediate_size"})
     with pytest.raises(ValueError, match="position_embedding_type"):
         BertEncoder({**cfg, "position_embedding_type": "relative_key"})

@@ -75,13 +75,13 @@ def _cmd_diarize_score(args: argparse.Namespace) -> int:
     from ..diarization.metrics.der import score
 
     ref, hyp = _read_rttms([args.ref]), _read_rttms(args.hyp)
+    if not ref:
+        raise BadValue(f"nothing to score: {args.ref} has no speaker turns (no SPEAKER line)")
     uem = read_uem(args.uem) if args.uem else None
     if uem is not None and not set(uem) & set(ref):
         raise BadValue(f"{args.uem} has no regions of the reference's {len(ref)} recordings"
                        f"{'' if uem else ' (it has no regions at all)'}: nothing would be scored")
     result = score(ref, hyp, collar=args.collar, skip_overlap=args.skip_overlap, uem=uem)
-    if not ref:
-        raise BadValue(f"nothing to score: {args.ref} has no speaker turns (no SPEAKER line)")
     if result.total == 0:
         raise BadValue(f"nothing to score: the reference has no speech{' inside the UEM' if uem else ''}"
                        f"{' outside the collars' if args.collar > 0 else ''} ({len(ref)} recordings)")
@@ -217,6 +217,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     from ..diarization.pipeline.api import every_encoder, load_model
     from ..diarization.pipeline.tuning import SEGMENT_GRID, STITCH_GRID, parse_grid, tune_pipeline
     from ..diarization.training.provenance import write_pipeline
+    from ..provenance import record
 
     if args.save and args.model is None:
         raise BadValue("--save writes into the model file: give it with --model (the shipped model is read-only)")
@@ -250,12 +251,10 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
 
     result = tune_pipeline(model, encoder, args.dev.split(","), tests, segment_grid=grids[0], stitch_grid=grids[1],
                            jobs=args.jobs, progress=show, incumbent=model.postprocess.get("modes"))
-    from .. import provenance
-
     run = {"dev": args.dev.split(","), "test": tests, "grid": args.grid, "embedding": args.embedding,
            "jobs": args.jobs, "save": args.save}  # what made the file, beside the versions
     written.write_text(out, json.dumps({"model": str(args.model or SHIPPED), **result, "command": run,
-                                        "provenance": provenance.record()}, indent=1) + "\n")
+                                        "provenance": record()}, indent=1) + "\n")
     if args.save:
         write_pipeline(args.model, result["modes"], result["speakers"],
                        {k: v for k, v in result.items() if k != "grid"}, result["whitened"], result.get("ahc"),

@@ -7,8 +7,8 @@ two methods, ``fwd`` and ``bwd`` (the C++ kernels' two entry points):
   always available, the definition every other path is tested against.
 * ``"native"``: torch's own fused LayerNorm kernel pair, called as torch calls
   it (``torch.nn.functional.layer_norm``, torch's autograd node); float32 and
-  float64, and half precision on CPU only where no backward can follow (its
-  half-precision CPU path keeps half-precision statistics); for
+  float64 only (its half-precision CPU path keeps half-precision statistics
+  and misses the bias on constant rows: docs/numerics.md); for
   ``add_layer_norm`` the eager add followed by that kernel.
 * ``"compiled"``: normlab's fused math (:mod:`normlab.kernels.fused`) compiled
   by inductor; every op and dtype, CPU and CUDA, where a compiler is available.

@@ -19,12 +19,19 @@ from .._checks import BadValue, MissingDependency, NotFound
 from ..norms import LayerNorm
 from .transformer import TransformerEncoder
 
+#: what a BERT config must say (the rest has BERT's defaults)
+_CONFIG_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size",
+                "max_position_embeddings")
+
 
 class BertEncoder(nn.Module):
     """BERT's encoder; ``forward(input_ids, attention_mask=None, token_type_ids=None)`` -> last hidden states."""
 
     def __init__(self, config: dict):
         super().__init__()
+        lacking = [k for k in _CONFIG_KEYS if k not in config]
+        if lacking:
+            raise BadValue(f"not a BERT config: it lacks {', '.join(lacking)}")
         d, eps = config["hidden_size"], config.get("layer_norm_eps", 1e-12)
         act = config.get("hidden_act", "gelu")
         if act not in ("gelu", "relu"):
@@ -50,20 +57,30 @@ class BertEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
-            what = f"{input_ids.dtype} {list(input_ids.shape)}" if isinstance(input_ids, torch.Tensor) else \
-                type(input_ids).__name__
-            raise BadValue(f"input_ids must be an integer tensor (B, T), got {what}")
+        _check_ids(input_ids, "input_ids", self.word_embeddings.num_embeddings, "vocab_size")
         b, t = input_ids.shape
         if t > self.position_embeddings.num_embeddings:
             raise BadValue(f"{t} tokens is more than this model's {self.position_embeddings.num_embeddings} "
                            "positions (max_position_embeddings)")
+        if token_type_ids is not None:
+            _check_ids(token_type_ids, "token_type_ids", self.token_type_embeddings.num_embeddings, "type_vocab_size")
+            if token_type_ids.shape != input_ids.shape:
+                raise BadValue(f"token_type_ids {list(token_type_ids.shape)} must match input_ids {[b, t]}")
         pos = torch.arange(t, device=input_ids.device)
         types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
         h = self.word_embeddings(input_ids) + self.position_embeddings(pos) + self.token_type_embeddings(types)
         h = self.emb_norm(h)  # B, T, D
         pad = None if attention_mask is None else attention_mask == 0  # B, T   True = padding
         return self.encoder(h, pad)  # B, T, D
+
+
+def _check_ids(ids, name: str, size: int, what: str) -> None:
+    """BadValue unless ``ids`` is an int32/int64 ``(B, T)`` tensor of indices below ``size`` (the config's ``what``)."""
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype not in (torch.int32, torch.int64):
+        got = f"{ids.dtype} {list(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise BadValue(f"{name} must be an int64 or int32 tensor (B, T), got {got}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= size):
+        raise BadValue(f"{name} must lie in [0, {size}) ({what}), got {int(ids.min())}..{int(ids.max())}")
 
 
 def _bert_key_map(n_layers: int) -> dict[str, tuple[str, ...]]:
@@ -125,17 +142,17 @@ def load_bert(path: str | pathlib.Path) -> BertEncoder:
         config = json.loads(cfg_file.read_text(encoding="utf-8"))
     except (ValueError, OSError) as e:
         raise BadValue(f"{cfg_file} cannot be read as JSON ({str(e)[:120]})") from None
-    keys = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size",
-            "max_position_embeddings")
-    lacking = [k for k in keys if not isinstance(config, dict) or k not in config]
-    if lacking:
-        raise BadValue(f"{cfg_file} is not a BERT config: it lacks {', '.join(lacking)}")
+    if not isinstance(config, dict):
+        raise BadValue(f"{cfg_file} is not a BERT config (a JSON object)")
+    try:
+        model = BertEncoder(config)  # the config checked before the weights are read
+    except BadValue as e:
+        raise BadValue(f"{cfg_file}: {e}") from None
     # older checkpoints name the LayerNorms' parameters gamma and beta (TensorFlow's names)
     renamed = {".LayerNorm.gamma": ".LayerNorm.weight", ".LayerNorm.beta": ".LayerNorm.bias"}
     state = {next((k[: -len(old)] + new for old, new in renamed.items() if k.endswith(old)), k): v
              for k, v in _read_weights(path).items()}
     prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
-    model = BertEncoder(config)
     mapping = _bert_key_map(config["num_hidden_layers"])
     missing = [t for theirs in mapping.values() for t in theirs if prefix + t not in state]
     if missing:

@@ -301,15 +301,15 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     import soundfile as sf
 
     out = pathlib.Path(out)
+    _not_users(out)  # first: another's config.json is not read as normlab's settings
     _same_settings(out, cfg)
-    _not_users(out)
     _no_others(out, cfg)
     (out / "wav").mkdir(parents=True, exist_ok=True)
     pool = voices(cfg.split, cfg.sources) if cfg.style != "nonspeech" else []
     if pool:
         persons_for(pool, cfg.n_speakers)  # before anything is written
     settings = json.dumps({**asdict(cfg), "voices": [v.key for v in pool]}, indent=2) + "\n"
-    (out / "config.json").write_text(settings)  # first: it marks the folder as normlab's (a killed run resumes)
+    _write_config(out, settings)  # first: it marks the folder as normlab's (a killed run resumes)
     make = {"conversation": conversation, "mixture": mixture, "nonspeech": sounds_alone}[cfg.style]
     paths = [(out / "wav" / f"{mixture_uri(cfg, i)}.wav", out / "wav" / f"{mixture_uri(cfg, i)}.rttm")
              for i in range(cfg.n_mixtures)]
@@ -343,8 +343,16 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
         uem[uri] = [(0.0, sf.info(str(wav)).duration)]
     write_rttm(all_turns, out / "ref.rttm")
     write_uem(uem, out / "all.uem")
-    (out / "config.json").write_text(settings)
+    _write_config(out, settings)
     return out
+
+
+def _write_config(out: pathlib.Path, settings: str) -> None:
+    """``out/config.json``, written whole (renamed into place): a half-written one would no longer mark the
+    folder as normlab's, and the rerun would refuse it."""
+    tmp = out / f".config.json.{os.getpid()}.tmp"
+    tmp.write_text(settings, encoding="utf-8")
+    os.replace(tmp, out / "config.json")
 
 
 def _no_others(out: pathlib.Path, cfg: SimConfig) -> None:

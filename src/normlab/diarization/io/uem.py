@@ -1,7 +1,8 @@
 """UEM files: the regions of each recording that are scored (the format is in docs/diarization.md).
 
 ``<uri> <channel> <onset> <offset>`` per region, seconds; a field that starts with ``;``
-starts a comment (to the line's end), so a uri may hold a ``;`` but not begin with one.
+starts a comment (to the line's end), and so does a ``;`` inside any other field than the uri (a uri may hold a
+``;``, not begin with one).
 """
 from __future__ import annotations
 
@@ -24,12 +25,22 @@ def check_region(region, what: str = "UEM region") -> None:
         raise BadValue(f"{what} {region!r} ends before it starts")
 
 
+def _uncommented(fields: list[str]) -> list[str]:
+    """A UEM line's fields before its comment: from a field that begins with ``;``, or from a ``;`` inside any
+    field but the uri (``a 1 0.0 1.0;; note``: numbers never hold one, a uri may)."""
+    for i, f in enumerate(fields):
+        if f.startswith(";"):
+            return fields[:i]
+        if i > 0 and ";" in f:
+            return [*fields[:i], f.split(";", 1)[0]]
+    return fields
+
+
 def read_uem(path: str | pathlib.Path) -> dict[str, list[tuple[float, float]]]:
     """Scored regions per uri."""
     regions: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for n, line in enumerate(table_lines(read_text_file(path, "UEM")), start=1):
-        fields = table_fields(line)
-        fields = fields[:next((i for i, f in enumerate(fields) if f.startswith(";")), len(fields))]
+        fields = _uncommented(table_fields(line))
         if not fields:
             continue
         try:

@@ -72,7 +72,7 @@ class Diarization(list):
 
     def __init__(self, turns=(), *, uri: str | None = None, duration: float | None = None,
                  settings: dict | None = None, provenance: dict | None = None, is_exclusive: bool = False):
-        super().__init__(sorted(_checked(t) for t in turns))  # BadValue on a turn to_rttm would refuse
+        super().__init__(sorted(_checked(t) for t in turns))  # BadValue on a turn of bad times
         self.uri = uri if uri is not None else (self[0].uri if self else "audio")
         self.duration = duration
         self.settings = _plain(dict(settings or {}))  # numpy numbers a caller passed: JSON's numbers
