@@ -73,6 +73,9 @@ def test_version_names_normlab_torch_and_python():
     (["bench", "--dispatch", "--device", "auto"], "--dispatch measures on the CPU: --device auto"),
     (["bench", "--dispatch", "--cold-start"], "--cold-start and --repeats are for the norms' table"),
     (["bench", "--dispatch", "--repeats", "3"], "--cold-start and --repeats are for the norms' table"),
+    # the GPU section times its fixed grid: the CPU table's options were dropped without a word
+    (["bench", "--device", "cuda", "--ops", "rms_norm"], "--device cuda times the GPU section's fixed grid"),
+    (["bench", "--device", "cuda", "--cold-start"], "--device cuda times the GPU section's fixed grid"),
     (["bench", "--shapes", "100000000x100000000", "--ops", "rms_norm", "--dtypes", "float32"], "out of memory"),
     (["diarize", "simulate", "--out", "s", "--beta", "1e308"], "beta (the mean silence, s) must be"),
     (["diarize", "train", "--data", "d", "--out", "o", "--warmup", "-1"], "expected a whole number >= 0, got '-1'"),
@@ -356,3 +359,17 @@ def test_run_time_errors_name_the_command_as_usage_errors_do(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("normlab diarize score: error: "), err
     assert main(["diarize", "score", "--collar", "-1", "a", "b"]) == 2
     assert capsys.readouterr().err.startswith("normlab diarize score: error: ")
+
+
+def test_a_failed_cell_is_said_as_it_is_not_as_out_of_memory(capsys):
+    """A lost worker's or a failed cell's message may quote "out of memory": it was rewritten as "out of memory
+    (...cut at 160 characters): ask for smaller sizes", its own advice (run again to resume) cut off."""
+    from normlab import cli
+    from normlab._checks import CellsFailed
+
+    said = ("1 of 1 cell of lesson_stats failed (first, seed=0: RuntimeError: CUDA out of memory. Tried to "
+            "allocate 2.00 GiB); the finished cells are kept: run the same command again to retry them")
+
+    args = cli.build_parser().parse_args(["lesson"])
+    assert cli._failed(args, CellsFailed(said)) == 2
+    assert capsys.readouterr().err.strip() == f"normlab lesson: error: {said}"

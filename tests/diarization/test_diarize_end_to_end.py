@@ -76,10 +76,14 @@ def test_separable_mixture_scores_near_zero_der(trained, tmp_path):
     sf.write(tmp_path / "meeting.wav", audio, SR)
     (tmp_path / "broken.wav").write_bytes(b"not audio")
     torch.manual_seed(0)
+    seen = []  # each file reported once done (counted from 0): it was reported before its work began
+    written = tmp_path / "out" / "meeting.rttm"
     status = diarize_files([str(tmp_path / "broken.wav"), str(tmp_path / "meeting.wav")], tmp_path / "out",
                            model=model, embedding=SpeakerEncoder(), num_speakers=2, speakers="eend", vad="off",
-                           window=30.0, step=30.0, flat_db=0.0)  # its synthetic voices hold a steady level
+                           window=30.0, step=30.0, flat_db=0.0,  # its synthetic voices hold a steady level
+                           progress=lambda i, n, name: seen.append((i, n, written.exists())))
     assert status[str(tmp_path / "meeting.wav")] == "ok" and "broken.wav" in status[str(tmp_path / "broken.wav")]
+    assert seen == [(0, 2, False), (1, 2, True)]
     hyp = read_rttm(tmp_path / "out" / "meeting.rttm")["meeting"]
     ref = [Turn("meeting", s, e - s, spk) for s, e, spk in turns]
     result = diarization_error_rate(ref, hyp, collar=0.25)

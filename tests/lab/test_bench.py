@@ -82,7 +82,12 @@ def test_dispatch_table_says_what_auto_runs_and_why(tmp_path, monkeypatch, capsy
 
     monkeypatch.setattr(autotune, "TUNER", autotune.Tuner(tmp_path / "dispatch.json"))
     monkeypatch.setattr(autotune, "_enabled", True)
-    result = bench_dispatch.run(("layer_norm", "rms_norm"), ((4, 768), (64, 768)), ("float32",))
+    decided, seen = [], []
+    real = bench_dispatch.kernels.decide
+    monkeypatch.setattr(bench_dispatch.kernels, "decide", lambda *a: decided.append(1) or real(*a))
+    result = bench_dispatch.run(("layer_norm", "rms_norm"), ((4, 768), (64, 768)), ("float32",),
+                                progress=lambda i, n, note: seen.append((i, len(decided))))
+    assert seen == [(i, i + 1) for i in range(8)]  # each decision reported once made, counted from 0
     rows = {(r["op"], r["shape"], r["mode"]): r for r in result["rows"]}
     ln, ln64, rms = rows["layer_norm", "4x768", "train"], rows["layer_norm", "64x768", "train"], \
         rows["rms_norm", "4x768", "train"]
@@ -114,3 +119,16 @@ def test_every_timed_call_follows_the_cache_flush():
     assert log[0::2] == ["f"] * (len(log) // 2) and len(log) == 2 * (2 + 2 * 4)
     calls = "".join(log[1::2])
     assert calls.count("a") == calls.count("b") == 5 and "ab" in calls[2:] and "ba" in calls[2:]
+
+
+def test_the_bench_reports_each_case_when_it_is_done(monkeypatch):
+    """Progress callbacks count from 0 the item just finished: the bench called them before each case, so a
+    bar read 1 of 2 before anything was timed and closed while the last case still ran."""
+    done = []
+    real = bench.bench_one
+    monkeypatch.setattr(bench, "bench_one", lambda *a, **k: done.append(1) or real(*a, **k))
+    monkeypatch.setattr(bench, "torch_vs_itself", lambda **k: 1.0)
+    seen = []
+    bench.run(("rms_norm",), ((64, 32), (32, 32)), ("float32",), repeats=1,
+              progress=lambda i, n, note: seen.append((i, n, len(done))))
+    assert seen == [(0, 2, 1), (1, 2, 2)]

@@ -51,7 +51,11 @@ def test_spread_is_the_range_over_the_median():
 
 
 def test_rounds_report_their_spread_and_the_profile_splits_the_step():
-    result = bm.run(SMALL, repeats=1, warmup=0, rounds=2, profile=True)
+    seen = []
+    result = bm.run(SMALL, repeats=1, warmup=0, rounds=2, profile=True, progress=lambda i, n, note: seen.append((i, n)))
+    # each job reported when done, counted from 0 as every progress callback: the last is n - 1 of n (it said
+    # n of n at the end, a bar past its end, and each round one ahead)
+    assert seen == [(i, 5) for i in range(5)]
     for mode in ("train_step", "inference"):
         r = result[mode]
         for name, values in r["rounds_ms"].items():

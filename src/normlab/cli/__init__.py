@@ -155,7 +155,8 @@ def _failed(args, e: Exception) -> int:
 
     if _a_path_the_system_refused(e):  # a folder that cannot be made, a file where a folder goes, no permission
         e = UserError(f"{e.filename}: {e.strerror or type(e).__name__}")
-    elif _out_of_memory(e):  # sizes the machine cannot hold: the request, not a bug
+    elif _out_of_memory(e) and not isinstance(e, UserError):  # sizes the machine cannot hold: the request, not a bug
+        # (normlab's own one-line errors, a failed study cell or a lost worker among them, are said as they are)
         e = UserError(f"out of memory ({str(e).strip().splitlines()[0][:160] if str(e).strip() else 'MemoryError'})"
                       ": ask for smaller sizes")
     if not isinstance(e, UserError):

@@ -261,9 +261,9 @@ def run(ops=OPS, shapes=SHAPES, dtypes=DTYPES, repeats=15, warmup=3, progress: C
     grid = [(o, s, d) for o in ops for s in shapes for d in dtypes]
     start = machine()  # the load before the run
     for i, (op, shape, dtype) in enumerate(grid):
-        if progress:
-            progress(i, len(grid), f"{op} {shape[0]}x{shape[1]} {dtype}")
         rows += bench_one(op, shape, dtype, repeats=repeats, warmup=warmup)
+        if progress:  # case i is done (counted from 0, as every progress callback)
+            progress(i, len(grid), f"{op} {shape[0]}x{shape[1]} {dtype}")
     # after the cases, in the process state they ran in (first, it measured the heap's layout in a fresh process
     # as much as the machine's noise: 0.66x in one run)
     noise = torch_vs_itself(repeats=repeats, warmup=warmup)

@@ -23,14 +23,14 @@ def run(ops=OPS, shapes=SHAPES, dtypes=DTYPES, progress: Callable | None = None)
     rows = []
     grid = [(o, s, d, m) for o in ops for s in shapes for d in dtypes for m in ("train", "fwd")]
     for i, (op, (n, d), dtype, mode) in enumerate(grid):
-        if progress:
-            progress(i, len(grid), f"{op} {n}x{d} {dtype} {mode}")
         x = torch.empty(n, d, dtype=getattr(torch, dtype))  # only its dtype, device and shape are looked at
         eps = torch.finfo(acc_dtype(x.dtype)).eps if OP_SPECS[op].rms else 1e-5
         with torch.set_grad_enabled(mode == "train"):  # training and inference are decided apart
             dec, k = kernels.decide("auto", op, x, eps), autotune.key(op, x, d)
         rows.append({"op": op, "shape": f"{n}x{d}", "dtype": dtype, "mode": mode, "key": k, "impl": dec.impl,
                      "why": dec.why, "ms": dec.ms, "sample": dec.sample, "cost_ms": dec.cost_ms})
+        if progress:  # decision i is made (counted from 0)
+            progress(i, len(grid), f"{op} {n}x{d} {dtype} {mode}")
     return {"machine": machine(), "autotune": autotune.enabled(), "cache": str(autotune.TUNER.path), "rows": rows}
 
 

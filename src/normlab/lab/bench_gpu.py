@@ -99,9 +99,9 @@ def run(device=None, ops=GPU_OPS, shapes=GPU_SHAPES, dtypes=GPU_DTYPES, repeats:
     grid = [(o, s, d) for o in ops for s in shapes for d in dtypes]
     rows = []
     for i, (op, shape, dtype) in enumerate(grid):
-        if progress:
-            progress(i, len(grid), f"gpu {op} {shape[0]}x{shape[1]} {dtype}")
         rows += bench_case(op, shape, dtype, device, speed, repeats=repeats)
+        if progress:  # case i is done (counted from 0)
+            progress(i, len(grid), f"gpu {op} {shape[0]}x{shape[1]} {dtype}")
     return {"device": torch.cuda.get_device_name(device), "copy_gbps": round(speed, 1), "rows": rows}
 
 

@@ -190,8 +190,6 @@ def run(cfg: ModelBenchConfig = ModelBenchConfig(), repeats: int = 7, warmup: in
     jobs = [(mode, r) for mode in ("train_step", "inference") for r in range(rounds)]
     per_round: dict[str, list] = {"train_step": [], "inference": []}
     for i, (mode, r) in enumerate(jobs):
-        if progress:
-            progress(i, len(jobs) + profile, f"{mode} round {r + 1}/{rounds}")
         fns = {}
         for name, (model, ctx) in models.items():
             model.train(mode == "train_step")
@@ -200,6 +198,8 @@ def run(cfg: ModelBenchConfig = ModelBenchConfig(), repeats: int = 7, warmup: in
             else:
                 fns[name] = _infer(model, x, pad, ctx)
         per_round[mode].append(_rotating_medians(fns, repeats, warmup + (3 if compiled and r == 0 else 0)))
+        if progress:  # job i is done (counted from 0)
+            progress(i, len(jobs) + profile, f"{mode} round {r + 1}/{rounds}")
     for mode, rs in per_round.items():
         ms = {n: statistics.median(w[n] for w, _ in rs) for n in models}
         cpu = {n: statistics.median(c[n] for _, c in rs) for n in models}
@@ -213,8 +213,6 @@ def run(cfg: ModelBenchConfig = ModelBenchConfig(), repeats: int = 7, warmup: in
                         "speedup_rounds": {n: [round(w["torch"] / w[n], 3) for w, _ in rs] for n in models
                                            if n != "torch"}}
     if profile:
-        if progress:
-            progress(len(jobs), len(jobs) + 1, "profile")
         from . import step_profile
 
         opts = {}
@@ -224,8 +222,8 @@ def run(cfg: ModelBenchConfig = ModelBenchConfig(), repeats: int = 7, warmup: in
             return _train_step(model, opt, x, pad, ctx)
 
         result["profile"] = step_profile.run({n: models[n] for n in ("normlab", "torch")}, make_step)
-    if progress:
-        progress(len(jobs) + profile, len(jobs) + profile, "done")
+        if progress:
+            progress(len(jobs), len(jobs) + 1, "profile")
     return result
 
 

@@ -253,8 +253,6 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
     m, enc, cfg, counts, prov = _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options)
     status = {}
     for i, p in enumerate(paths):
-        if progress:
-            progress(i, len(paths), pathlib.Path(p).name)
         try:
             result = _diarize(p, None, m, enc, cfg, None, counts, prov)
             result = result.exclusive() if exclusive else result
@@ -266,6 +264,8 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
             status[str(p)] = "ok"
         except (ValueError, OSError) as e:  # AudioError and friends: reported per file
             status[str(p)] = str(e)
+        if progress:  # file i is done (counted from 0, as every progress callback)
+            progress(i, len(paths), pathlib.Path(p).name)
     return status
 
 
