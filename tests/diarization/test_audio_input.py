@@ -198,6 +198,20 @@ def test_a_name_or_flag_the_output_cannot_hold_is_refused_before_any_work(kw, sa
         diarize(np.zeros(SR, np.float32), sample_rate=SR, **kw)
 
 
+
+@pytest.mark.parametrize("flag", ["exclusive", "plot", "overwrite"])
+def test_diarize_files_takes_its_flags_as_true_or_false_only(flag, tmp_path, monkeypatch):
+    """overwrite="no" was truthy: it replaced a reference RTTM the user had written."""
+    from normlab.diarization.pipeline import api
+
+    monkeypatch.setattr(api, "_prepare", lambda *a, **k: pytest.fail("work began before the check"))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "a.rttm").write_text("mine\n")
+    with pytest.raises(TypeError, match=f"{flag} must be True or False, got 'no'"):
+        api.diarize_files([tmp_path / "a.wav"], tmp_path / "out", **{flag: "no"})
+    assert (tmp_path / "out" / "a.rttm").read_text() == "mine\n"
+
+
 @pytest.mark.parametrize("subtype", ["PCM_16", "FLOAT"])
 def test_a_wav_cut_short_is_read_with_one_warning(tmp_path, subtype):
     """A copy cut at half its size was diarized as 2 s of 4 without a word (libsndfile reports what is there)."""

@@ -255,6 +255,7 @@ def test_overlap_threshold_sets_how_sure_a_second_speaker_must_be():
     ({"whiten": "no"}, "whiten must be True or False"), ({"cluster_threshold": 5.0}, "cluster_threshold"),
     ({"cluster_threshold": float("nan")}, "cluster_threshold"), ({"min_cluster": -5.0}, "min_cluster"),
     ({"merge_threshold": float("nan")}, "merge_threshold"), ({"step": 20.0}, "step <= window"),
+    ({"median": True}, "median must be"), ({"vbx_dims": True}, "vbx_dims must be"),
 ])
 def test_each_pipeline_setting_is_checked_where_it_is_made(setting, message):
     """A setting that cannot work is one clear line, from the API too (they gave empty results, or a NaN or a string
@@ -315,3 +316,17 @@ def test_a_lower_bound_never_cuts_above_the_threshold():
     for bounds in ({"min_speakers": 2}, {"num_speakers": 2}):
         labels = cluster(x, threshold=0.8, weights=w, min_weight=4.0, **bounds)
         assert _same_partition(labels[:24], np.repeat([0, 1], 12)) and len(set(labels.tolist())) == 2
+
+
+def test_numpy_whole_numbers_are_whole_numbers():
+    """median=np.int64(5) was refused as "must be an odd number ... got np.int64(5)"; it is one, stored as int."""
+    cfg = PipelineConfig(median=np.int64(5), vbx_dims=np.int32(8), batch=np.int64(4))
+    assert (cfg.median, cfg.vbx_dims, cfg.batch) == (5, 8, 4) and type(cfg.median) is int
+
+
+@pytest.mark.parametrize("setting", [{"piece": 0.4}, {"window": 0.4, "step": 0.4}, {"min_embed": 12.0}])
+def test_settings_that_embed_no_piece_are_refused(setting):
+    """A piece or window shorter than min_embed holds too little speech for any embedding: every piece was
+    dropped and the result was empty, without a word."""
+    with pytest.raises(ValueError, match="must each be at least min_embed"):
+        PipelineConfig.for_model(None, **setting)

@@ -62,3 +62,27 @@ def test_fill_gap_in_frames_is_rounded_not_truncated():
     cfg = PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=0.0, offset_threshold=1.0,
                          fill_gap=0.3)
     assert [(round(t.start, 3), round(t.end, 3)) for t in stitch(seg, cfg)] == [(0.0, 3.0)]
+
+
+@pytest.mark.parametrize("gap, pause_frames, filled", [(0.15, 1, True), (0.25, 2, True), (1.25, 12, True),
+                                                       (0.2, 2, False), (0.1, 1, False)])
+def test_fill_gap_fills_every_pause_shorter_than_it(gap, pause_frames, filled):
+    """Seconds to frames by round() left 0.1 s pauses at fill_gap 0.15 (1.4999... frames) and 0.2 s ones at 0.25
+    (2.5, to even: 2) unfilled; a pause as long as fill_gap is not shorter than it."""
+    probs = torch.zeros(1, 40, 1)
+    probs[0, :10, 0], probs[0, 10 + pause_frames:, 0] = 0.9, 0.9
+    seg = _seg(probs, [(0, 0, 0, 40, 0)], [0], 40, torch.eye(1, 8), [3.0])
+    cfg = PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=0.0, offset_threshold=1.0,
+                         fill_gap=gap)
+    assert (len(stitch(seg, cfg)) == 1) == filled
+
+
+def test_a_huge_speaker_count_costs_no_more_than_the_embeddings_allow():
+    """num_speakers=1,000,000 made a million columns per frame (32 s and 1.8 GB for 3 s of audio): at most one
+    speaker per embedding can come out of the clustering."""
+    probs = torch.zeros(1, 20, 1)
+    probs[0, :, 0] = 0.9
+    seg = _seg(probs, [(0, 0, 0, 20, 0)], [0], 20, torch.eye(1, 8), [3.0])
+    cfg = PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=0.0)
+    turns = stitch(seg, cfg, num_speakers=10**9)  # a billion columns of float32 per frame: 80 GB
+    assert [(t.speaker, round(t.end, 3)) for t in turns] == [("spk0", 2.0)]

@@ -222,6 +222,9 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
     An output that exists already is replaced only where normlab wrote it and it is unchanged since
     (:mod:`normlab.written`), or with ``overwrite``; never beside its own audio.
     """
+    for name, flag in (("exclusive", exclusive), ("plot", plot), ("overwrite", overwrite)):
+        if flag not in (True, False):  # (numpy's bools and 0/1 too): overwrite="no" replaced a user's file
+            raise BadType(f"{name} must be True or False, got {flag!r}")
     if format not in FORMATS:
         raise BadValue(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     paths = [paths] if isinstance(paths, (str, pathlib.Path)) else list(paths)  # one file, not its characters

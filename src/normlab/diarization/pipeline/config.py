@@ -110,11 +110,15 @@ class PipelineConfig:
         for name in ("whiten", "reassign"):
             if not isinstance(getattr(self, name), bool):
                 raise BadValue(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if not (isinstance(self.batch, int) and not isinstance(self.batch, bool) and self.batch >= 1):
+        for name in ("batch", "median", "vbx_dims"):  # numpy's whole numbers as Python's; True is no number
+            value = getattr(self, name)
+            if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+                object.__setattr__(self, name, int(value))
+        if not (type(self.batch) is int and self.batch >= 1):
             raise BadValue(f"batch must be a whole number >= 1, got {self.batch!r}")
-        if not (isinstance(self.median, int) and 1 <= self.median <= 1001 and self.median % 2 == 1):
+        if not (type(self.median) is int and 1 <= self.median <= 1001 and self.median % 2 == 1):
             raise BadValue(f"median must be an odd number of frames from 1 to 1001, got {self.median!r}")
-        if not (isinstance(self.vbx_dims, int) and self.vbx_dims >= 1):
+        if not (type(self.vbx_dims) is int and self.vbx_dims >= 1):
             raise BadValue(f"vbx_dims must be a whole number >= 1, got {self.vbx_dims!r}")
         for name, lo, hi, what in _RANGES:
             value = getattr(self, name)
@@ -205,6 +209,9 @@ class PipelineConfig:
         if cfg.whiten and getattr(model, "whitening", None) is None:
             raise BadValue("whiten is on but the model file holds no embedding whitening (fit one: normlab diarize "
                            "whiten MODEL --train DIR)")
+        if min(cfg.piece, cfg.window) < cfg.min_embed:  # no piece could hold enough speech: no turn at all
+            raise BadValue(f"piece ({cfg.piece:g} s) and window ({cfg.window:g} s) must each be at least min_embed "
+                           f"({cfg.min_embed:g} s), the least speech a piece is embedded from")
         if cfg.speakers == "eend" and cfg.vad == "speech":
             raise BadValue("vad 'speech' (Silero alone decides speech) reads the model in speakers mode 'speech'; "
                            "with speakers 'eend' use vad 'gate'")

@@ -1,6 +1,8 @@
 """Clustering and stitching: local speakers of every window to global speakers, then turns."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..io.features import FeatureConfig
@@ -36,7 +38,9 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
         labels = cluster(emb.numpy(), threshold=cfg.cluster_threshold, weights=seg.weights,
                          min_weight=cfg.min_cluster, merge=cfg.merge_threshold, reassign=cfg.reassign,
                          **counts)
-    k_total = max(int(labels.max()) + 1, lo)
+    # at most one speaker per embedding (the clustering's own bound): a count of a million asked for a million
+    # columns per frame
+    k_total = max(int(labels.max()) + 1, min(lo, len(seg.weights)))
     size = seg.probs.shape[1]
     total = torch.zeros(seg.frames, k_total)
     count = torch.zeros(seg.frames, 1)
@@ -64,7 +68,8 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
     active = median_filter(active, cfg.median)
     if cfg.offset_threshold < 1:  # turns held on through silent frames while still likely (hysteresis), the
         active = median_filter(hold(active, glob, cfg.offset_threshold), cfg.median)  # seams it makes smoothed too
-    active = fill_gaps(active, round(cfg.fill_gap / seg.frame_seconds))
+    # every pause shorter than fill_gap seconds: round() left 0.15 s (1.4999... frames) and 0.25 s (2, to even)
+    active = fill_gaps(active, math.ceil(cfg.fill_gap / seg.frame_seconds - 1e-9))
     return to_turns(active.float(), seg.frame_seconds, seg.uri, threshold=0.5, median=1,
                     labels=[f"spk{k}" for k in range(k_total)])
 
