@@ -76,6 +76,7 @@ def test_version_names_normlab_torch_and_python():
     # the GPU section times its fixed grid: the CPU table's options were dropped without a word
     (["bench", "--device", "cuda", "--ops", "rms_norm"], "--device cuda times the GPU section's fixed grid"),
     (["bench", "--device", "cuda", "--cold-start"], "--device cuda times the GPU section's fixed grid"),
+    (["bench", "--device", "cuda:0", "--shapes", "8x8"], "--device cuda:0 times the GPU section's fixed grid"),
     (["bench", "--shapes", "100000000x100000000", "--ops", "rms_norm", "--dtypes", "float32"], "out of memory"),
     (["diarize", "simulate", "--out", "s", "--beta", "1e308"], "beta (the mean silence, s) must be"),
     (["diarize", "train", "--data", "d", "--out", "o", "--warmup", "-1"], "expected a whole number >= 0, got '-1'"),
@@ -108,7 +109,9 @@ def test_tune_names_the_option_and_the_value_it_cannot_use(tmp_path, capsys):
     out = ["--out", str(tmp_path / "t.json")]
     for extra, says in ((["--test", "="], "--test: an empty folder name"),
                         (["--grid", "threshold=abc"], "grid 'threshold=abc': 'abc' is not a number"),
-                        (["--grid", "vbx_dims=1.5"], "grid 'vbx_dims=1.5': '1.5' is not a whole number")):
+                        (["--grid", "vbx_dims=1.5"], "grid 'vbx_dims=1.5': '1.5' is not a whole number"),
+                        # checked before the grid's first setting ran, not when it reached 0.4
+                        (["--grid", "piece=1.5,0.4"], "no piece would be embedded")):
         assert main(["diarize", "tune", "--dev", str(tmp_path / "dev"), *out, *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err

@@ -324,9 +324,19 @@ def test_numpy_whole_numbers_are_whole_numbers():
     assert (cfg.median, cfg.vbx_dims, cfg.batch) == (5, 8, 4) and type(cfg.median) is int
 
 
-@pytest.mark.parametrize("setting", [{"piece": 0.4}, {"window": 0.4, "step": 0.4}, {"min_embed": 12.0}])
+@pytest.mark.parametrize("setting", [{"piece": 0.4}, {"window": 0.4, "step": 0.4}, {"min_embed": 12.0},
+                                     {"piece": 3.9, "min_embed": 3.5}])  # 3.9 s cuts 10 s into 3.33 s pieces
 def test_settings_that_embed_no_piece_are_refused(setting):
-    """A piece or window shorter than min_embed holds too little speech for any embedding: every piece was
-    dropped and the result was empty, without a word."""
-    with pytest.raises(ValueError, match="must each be at least min_embed"):
+    """Pieces (the window cut into round(window / piece) equal parts) shorter than min_embed hold too little
+    speech for any embedding: every piece was dropped and the result was empty, without a word. Refused where
+    the setting is made, so a tuning grid is refused before its first setting runs."""
+    with pytest.raises(ValueError, match="no piece would be embedded"):
+        PipelineConfig(**setting)
+    with pytest.raises(ValueError, match="no piece would be embedded"):
         PipelineConfig.for_model(None, **setting)
+
+
+def test_a_piece_longer_than_min_embed_by_the_window_s_cut_is_kept():
+    """piece 7 s cuts a 10 s window into one 10 s piece: embedded with min_embed 8 s."""
+    assert PipelineConfig(piece=7.0, min_embed=8.0).piece == 7.0
+    assert PipelineConfig.for_model(None, piece=7.0, min_embed=8.0).piece == 7.0

@@ -54,7 +54,7 @@ def test_hold_works_for_any_offset_below_1():
     cfg = PipelineConfig(threshold=0.8, median=1, cluster_threshold=0.5, min_cluster=0.0, offset_threshold=0.6)
     assert [(round(t.start, 3), round(t.end, 3)) for t in stitch(seg, cfg)] == [(0.0, 2.0)]
 
-def test_fill_gap_in_frames_is_rounded_not_truncated():
+def test_fill_gap_in_frames_is_not_truncated():
     """fill_gap 0.3 s at 0.1 s frames is 3 frames (0.3 / 0.1 == 2.9999999999999996): a 2-frame pause is filled."""
     probs = torch.zeros(1, 30, 1)
     probs[0, :10, 0], probs[0, 12:, 0] = 0.9, 0.9

@@ -90,10 +90,10 @@ def _bench(args: argparse.Namespace) -> int:
     for on, name in ((args.model, "--model"), (args.dispatch, "--dispatch")):
         if on and args.device != "cpu":
             raise BadValue(f"{name} measures on the CPU: --device {args.device} is for the norms' table")
-    if args.device == "cuda" and (args.cold_start or args.repeats != REPEATS or args.ops != list(OPS)
-                                  or args.shapes != list(SHAPES) or args.dtypes != list(DTYPES)):
-        raise BadValue("--device cuda times the GPU section's fixed grid (docs/scaling.md): --ops, --shapes, --dtypes, "
-                       "--repeats and --cold-start are for the CPU table (--device cpu or auto)")
+    if args.device not in ("cpu", "auto") and (args.cold_start or args.repeats != REPEATS or args.ops != list(OPS)
+                                               or args.shapes != list(SHAPES) or args.dtypes != list(DTYPES)):
+        raise BadValue(f"--device {args.device} times the GPU section's fixed grid (docs/scaling.md): --ops, "
+                       "--shapes, --dtypes, --repeats and --cold-start are for the CPU table (--device cpu or auto)")
     if args.dispatch and (args.cold_start or args.repeats != REPEATS):
         raise BadValue("--dispatch reports auto's decisions, each timed on its own sample: --cold-start and "
                        "--repeats are for the norms' table")

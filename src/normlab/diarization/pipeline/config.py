@@ -129,6 +129,13 @@ class PipelineConfig:
                 raise BadValue(f"{name} must be {what}, got {value!r}")
         if not self.step <= self.window:
             raise BadValue(f"need 0 < step <= window, got window={self.window}, step={self.step}")
+        # a window is cut into round(window / piece) equal pieces (segment.speaker_pieces): shorter than min_embed,
+        # none could hold enough speech for an embedding, and the result was empty without a word
+        cut = self.window / max(1, round(self.window / self.piece))
+        if cut < self.min_embed:
+            raise BadValue(f"piece {self.piece:g} s cuts the {self.window:g} s window into pieces of {cut:.3g} s, "
+                           f"shorter than min_embed ({self.min_embed:g} s, the least speech a piece is embedded "
+                           "from): no piece would be embedded")
         check_choice(self.speakers, ("eend", "speech"), "speakers mode")
         check_choice(self.vad, ("off", "gate", "speech", "union", "veto"), "vad mode")
         check_choice(self.weighting, ("hamming", "mean"), "window weighting")
@@ -209,9 +216,6 @@ class PipelineConfig:
         if cfg.whiten and getattr(model, "whitening", None) is None:
             raise BadValue("whiten is on but the model file holds no embedding whitening (fit one: normlab diarize "
                            "whiten MODEL --train DIR)")
-        if min(cfg.piece, cfg.window) < cfg.min_embed:  # no piece could hold enough speech: no turn at all
-            raise BadValue(f"piece ({cfg.piece:g} s) and window ({cfg.window:g} s) must each be at least min_embed "
-                           f"({cfg.min_embed:g} s), the least speech a piece is embedded from")
         if cfg.speakers == "eend" and cfg.vad == "speech":
             raise BadValue("vad 'speech' (Silero alone decides speech) reads the model in speakers mode 'speech'; "
                            "with speakers 'eend' use vad 'gate'")
