@@ -328,12 +328,12 @@ def test_voices_of_another_version_never_stop_a_finished_training(tmp_path):
     another version) or a null list raised there, every rerun, and model.pt was never written."""
     import json
 
-    from normlab.diarization.training.train import _sources
+    from normlab.diarization.training.provenance import folder_sources
 
     for i, voices in enumerate([["recorded.nobody", "espeak-ng.Adam"], ["neural.zzz"], None, "espeak-ng.Adam"]):
         (tmp_path / str(i)).mkdir()
         (tmp_path / str(i) / "config.json").write_text(json.dumps({"voices": voices}))
-    made = _sources([tmp_path / str(i) for i in range(4)])
+    made = folder_sources([tmp_path / str(i) for i in range(4)])
     assert made["voices"] == ["espeak-ng.Adam"] and made["unknown"] == ["neural.zzz", "recorded.nobody"]
     assert "espeak-ng" in made["licences"]
 

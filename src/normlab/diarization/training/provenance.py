@@ -9,6 +9,7 @@ and the machine).
 """
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -77,6 +78,20 @@ def sources(voice_keys: list[str]) -> dict:
     packages = sorted(k for k in licences if k not in python_packages)
     return {"voices": sorted(voice_keys), "packages": {**debian_versions(packages), **python_packages},
             "licences": licences, **({"unknown": unknown} if unknown else {})}
+
+
+def folder_sources(folders: list) -> dict:
+    """:func:`sources` of the voices simulated folders were made from (each one's ``config.json``; a folder without
+    one, or with another file under that name, adds none)."""
+    keys: set[str] = set()
+    for d in folders:
+        conf = pathlib.Path(d) / "config.json"
+        try:
+            voices = json.loads(conf.read_text()).get("voices") if conf.exists() else []
+        except (ValueError, AttributeError):  # not a simulation's settings: its voices are unknown
+            voices = []
+        keys.update(v for v in (voices if isinstance(voices, list) else []) if isinstance(v, str))
+    return sources(sorted(keys))
 
 
 def _known(key: str) -> bool:

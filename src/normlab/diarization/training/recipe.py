@@ -304,13 +304,9 @@ def score_model(model: EENDModel, data: pathlib.Path, frames: int = 100) -> dict
 
 def _meta(cfg: RecipeConfig, data: pathlib.Path, train_seconds: float) -> dict:
     """The model file's provenance (``provenance.py``)."""
-    voice_keys = []
-    for name, _ in _splits(cfg):
-        conf = data / name / "config.json"
-        if name.startswith("train") and conf.exists():
-            voice_keys += json.loads(conf.read_text()).get("voices", [])
+    train = [data / name for name, _ in _splits(cfg) if name.startswith("train")]
     return {"max_local_speakers": cfg.n_speakers, "window_seconds": cfg.frames * 0.1,
-            "recipe": asdict(cfg), "train_sources": provenance.sources(sorted(set(voice_keys))),
+            "recipe": asdict(cfg), "train_sources": provenance.folder_sources(train),
             "versions": provenance.versions(), "train_seconds": round(train_seconds, 1),
             "torch_threads": torch.get_num_threads()}
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
 import numbers
 import os
@@ -321,7 +320,7 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
                           "docs/scaling.md)", stacklevel=2)
         # the data by where it is (however the path was written) and what it holds (simulated again into the
         # same folder, it is other data)
-        sources = _sources(folders)  # before training: nothing about the data may fail after it
+        sources = model_provenance.folder_sources(folders)  # before training: nothing of the data fails after it
         settings = {"model": asdict(model_cfg), "data": [os.path.abspath(d) for d in folders],
                     "data_digest": data_digest(folders), "batch": batch, "frames": frames, "seed": cfg.seed,
                     "lr": cfg.lr, "warmup": cfg.warmup, "decay": cfg.decay, "clip": cfg.clip}
@@ -348,19 +347,3 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
     return {"rank": rank, "world_size": size, "device": str(dev), "losses": losses, "mixtures": len(mixtures.items),
             "steps": steps, "seconds": seconds, "samples_per_s": batch * steps / seconds if steps else 0.0,
             "diverged": diverged}
-
-
-def _sources(folders: list) -> dict:
-    """The voices the simulated training folders were made from (their ``config.json``), with their packages and
-    licences (``provenance.sources``: voices of another version under ``"unknown"``)."""
-    from . import provenance as model_provenance
-
-    keys: set[str] = set()
-    for d in folders:
-        conf = pathlib.Path(d) / "config.json"
-        try:
-            voices = json.loads(conf.read_text()).get("voices") if conf.exists() else []
-        except (ValueError, AttributeError):  # not a simulation's settings: its voices are unknown
-            voices = []
-        keys.update(v for v in (voices if isinstance(voices, list) else []) if isinstance(v, str))
-    return model_provenance.sources(sorted(keys))
