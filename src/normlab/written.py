@@ -110,8 +110,14 @@ def write_text(path, text: str) -> None:
 
 
 def write_with(path, write: Callable[[pathlib.Path], object]) -> None:
+    """:func:`replace_whole`, then recorded."""
+    replace_whole(path, write)
+    record(path)
+
+
+def replace_whole(path, write: Callable[[pathlib.Path], object]) -> None:
     """``write(tmp)`` into a temporary file beside ``path``, renamed over it (a kill mid-write leaves the old
-    file, not half a new one that the next run would take for the user's), then recorded."""
+    file, not half a new one that the next run would take for the user's)."""
     path = pathlib.Path(path)
     if path.is_symlink():  # never write through a link into a file elsewhere
         path.unlink()
@@ -121,4 +127,3 @@ def write_with(path, write: Callable[[pathlib.Path], object]) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    record(path)

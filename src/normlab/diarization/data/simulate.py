@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ... import written
 from ..._checks import BadValue
 from ...workers import exit_on_interrupt
 from ..io.features import FEATURE_RATE
@@ -348,11 +349,9 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
 
 
 def _write_config(out: pathlib.Path, settings: str) -> None:
-    """``out/config.json``, written whole (renamed into place): a half-written one would no longer mark the
-    folder as normlab's, and the rerun would refuse it."""
-    tmp = out / f".config.json.{os.getpid()}.tmp"
-    tmp.write_text(settings, encoding="utf-8")
-    os.replace(tmp, out / "config.json")
+    """``out/config.json``, written whole: a half-written one would no longer mark the folder as normlab's, and
+    the rerun would refuse it."""
+    written.replace_whole(out / "config.json", lambda tmp: tmp.write_text(settings, encoding="utf-8"))
 
 
 def _no_others(out: pathlib.Path, cfg: SimConfig) -> None:
