@@ -102,10 +102,7 @@ def _parse(raw: str, path) -> list[dict]:
             raise ValueError(f"columns {', '.join(rows.fieldnames or ())}")
         return [{c: int(r[c]) if c == "step" else float(r[c]) for c in COLUMNS} for r in rows]
     except (ValueError, TypeError) as e:  # a file of someone else's under the name, or edited by hand
-        from ._checks import BadValue
-
-        raise BadValue(f"{path} is not a normlab metrics file ({str(e)[:100]}; normlab writes "
-                       f"{', '.join(COLUMNS)}): move it away") from None
+        raise _not_metrics(path, str(e)[:100]) from None
 
 
 def _raw(path) -> str:
@@ -114,10 +111,14 @@ def _raw(path) -> str:
         with open(path, newline="", encoding="utf-8") as f:
             return f.read()
     except UnicodeDecodeError:
-        from ._checks import BadValue
+        raise _not_metrics(path, "not UTF-8 text") from None
 
-        raise BadValue(f"{path} is not a normlab metrics file (not UTF-8 text; normlab writes "
-                       f"{', '.join(COLUMNS)}): move it away") from None
+
+def _not_metrics(path, why: str):
+    """The one-line error for a file under a metrics file's name that is not one."""
+    from ._checks import BadValue
+
+    return BadValue(f"{path} is not a normlab metrics file ({why}; normlab writes {', '.join(COLUMNS)}): move it away")
 
 
 def _whole_rows(text: str) -> str:
