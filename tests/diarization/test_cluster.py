@@ -49,6 +49,29 @@ def test_small_clusters_fold_into_large_ones():
     assert len(set(cluster(x, threshold=0.5, weights=w, min_weight=2.0, min_speakers=3).tolist())) == 3
 
 
+def _voices_and_strays(per_voice: int) -> Segmentation:
+    """Two voices of ``per_voice`` 2 s pieces each, plus five 2 s pieces (10 s) of the first voice that its
+    embedding places apart (a voice's outlying pieces: overlap, noise); one window per piece."""
+    rng = np.random.default_rng(0)
+    centres = np.eye(3, 16)
+    truth = [0] * per_voice + [1] * per_voice + [2] * 5
+    emb = centres[truth] + 0.05 * rng.standard_normal((len(truth), 16))
+    size = 20
+    probs = torch.full((len(truth), size, 1), 0.9)
+    pieces = [(i, 0, 0, size, i) for i in range(len(truth))]
+    return Segmentation("rec", size * len(truth), 0.1, [size * i for i in range(len(truth))], probs, pieces,
+                        torch.tensor(emb).float(), np.full(len(truth), 2.0))
+
+
+@pytest.mark.parametrize("per_voice, share, speakers", [(100, 0.04, 2), (100, 0.0, 3), (10, 0.04, 3)])
+def test_the_cluster_floor_grows_with_a_long_recording(per_voice, share, speakers):
+    """10 s of stray pieces pass the 4 s floor. In 410 s of speech they are under 4% of it and fold into a voice;
+    without the share they stay a speaker of their own, as they do in 50 s of speech (4% of it is under 4 s)."""
+    seg = _voices_and_strays(per_voice)
+    cfg = PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=4.0, min_cluster_share=share)
+    assert len({t.speaker for t in stitch(seg, cfg)}) == speakers
+
+
 def test_merge_joins_a_voice_the_tree_split_whose_centroids_agree():
     rng = np.random.default_rng(5)
     a, far = rng.standard_normal(256), rng.standard_normal(256)
@@ -254,6 +277,7 @@ def test_overlap_threshold_sets_how_sure_a_second_speaker_must_be():
     ({"silence_db": float("nan")}, "silence_db"), ({"threshold": "0.5"}, "threshold must be"),
     ({"whiten": "no"}, "whiten must be True or False"), ({"cluster_threshold": 5.0}, "cluster_threshold"),
     ({"cluster_threshold": float("nan")}, "cluster_threshold"), ({"min_cluster": -5.0}, "min_cluster"),
+    ({"min_cluster_share": 1.0}, "min_cluster_share"), ({"min_cluster_share": -0.1}, "min_cluster_share"),
     ({"merge_threshold": float("nan")}, "merge_threshold"), ({"step": 20.0}, "step <= window"),
     ({"median": True}, "median must be"), ({"vbx_dims": True}, "vbx_dims must be"),
 ])

@@ -1,4 +1,7 @@
 """Turn-taking (conversation.schedule) and real-voice conversations (simulate.conversation)."""
+import shutil
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -63,3 +66,27 @@ def test_overlap_fraction_counts_speaker_time():
     # A speaks 0-2 s, B 1-3 s: 4 s of speaker time, 2 s of it (1 s each) overlapped
     assert overlap_fraction([[(0.0, 2.0)], [(1.0, 3.0)]]) == pytest.approx(0.5, abs=0.01)
     assert overlap_fraction([[(0.0, 1.0)], [(2.0, 3.0)]]) == 0.0
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
+def test_a_long_conversation_lasts_as_long_as_asked():
+    """``SimConfig.duration`` sets the talk to fill (and draws more utterances for it): 100-110 s asked gives a
+    recording past 100 s, where the default fills 20-45 s."""
+    from normlab.diarization.data.simulate import SimConfig, conversation
+    from normlab.diarization.data.voices import voices
+
+    pool = voices("train", "espeak")
+    base = SimConfig(n_speakers=2, split="train", sources="espeak", style="conversation", seed=1)
+    audio, turns, _ = conversation(replace(base, duration=(100.0, 110.0)), 0, pool)
+    assert max(t.start + t.duration for t in turns) >= 100.0 and audio.size >= 100.0 * base.sample_rate
+    audio, turns, _ = conversation(base, 0, pool)
+    assert max(t.start + t.duration for t in turns) < 60.0
+
+
+@pytest.mark.parametrize("kw", [{"duration": (0.0, 10.0)}, {"duration": (30.0, 20.0)}, {"duration": (10.0, 4000.0)},
+                                {"duration": (30.0, 40.0), "style": "mixture"}])
+def test_a_duration_that_cannot_work_is_refused(kw):
+    from normlab.diarization.data.simulate import SimConfig
+
+    with pytest.raises(ValueError, match="duration"):
+        SimConfig(**{"style": "conversation", **kw})

@@ -159,7 +159,8 @@ def _cmd_diarize_simulate(args: argparse.Namespace) -> int:
                     min_utterances=args.min_utterances, max_utterances=args.max_utterances,
                     rt60=tuple(args.rt60) if args.rt60 else None, min_speakers=args.min_speakers,
                     sources=args.sources, augment=args.augment, beta_by_count=args.beta_by_count,
-                    style=args.style, stretch_p=args.stretch_p)
+                    style=args.style, stretch_p=args.stretch_p,
+                    duration=tuple(args.duration) if args.duration else None)
     out = simulate(args.out, cfg, progress=progress("simulate"), jobs=args.jobs)
     print(f"wrote {cfg.n_mixtures} mixtures to {out}/wav, {out}/ref.rttm, {out}/all.uem")
     return 0
@@ -403,6 +404,8 @@ def add_parsers(sub, name: str) -> None:
                     f"(noise, hum, music, typing), nobody speaking {d}")
     si.add_argument("--stretch-p", type=float, default=0.0,
                     help=f"conversation style: probability of a 3-12 s pause filled with a sound {d}")
+    si.add_argument("--duration", type=float, nargs=2, metavar=("MIN", "MAX"),
+                    help="conversation style: seconds of talk per recording, drawn from [MIN, MAX] (default: 20 45)")
     flag(si, "--augment", "perturb: speaker warps and levels, rooms, noise types, telephone, gain")
     flag(si, "--beta-by-count", "more speakers, longer silences (EEND-EDA: beta x1, x1, x2.5, x4.5 for 1-4 speakers)")
     renamed(si, n="--n-mixtures", speakers="--n-speakers")

@@ -11,9 +11,9 @@ from ..._checks import BadValue, check_choice
 
 #: post-processing a model file may set (its ``postprocess`` dict); anything else there is ignored
 TUNABLE = ("threshold", "median", "window", "step", "cluster_threshold", "min_embed", "max_embed", "min_cluster",
-           "piece", "speakers", "vad", "vad_threshold", "veto_seconds", "weighting", "overlap_threshold",
-           "merge_threshold", "whiten", "clustering", "vbx_fa", "vbx_fb", "vbx_dims", "flat_db", "flat_seconds",
-           "fill_gap", "speaker_encoder", "reassign", "offset_threshold")
+           "min_cluster_share", "piece", "speakers", "vad", "vad_threshold", "veto_seconds", "weighting",
+           "overlap_threshold", "merge_threshold", "whiten", "clustering", "vbx_fa", "vbx_fb", "vbx_dims", "flat_db",
+           "flat_seconds", "fill_gap", "speaker_encoder", "reassign", "offset_threshold")
 
 #: the speaker encoders the pipeline can embed with (``models/embed.py``, ``models/campplus.py``)
 SPEAKER_ENCODERS = ("ge2e", "campplus")
@@ -35,6 +35,7 @@ _RANGES = (
     ("min_embed", _pos, lambda v: v <= 3600, "a number of seconds in (0, 3600]"),
     ("max_embed", _pos, lambda v: v <= 3600, "a number of seconds in (0, 3600]"),
     ("min_cluster", lambda v: v >= 0, _any, "a number of seconds >= 0"),
+    ("min_cluster_share", lambda v: v >= 0, lambda v: v < 1, "a share of the recording's speech in [0, 1)"),
     ("piece", _pos, lambda v: v <= 3600, "a number of seconds in (0, 3600]"),
     ("silence_db", _any, lambda v: v <= 0, "a level in dBFS <= 0"),
     ("silence_range_db", _pos, _any, "a number of dB > 0 (or None: silence_db alone)"),
@@ -75,7 +76,9 @@ class PipelineConfig:
     cluster_threshold: float = 0.3  # cosine distance where the tree is cut (per mode: MODE_DEFAULTS)
     min_embed: float = 0.5  # seconds of a local speaker's speech needed for its embedding
     max_embed: float = 3.0  # seconds of it used at most (two 1.6 s partials)
-    min_cluster: float = 3.0  # seconds: clusters with less speech fold into the nearest larger one (per mode)
+    min_cluster: float = 3.0  # seconds: clusters with less speech fold into the nearest larger one (per mode)...
+    min_cluster_share: float = 0.04  # ...or with less than this share of the recording's speech, where that is
+    #                                  more (long recordings: a voice's stray pieces add up past any fixed floor)
     merge_threshold: float = 0.0  # then clusters whose centroids are closer than this cosine distance merge (0: no)
     reassign: bool = True  # last, each piece moves to the cluster of its nearest centroid (cluster.nearest_centroid)
     piece: float = 1.5  # seconds: a local speaker gets one embedding per piece of its window (per mode)

@@ -22,6 +22,12 @@ def local_count(local: torch.Tensor, cfg: PipelineConfig) -> torch.Tensor:
     return (top[:, :1] > cfg.threshold).float() + (top[:, 1:] > over).sum(1, keepdim=True)
 
 
+def cluster_floor(seg: Segmentation, cfg: PipelineConfig) -> float:
+    """The least speech (s) a cluster needs to stay a speaker: ``cfg.min_cluster`` seconds, or
+    ``cfg.min_cluster_share`` of all the recording's embedded speech where that is more."""
+    return max(cfg.min_cluster, cfg.min_cluster_share * float(seg.weights.sum()))
+
+
 def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None = None,
            min_speakers: int | None = None, max_speakers: int | None = None) -> list[Turn]:
     """Cluster the embeddings, map local speakers to global ones, average over windows, threshold: turns."""
@@ -29,14 +35,14 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
     if not seg.pieces:
         return []
     counts = {"num_speakers": num_speakers, "min_speakers": min_speakers, "max_speakers": max_speakers}
+    floor = cluster_floor(seg, cfg)
     if cfg.clustering == "vbx":
         labels = vbx.cluster_vbx(seg.embeddings.numpy(), seg.plda, threshold=cfg.cluster_threshold, fa=cfg.vbx_fa,
-                                 fb=cfg.vbx_fb, dims=cfg.vbx_dims, weights=seg.weights, min_weight=cfg.min_cluster,
-                                 **counts)
+                                 fb=cfg.vbx_fb, dims=cfg.vbx_dims, weights=seg.weights, min_weight=floor, **counts)
     else:
         emb = whiten.apply(seg.embeddings, seg.whitening) if cfg.whiten else seg.embeddings
         labels = cluster(emb.numpy(), threshold=cfg.cluster_threshold, weights=seg.weights,
-                         min_weight=cfg.min_cluster, merge=cfg.merge_threshold, reassign=cfg.reassign,
+                         min_weight=floor, merge=cfg.merge_threshold, reassign=cfg.reassign,
                          **counts)
     # at most one speaker per embedding (the clustering's own bound): a count of a million asked for a million
     # columns per frame
