@@ -144,13 +144,14 @@ def test_only_rank_0_writes_checkpoints_and_metrics(tmp_path, monkeypatch, rank)
     ({"steps": 0}, "steps must be a whole number >= 1, got 0"),  # was an untrained model.pt
     ({"steps": 2.5}, "steps must be a whole number >= 1, got 2.5"),
     ({"warmup": -1}, "warmup must be a whole number >= 0, got -1"),
-    ({"lr": -1.0}, "lr must be a finite number > 0, got -1.0"),  # was left to torch's Adam
-    ({"lr": float("nan")}, "lr must be a finite number > 0, got nan"),
-    ({"lr": float("inf")}, "lr must be a finite number > 0, got inf"),
-    ({"lr": "0.1"}, "lr must be a finite number > 0, got '0.1'"),
+    ({"lr": -1.0}, "lr must be a number in (0, 1000], got -1.0"),  # was left to torch's Adam
+    ({"lr": float("nan")}, "lr must be a number in (0, 1000], got nan"),
+    ({"lr": float("inf")}, "lr must be a number in (0, 1000], got inf"),
+    ({"lr": 1e38}, "lr must be a number in (0, 1000], got 1e+38"),  # Adam's state overflowed: a traceback
+    ({"lr": "0.1"}, "lr must be a number in (0, 1000], got '0.1'"),
     ({"clip": 0.0}, "clip must be a finite number > 0, got 0.0"),
     ({"clip": float("nan")}, "clip must be a finite number > 0, got nan"),
-    ({"restart_lr": -1.0}, "restart_lr must be a finite number > 0, got -1.0"),
+    ({"restart_lr": -1.0}, "restart_lr must be a number in (0, 1000], got -1.0"),
 ])
 def test_train_config_refuses_settings_that_cannot_train(bad, message):
     from normlab import UserError

@@ -286,7 +286,9 @@ def test_a_damaged_model_file_is_refused_when_loaded(tmp_path, change, why):
     ({"dropout": 2.0}, "dropout must be in"),
     ({"real_p": 5.0}, "real_p must be in"),
     ({"seed": -1}, "seed must be a whole number >= 0"),
-    ({"lr": float("nan")}, "lr must be a finite number > 0"),
+    ({"lr": float("nan")}, "lr must be a number in"),
+    ({"lr": 1e38}, "lr must be a number in"),  # Adam's float32 state overflowed: a traceback hours in
+    ({"n_speakers": 5}, "the train_real set: 5 speakers asked"),  # found by simulate, after training
     ({"min_speakers": 5}, "min_speakers must be at most n_speakers"),
     ({"tune_grid": "garbage"}, "garbage"),
     ({"dev_extra": "/nonexistent-dev"}, "holds no reference RTTM"),
@@ -324,3 +326,17 @@ def test_a_recipe_stage_that_diverged_stops_the_recipe_with_one_line(tmp_path):
         recipe._stop_if_diverged(last)
     for stage in (recipe.train_model, recipe.finetune_model):  # both stages ask
         assert "_stop_if_diverged(" in inspect.getsource(stage)
+
+
+@needs_espeak
+def test_a_finished_run_extends_past_its_restart(tmp_path):
+    """A run of restart_at steps has one cosine cycle; asked for more steps it resumes and adds the second (it was
+    refused: the checkpoint held the restart as that length ran it, 0, against the one set)."""
+    from normlab.diarization.training.recipe import simulate_splits, train_model
+
+    kw = dict(n_train=4, n_train_real=0, n_train_synth=0, sources="espeak", style="mixture", min_utterances=1,
+              max_utterances=2, warmup=1, batch=2, frames=50, d_model=16, n_layers=1, n_dev=1, n_test=1,
+              restart_at=3)
+    simulate_splits(tmp_path / "data", RecipeConfig(steps=3, **kw), jobs=1, which="train")
+    assert len(train_model(tmp_path / "data", tmp_path, RecipeConfig(steps=3, **kw))[1]) == 3
+    assert len(train_model(tmp_path / "data", tmp_path, RecipeConfig(steps=5, **kw))[1]) == 5

@@ -105,6 +105,18 @@ def test_a_rerun_with_fewer_mixtures_is_refused(tmp_path):
     assert len(read_rttm(simulate(out, SimConfig(**{**SMALL, "n_mixtures": 3})) / "ref.rttm")) == 3
 
 
+def test_a_rerun_with_other_voices_installed_is_refused(tmp_path):
+    """A synthesizer installed (or removed) between a run and its resumption changed the pool: the rest of the
+    mixtures drew from another pool, and config.json named only the new one."""
+    out = simulate(tmp_path / "s", SimConfig(**SMALL))
+    settings = json.loads((out / "config.json").read_text())
+    settings["voices"] = settings["voices"][1:]  # the first run had one voice fewer
+    (out / "config.json").write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match="simulated from other voices than this machine has now \\(with 1 "):
+        simulate(out, SimConfig(**{**SMALL, "n_mixtures": 3}))
+    assert len(list((out / "wav").glob("*.wav"))) == 2
+
+
 def test_frame_labels():
     y = frame_labels([Turn("a", 0.0, 0.25, "x"), Turn("a", 0.2, 0.2, "y")], ["x", "y"], 5, 0.1)
     assert y[:, 0].tolist() == [1, 1, 0, 0, 0] and y[:, 1].tolist() == [0, 0, 1, 1, 0]
@@ -253,7 +265,7 @@ def test_a_refused_simulation_leaves_a_folder_the_corrected_one_can_use(tmp_path
     out = tmp_path / "s"
     with pytest.raises(ValueError, match="100 speakers asked"):
         simulate(out, SimConfig(**{**SMALL, "n_speakers": 100}))
-    assert not (out / "config.json").exists()
+    assert not (out / "config.json").exists() and not (out / "wav").exists()
     (out / "wav").mkdir(parents=True, exist_ok=True)
     killed = {**dataclasses.asdict(SimConfig(**SMALL)), "n_speakers": 7}  # a run killed before its first mixture
     (out / "config.json").write_text(json.dumps(killed) + "\n")

@@ -25,11 +25,12 @@ kept (re-running resumes).
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing as mp
 import os
 import pathlib
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -75,6 +76,8 @@ class SimConfig:
     #                         "nonspeech": recordings of sounds alone, nobody speaking (nonspeech.py)
     real_p: float = 0.7  # conversation style: share of speakers drawn from real people when the pool has them
     stretch_p: float = 0.0  # conversation style: probability of a 3-12 s pause filled with a sound (nonspeech.py)
+    duration: tuple[float, float] | None = None  # conversation style: seconds of talk to fill, drawn per recording
+    #                                              (None: conversation.TurnTaking's 20-45 s)
 
     def __post_init__(self):
         if self.style not in ("mixture", "conversation", "nonspeech"):
@@ -95,6 +98,10 @@ class SimConfig:
         if self.rt60 is not None and not MIN_RT60 <= self.rt60[0] <= self.rt60[1] <= MAX_RT60:
             raise BadValue(f"rt60 must be MIN MAX seconds with {MIN_RT60:g} <= MIN <= MAX <= {MAX_RT60:g} (a small "
                            f"room reads about 0.2, a cathedral about 8), got {list(self.rt60)}")
+        if self.duration is not None and (self.style != "conversation" or len(self.duration) != 2
+                                          or not 1.0 <= self.duration[0] <= self.duration[1] <= MAX_DURATION):
+            raise BadValue(f"duration is MIN MAX seconds of talk with 1 <= MIN <= MAX <= {MAX_DURATION:g}, for style "
+                           f"'conversation', got {self.duration!r} with style {self.style!r}")
         if self.style == "mixture" and self.sources in ("real", "mixed", "neural"):
             raise BadValue(f"sources {self.sources!r} hold recorded people, who speak their prompts in style "
                            "'conversation'; EEND-style mixtures synthesize every sentence (sources 'espeak' or 'all')")
@@ -110,6 +117,9 @@ MAX_RT60 = 10.0
 #: the shortest: below it the impulse response is under a sample or two at 8 kHz (no room is that dry)
 MIN_RT60 = 0.01
 MAX_UTTERANCES = 500
+#: the longest conversation: an hour (a real person's prompts, about half an hour, run out before that: the
+#: recording ends where every speaker has said all of theirs)
+MAX_DURATION = 3600.0
 
 
 def variants(split: str) -> list[str]:
@@ -226,11 +236,15 @@ def conversation(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, li
     rng = np.random.default_rng([cfg.seed, index, SPLITS.index(cfg.split), 1])
     uri, sr = mixture_uri(cfg, index), cfg.sample_rate
     tt, ch = conv.TurnTaking(), conv.Channel()
+    more = 1  # a longer conversation draws as many more utterances per speaker as it may last longer
+    if cfg.duration is not None:
+        more = max(1, math.ceil(cfg.duration[1] / tt.duration[1]))
+        tt = replace(tt, duration=(float(cfg.duration[0]), float(cfg.duration[1])))
     k = cfg.speakers_of(index)
     speakers = pick_speakers([_as_voice(v) for v in pool], k, cfg.real_p, rng)
     utts, short = [], []
     for v in speakers:
-        u, s = conv.utterances(v, 40 if v.real else 14, rng, sr)
+        u, s = conv.utterances(v, (40 if v.real else 14) * more, rng, sr)
         utts.append(u)
         short.append(s)
     segments = conv.schedule(k, [[len(x) / sr for x in u] for u in utts], short, tt, rng)
@@ -303,12 +317,12 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
 
     out = pathlib.Path(out)
     _not_users(out)  # first: another's config.json is not read as normlab's settings
-    _same_settings(out, cfg)
-    _no_others(out, cfg)
-    (out / "wav").mkdir(parents=True, exist_ok=True)
     pool = voices(cfg.split, cfg.sources) if cfg.style != "nonspeech" else []
     if pool:
         persons_for(pool, cfg.n_speakers)  # before anything is written
+    _same_settings(out, cfg, [v.key for v in pool])
+    _no_others(out, cfg)
+    (out / "wav").mkdir(parents=True, exist_ok=True)
     settings = json.dumps({**asdict(cfg), "voices": [v.key for v in pool]}, indent=2) + "\n"
     _write_config(out, settings)  # first: it marks the folder as normlab's (a killed run resumes)
     make = {"conversation": conversation, "mixture": mixture, "nonspeech": sounds_alone}[cfg.style]
@@ -393,9 +407,10 @@ def _not_users(out: pathlib.Path) -> None:
                        "normlab's): simulate into another folder")
 
 
-def _same_settings(out: pathlib.Path, cfg: SimConfig) -> None:
-    """A folder simulated before resumes (or grows: ``n_mixtures`` may rise) with the same settings only:
-    with others its ``ref.rttm`` would describe the new mixtures beside the old ones' audio."""
+def _same_settings(out: pathlib.Path, cfg: SimConfig, pool: list[str]) -> None:
+    """A folder simulated before resumes (or grows: ``n_mixtures`` may rise) with the same settings and voices
+    (``pool``, their keys) only: with others its ``ref.rttm`` would describe the new mixtures beside the old ones'
+    audio, and the voices drawn for the rest would come from another pool (a synthesizer installed since)."""
     if not any((out / "wav").glob("*.wav")):
         return  # no mixture finished there yet: no settings to keep
     try:
@@ -407,6 +422,12 @@ def _same_settings(out: pathlib.Path, cfg: SimConfig) -> None:
         if json.loads(json.dumps(new[key])) != old[key]:  # (tuples as JSON stores them)
             raise BadValue(f"{out} holds mixtures simulated with {key}={old[key]!r} (now {new[key]!r}): simulate "
                            "into another folder, or remove it")
+    if "voices" in old and old["voices"] != pool:
+        gone, added = sorted(set(old["voices"]) - set(pool)), sorted(set(pool) - set(old["voices"]))
+        change = "; ".join(f"{what} {len(v)} ({', '.join(v[:3])}{', ...' if len(v) > 3 else ''})"
+                           for what, v in (("without", gone), ("with", added)) if v) or "in another order"
+        raise BadValue(f"{out} holds mixtures simulated from other voices than this machine has now ({change}; a "
+                       "synthesizer installed or removed since?): simulate into another folder, or remove it")
 
 
 def mixture_uri(cfg: SimConfig, index: int) -> str:

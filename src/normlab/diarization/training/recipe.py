@@ -29,7 +29,7 @@ from ..metrics.evaluate import evaluate, tune
 from ..metrics.windows import speaker_counts, window_probs
 from ..models.eend import EENDModel, ModelConfig
 from . import provenance
-from .train import TrainConfig, data_digest, read_checkpoint, train
+from .train import MAX_LR, TrainConfig, data_digest, read_checkpoint, train
 
 Progress = Callable[[int, int, str], None]
 LAST_STAGE = ("train_stretch", "train_nonspeech")  # with finetune_steps, these join in the last stage
@@ -98,6 +98,8 @@ class RecipeConfig:
         import math
 
         from ..._checks import BadValue, NotFound
+        from ..data.simulate import persons_for
+        from ..data.voices import voices
         from ..pipeline.tuning import SEGMENT_GRID, STITCH_GRID, parse_grid
 
         def need(ok: bool, name: str, what: str) -> None:
@@ -115,9 +117,16 @@ class RecipeConfig:
         need(self.seed < 2**63, "seed", "below 2**63")
         need(self.n_train + self.n_train_real >= 1, "n_train", "at least 1 (with n_train_real)")
         need(self.min_speakers <= self.n_speakers, "min_speakers", f"at most n_speakers ({self.n_speakers})")
-        _splits(self)  # every simulation's own checks (beta, utterances per speaker, ...)
+        for name, sim in _splits(self):  # every simulation's own checks (beta, utterances per speaker, ...) and
+            if sim.style != "nonspeech":  # enough persons for its speakers (simulate checks that, hours in)
+                try:
+                    persons_for(voices(sim.split, sim.sources), sim.n_speakers)
+                except BadValue as e:
+                    raise BadValue(f"the {name} set: {e} (n_speakers {self.n_speakers}, sources "
+                                   f"{self.sources!r})") from None
         for f in ("lr", "restart_lr", "finetune_lr"):
-            need(math.isfinite(getattr(self, f)) and getattr(self, f) > 0, f, "a finite number > 0")
+            need(isinstance(getattr(self, f), (int, float)) and 0 < getattr(self, f) <= MAX_LR, f,
+                 f"a number in (0, {MAX_LR:g}]")
         need(0 <= self.real_p <= 1, "real_p", "in [0, 1]")
         need(0 <= self.dropout < 1, "dropout", "in [0, 1)")
         need(math.isfinite(self.whiten_lam) and self.whiten_lam >= 0, "whiten_lam", "a finite number >= 0")
@@ -154,6 +163,9 @@ def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
     real = cfg.sources in ("real", "mixed", "neural")
     # dev and test hold two real people each (prompts.SPLIT_PERSONS): their conversations have 1-2 speakers
     held = {"sources": "real", "speakers": min(2, cfg.n_speakers)} if real else {}
+    # the held-out sets of more speakers are the same whatever the training voices: with "real" or "neural"
+    # sources a split's pool holds 2-3 persons, fewer than the 4 speakers of these sets
+    wide = {"sources": "mixed"} if cfg.sources in ("real", "neural") else {}
     sets = [("train", sim("train", cfg.n_train))]
     if cfg.n_train_synth:
         sets.append(("train_synth", sim("train", cfg.n_train_synth, sources="all", style="mixture")))
@@ -166,7 +178,7 @@ def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
         sets.append(("train_nonspeech", sim("train", cfg.n_train_nonspeech, style="nonspeech", augment=False)))
     sets += [("dev", sim("dev", cfg.n_dev, **held)), ("test", sim("test", cfg.n_test, **held))]
     if cfg.n_dev_mixed:  # more speakers than two real people give: their pseudo-speakers and synthesizer voices
-        sets.append(("dev_mixed", sim("dev", cfg.n_dev_mixed, seed=cfg.seed + 3)))
+        sets.append(("dev_mixed", sim("dev", cfg.n_dev_mixed, seed=cfg.seed + 3, **wide)))
     if cfg.n_dev_synth:
         sets.append(("dev_synth", sim("dev", cfg.n_dev_synth, sources="all", style="mixture")))
     if cfg.n_dev_stretch:
@@ -176,15 +188,15 @@ def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
         sets.append(("test_stretch", sim("test", cfg.n_test_stretch, seed=cfg.seed + 11, style="conversation",
                                          stretch_p=1.0)))
     if cfg.n_test_mixed:
-        sets.append(("test_mixed", sim("test", cfg.n_test_mixed, seed=cfg.seed + 3)))
+        sets.append(("test_mixed", sim("test", cfg.n_test_mixed, seed=cfg.seed + 3, **wide)))
     if cfg.n_test_synth:
         sets.append(("test_synth", sim("test", cfg.n_test_synth, sources="all", style="mixture")))
     if cfg.n_test_dry:
-        sets.append(("test_dry", sim("test", cfg.n_test_dry, seed=cfg.seed + 1, augment=False)))
+        sets.append(("test_dry", sim("test", cfg.n_test_dry, seed=cfg.seed + 1, augment=False, **wide)))
     if cfg.n_train_reverb:
         sets.append(("train_reverb", sim("train", cfg.n_train_reverb, REVERB_RT60, cfg.seed + 1, False)))
     if cfg.n_test_reverb:
-        sets.append(("test_reverb", sim("test", cfg.n_test_reverb, REVERB_RT60, cfg.seed + 1, False)))
+        sets.append(("test_reverb", sim("test", cfg.n_test_reverb, REVERB_RT60, cfg.seed + 1, False, **wide)))
     if cfg.n_flite and shutil.which("flite"):
         sets.append(("flite", sim("flite", cfg.n_flite, augment=False)))
     return sets
@@ -207,10 +219,14 @@ def simulate_splits(data: str | pathlib.Path, cfg: RecipeConfig, progress: Progr
     return data
 
 
-def _resume_settings(cfg: RecipeConfig, tc: TrainConfig, folders: list[pathlib.Path]) -> dict:
+def _resume_settings(cfg: RecipeConfig, tc: TrainConfig, folders: list[pathlib.Path], first: bool = False) -> dict:
     """What a stage's checkpoint must have been trained with for a rerun to resume it (as ``diarize train``
-    checks): the model, the schedule but its length, the batches and the data; more steps may follow."""
+    checks): the model, the schedule but its length, the batches and the data; more steps may follow. ``first``:
+    the first stage, whose restart is compared as set (a run of at most ``restart_at`` steps runs one cycle, and
+    a longer run extending it keeps that cycle and adds the second)."""
     schedule = {k: v for k, v in asdict(tc).items() if k not in ("steps", "ckpt_every")}
+    if first:
+        schedule["restart_at"] = cfg.restart_at
     return {"model": asdict(cfg.model_config()), "schedule": schedule, "batch": cfg.batch, "frames": cfg.frames,
             "synth_from": cfg.synth_from, "data": [f.name for f in folders], "data_digest": data_digest(folders)}
 
@@ -240,7 +256,7 @@ def train_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig,
     tc = cfg.train_config()
     losses = train(model, staged, tc, out / "ckpt",
                    (lambda s, n, loss: progress(s - 1, n, f"train loss {loss:.4f}")) if progress else None,
-                   config=_resume_settings(cfg, tc, [data / n for n in names]))
+                   config=_resume_settings(cfg, tc, [data / n for n in names], first=True))
     _stop_if_diverged(out / "ckpt" / "last.pt")
     return model.eval(), losses
 
@@ -268,7 +284,8 @@ def finetune_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig, mod
                      ckpt_every=max(1, min(100, cfg.finetune_steps // 10)), seed=cfg.seed + 5)
     model.train()
     # the stage starts from the trained model: a longer first stage is another start
-    start = {"first_stage": _resume_settings(cfg, cfg.train_config(), [data / n for n in names]), "steps": cfg.steps}
+    start = {"first_stage": _resume_settings(cfg, cfg.train_config(), [data / n for n in names], first=True),
+             "steps": cfg.steps}
     losses = train(model, every.batches(cfg.batch, cfg.frames), tc, out / "ckpt_finetune",
                    (lambda s, n, loss: progress(s - 1, n, f"finetune loss {loss:.4f}")) if progress else None,
                    config={**_resume_settings(cfg, tc, [data / n for n in names]), "start": start})

@@ -28,6 +28,11 @@ from .pit import pit_loss
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # feats (B,T,F), labels (B,T,S), pad mask (B,T)
 
 
+#: the largest learning rate accepted (``--lr`` and its kin): far beyond any that trains, and below the one where
+#: Adam's float32 state overflows to an error instead of a diverged run
+MAX_LR = 1e3
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = 2000  # optimizer steps in total (a resumed run continues to this)
@@ -44,10 +49,12 @@ class TrainConfig:
         # the CLI's options are checked as they are parsed; these are the same limits for the Python API
         for name, least in (("steps", 1), ("ckpt_every", 1), ("warmup", 0), ("restart_at", 0)):
             check_count(getattr(self, name), name, least=least)
-        for name in ("lr", "restart_lr", "clip"):
+        for name in ("lr", "restart_lr"):  # the CLI's bound: beyond it Adam's float32 state overflows (a traceback)
             v = getattr(self, name)
-            if not (isinstance(v, numbers.Real) and 0 < v < math.inf):
-                raise BadValue(f"{name} must be a finite number > 0, got {v!r}")
+            if not (isinstance(v, numbers.Real) and 0 < v <= MAX_LR):
+                raise BadValue(f"{name} must be a number in (0, {MAX_LR:g}], got {v!r}")
+        if not (isinstance(self.clip, numbers.Real) and 0 < self.clip < math.inf):
+            raise BadValue(f"clip must be a finite number > 0, got {self.clip!r}")
         if self.decay not in ("none", "cosine"):
             raise BadValue(f"decay must be 'none' or 'cosine', got {self.decay!r}")
         if self.restart_at and not (self.decay == "cosine" and self.warmup < self.restart_at < self.steps):
