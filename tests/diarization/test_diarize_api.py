@@ -187,6 +187,11 @@ def test_evaluate_lists_a_recording_the_reference_does_not_name_and_scores_what_
     result = json.loads(capsys.readouterr().out)
     assert (tmp_path / "ev" / "stray.rttm").is_file() and result["unscored"] == ["stray"]
     assert [f["uri"] for f in result["files"]] == ["talk"] and result["count_right"] == 1
+    # what made the numbers: versions, settings and the model files (it recorded none)
+    from normlab.diarization.models.weights import sha256
+
+    assert result["provenance"]["normlab"] and result["settings"]["num_speakers"] == 2
+    assert result["provenance"]["pipeline"]["model"]["sha256"] == sha256(d / "m.pt")
     for collar in ("0", "0.25"):
         main(["diarize", "score", str(ref), str(tmp_path / "ev"), "--collar", collar])
         assert capsys.readouterr().out.splitlines()[0] == f"DER: {100 * result['total'][collar]['der']:.2f}%"
@@ -538,6 +543,31 @@ def test_a_speaker_with_only_zero_length_turns_is_no_speaker_in_the_counts(tmp_p
     result = evaluate_folder(tmp_path / "in", tmp_path / "ref.rttm", tmp_path / "out")
     assert result["files"][0]["speakers"] == {"reference": 1, "hypothesis": 1} and result["count_right"] == 1
     assert result["total"]["0"]["der"] == 0.0
+
+
+def test_evaluate_reads_the_folder_layout_simulate_writes(tmp_path, monkeypatch):
+    """``DIR/wav/*.wav`` beside ``DIR/ref.rttm`` (what simulate writes and tune reads) was "DIR has no .wav or
+    .flac files"."""
+    import pathlib
+
+    from normlab.diarization.metrics.evaluate import evaluate_folder
+    from normlab.diarization.pipeline import api
+
+    (tmp_path / "set" / "wav").mkdir(parents=True)
+    sf.write(tmp_path / "set" / "wav" / "talk.wav", np.zeros(SR, np.float32), SR)
+    write_rttm([Turn("talk", 0.0, 0.5, "A")], tmp_path / "set" / "ref.rttm")
+    seen = []
+
+    def written(paths, out, **kwargs):
+        seen.extend(paths)
+        pathlib.Path(out).mkdir(exist_ok=True)
+        for p in paths:
+            write_rttm([Turn(p.stem, 0.0, 0.5, "x")], pathlib.Path(out) / f"{p.stem}.rttm")
+        return {str(p): "ok" for p in paths}
+
+    monkeypatch.setattr(api, "diarize_files", written)
+    result = evaluate_folder(tmp_path / "set", tmp_path / "set" / "ref.rttm", tmp_path / "out")
+    assert [p.name for p in seen] == ["talk.wav"] and result["total"]["0"]["der"] == 0.0
 
 
 def test_the_evaluation_table_prints_whole_recording_names():

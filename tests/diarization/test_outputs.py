@@ -152,6 +152,10 @@ def test_cli_evaluate_writes_one_page_with_every_recording(files, tmp_path, caps
     assert 'id="talk"' in page and "<table" in page
     # the table's speaker counts: the reference's 2, the hypothesis's, and whether they agree
     assert f"<td>2 / {len(hyps)}</td>" in page and f"<td>right on {int(len(hyps) == 2)} of 1</td>" in page
+    from normlab import __version__
+    from normlab.diarization.models.weights import sha256
+
+    assert f"Made with normlab {__version__}" in page and sha256(d / "m.pt") in page  # what made it (it said nothing)
 
 
 def test_without_matplotlib_plot_stops_before_any_work(files, tmp_path, capsys, no_matplotlib):

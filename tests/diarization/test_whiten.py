@@ -208,3 +208,24 @@ def test_the_fit_reports_progress_counted_from_zero(tmp_path):
     fit_files(EENDModel.load(tmp_path / "m.pt"), SpeakerEncoder.load(tmp_path / "enc.pt"),
               [_folder(tmp_path / "train", [1, 2])], progress=lambda i, n, label: seen.append((i, n)))
     assert seen == [(1, 2)]  # one block of 50 recordings holds both: the last of 2 is number 1 from 0
+
+
+@pytest.mark.parametrize("name", ["eend_local4.pt", "eend_real.pt"])
+def test_the_package_s_own_model_files_are_never_rewritten(tmp_path, capsys, name):
+    """``whiten`` refused the shipped model but rewrote the other model files in the package (the README names
+    eend_local4.pt for --model), so an installed package no longer matched itself; the API refuses them too."""
+    from normlab.diarization.models.weights import ASSETS
+    from normlab.diarization.training.provenance import write_pipeline
+
+    path = ASSETS / name
+    before = path.read_bytes()
+    (tmp_path / "d").mkdir()
+    assert main(["diarize", "whiten", str(path), "--train", str(tmp_path / "d")]) == 2
+    assert "one of normlab's own model files" in capsys.readouterr().err
+    assert main(["diarize", "tune", "--model", str(path), "--dev", str(tmp_path / "d"), "--save"]) == 2
+    assert "one of normlab's own model files" in capsys.readouterr().err
+    with pytest.raises(UserError, match="own model files"):
+        write_whitening(path, {})
+    with pytest.raises(UserError, match="own model files"):
+        write_pipeline(path, {}, "eend", {})
+    assert path.read_bytes() == before

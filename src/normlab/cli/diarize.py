@@ -215,6 +215,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     from .. import written
     from .._checks import BadValue, NotFound
     from ..diarization.models.eend import SHIPPED
+    from ..diarization.models.weights import is_asset
     from ..diarization.pipeline.api import every_encoder, load_model
     from ..diarization.pipeline.tuning import SEGMENT_GRID, STITCH_GRID, parse_grid, tune_pipeline
     from ..diarization.training.provenance import write_pipeline
@@ -222,8 +223,9 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
 
     if args.save and args.model is None:
         raise BadValue("--save writes into the model file: give it with --model (the shipped model is read-only)")
-    if args.save and (pathlib.Path(args.model).resolve() == SHIPPED.resolve() or _read_only(args.model)):
-        raise BadValue(f"--save would rewrite {args.model}, which is read-only or the shipped model: copy it first")
+    if args.save and (is_asset(args.model) or _read_only(args.model)):
+        raise BadValue(f"--save would rewrite {args.model}, which is read-only or one of normlab's own model files: "
+                       "copy it first")
     tests = {}
     for item in args.test:
         name, _, dirs = item.rpartition("=")
@@ -267,13 +269,13 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
 
 def _cmd_diarize_whiten(args: argparse.Namespace) -> int:
     from .._checks import BadValue, NotFound
-    from ..diarization.models.eend import SHIPPED
+    from ..diarization.models.weights import is_asset
     from ..diarization.pipeline.api import load_encoder, load_model
     from ..diarization.pipeline.whiten import fit_files
     from ..diarization.training.provenance import write_whitening
 
-    if pathlib.Path(args.model).resolve() == SHIPPED.resolve() or _read_only(args.model):
-        raise BadValue(f"{args.model} is read-only or the shipped model: copy it first")
+    if is_asset(args.model) or _read_only(args.model):
+        raise BadValue(f"{args.model} is read-only or one of normlab's own model files: copy it first")
     for d in args.train:
         if not d.strip():
             raise BadValue("--train: an empty folder name (the current folder is never meant)")

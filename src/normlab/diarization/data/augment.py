@@ -34,7 +34,7 @@ def warp(track: np.ndarray, alpha: float, sample_rate: int) -> np.ndarray:
         return track.astype(np.float32)
     sox = shutil.which("sox")
     if sox is None:
-        raise Unavailable("sox is not installed (Debian package sox; `make system-deps` installs it)")
+        raise Unavailable("sox is not installed (apt-get install sox; in a checkout `make system-deps`)")
     raw = ["-t", "raw", "-e", "floating-point", "-b", "32", "-c", "1", "-r", str(sample_rate)]
     cents = 1200 * np.log2(alpha)
     out = subprocess.run([sox, *raw, "-", *raw, "-", "pitch", f"{cents:.1f}"], input=track.astype("<f4").tobytes(),

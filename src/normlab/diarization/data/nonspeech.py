@@ -54,7 +54,8 @@ def sound(kind: str, n: int, rng: np.random.Generator, sample_rate: int) -> np.n
 
         tracks = music(sample_rate)
         if not tracks:
-            raise BadValue("music needs asterisk-moh-opsound-wav (`make system-deps` installs it)")
+            raise BadValue("music needs asterisk-moh-opsound-wav (apt-get install asterisk-moh-opsound-wav; in a "
+                           "checkout `make system-deps`)")
         return aug.music(list(tracks), n, rng)
     t = np.arange(n) / sample_rate
     if kind == "hum":

@@ -70,7 +70,7 @@ RECORDED = (
     Voice("flite", "rms", "rms", (85, 140)),
 )
 PERSONS = {"train": ("kal", "awb", "slt"), "dev": ("ked",), "test": ("rms",)}
-#: Debian packages that provide each synthesizer or voice (``make system-deps`` installs them)
+#: Debian packages that provide each synthesizer or voice (apt-get, or ``make system-deps`` in a checkout)
 PACKAGES = {"espeak-ng": ("espeak-ng",), "flite": ("flite",),
             "festival": ("festival", "festvox-kallpc16k", "festvox-kdlpc16k", "festvox-us-slt-hts")}
 _FESTIVAL_DIRS = {"kal_diphone": "english/kal_diphone", "ked_diphone": "english/ked_diphone",
@@ -80,7 +80,7 @@ _FESTIVAL_DIRS = {"kal_diphone": "english/kal_diphone", "ked_diphone": "english/
 def tool(name: str) -> str:
     exe = shutil.which(name)
     if exe is None:
-        raise Unavailable(f"{name} is not installed (Debian package {name}; `make system-deps` installs it)")
+        raise Unavailable(f"{name} is not installed (apt-get install {name}; in a checkout `make system-deps`)")
     return exe
 
 
@@ -122,8 +122,11 @@ def voices(split: str, sources: str = "espeak") -> list[Voice]:
         return out
     if sources == "real":
         if not real:
-            raise Unavailable(f"no recorded voices of the {split} split are installed (the asterisk and gcin "
-                               "prompt packages; `make system-deps` installs them)")
+            from .prompts import PERSONS as RECORDED
+
+            names = sorted({pkg for person in RECORDED for pkg in person.packages})
+            raise Unavailable(f"no recorded voices of the {split} split are installed (apt-get install "
+                              f"{' '.join(names)}; in a checkout `make system-deps`)")
         return real
     out = [Voice("espeak-ng", v, f"espeak.{v}", (100, 200)) for v in espeak_variants(split)]
     if sources in ("all", "mixed"):

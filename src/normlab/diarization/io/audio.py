@@ -137,7 +137,7 @@ def _read_gsm(path: pathlib.Path) -> np.ndarray:
 
     sox = shutil.which("sox")
     if sox is None:
-        raise AudioError(f"{path}: reading GSM needs sox (Debian package sox; `make system-deps` installs it)")
+        raise AudioError(f"{path}: reading GSM needs sox (apt-get install sox; in a checkout `make system-deps`)")
     run = subprocess.run([sox, str(path), "-t", "raw", "-e", "floating-point", "-b", "32", "-c", "1", "-r", "8000",
                           "-"], capture_output=True)
     if run.returncode:

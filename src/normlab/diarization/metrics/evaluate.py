@@ -94,6 +94,10 @@ def reference_of(folder: str | pathlib.Path) -> dict[str, list[Turn]]:
 COLLARS = (0.0, 0.25)
 
 
+def _audio_in(folder: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in (".wav", ".flac"))
+
+
 def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, out_dir: str | pathlib.Path, *,
                     uem: str | pathlib.Path | None = None, html: str | pathlib.Path | None = None,
                     overwrite: bool = False, progress=None, **diarize_kw) -> dict:
@@ -113,14 +117,18 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     ``"html"``). Outputs that exist already are replaced only where normlab wrote them (``overwrite``: any),
     checked before any work.
     """
+    from ...provenance import record
     from ..io.audio import recording_uri
     from ..io.uem import read_uem
-    from ..pipeline.api import diarize_files
+    from ..pipeline.api import diarize_files, made_with
 
     wav_dir, out_dir = pathlib.Path(wav_dir), pathlib.Path(out_dir)
     if not wav_dir.is_dir():
         raise NotFound(f"{wav_dir} is not a folder")
-    paths = sorted(p for p in wav_dir.iterdir() if p.suffix.lower() in (".wav", ".flac"))
+    paths = _audio_in(wav_dir)
+    if not paths and (wav_dir / "wav").is_dir():  # the layout simulate writes (and tune reads): DIR/wav/*.wav
+        wav_dir = wav_dir / "wav"
+        paths = _audio_in(wav_dir)
     if not paths:
         raise NotFound(f"{wav_dir} has no .wav or .flac files")
     reference = read_rttm(ref_rttm)
@@ -143,6 +151,7 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
         written.check([page_path(html)], overwrite=overwrite, hint="give --html another folder")
         written.writable_folder(page_path(html).parent, "--html")
     status = diarize_files(paths, out_dir, progress=progress, overwrite=overwrite, **diarize_kw)
+    made = made_with(**{k: v for k, v in diarize_kw.items() if k not in ("format", "exclusive", "plot")})
     hyp: dict[str, list[Turn]] = {}
     for p in paths:
         if status[str(p)] == "ok":
@@ -164,7 +173,8 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     errors = {k: f"{v.removeprefix(f'{k}: ')} ({effect(k)})" for k, v in status.items() if v != "ok"}
     right = sum(f["speakers"]["reference"] == f["speakers"]["hypothesis"] for f in files)
     result = {"files": files, "total": total, "count_right": right, "unscored": unscored,
-              "no_audio": sorted(set(reference) - uris), "errors": errors, "out": str(out_dir)}
+              "no_audio": sorted(set(reference) - uris), "errors": errors, "out": str(out_dir),
+              "settings": made["settings"], "provenance": {**record(), "pipeline": made["provenance"]}}
     if html is not None:
         from .report_html import write_evaluation_page
 

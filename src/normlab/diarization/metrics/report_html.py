@@ -164,7 +164,18 @@ def evaluation_page(result: dict, reference: dict[str, list[Turn]], hypothesis: 
                f"{html.escape(', '.join(result['no_audio']))}.</p>" if result.get("no_audio") else "")
             + "<h2>Timelines</h2><p>Per recording: the reference speakers, the hypothesis speakers (coloured as "
             "the reference speaker DER maps them to), and where the errors are, per 10 ms frame at collar 0.</p>"
-            f"{_legend()}{''.join(sections)}</main></body></html>\n")
+            f"{_legend()}{''.join(sections)}{_made(result)}</main></body></html>\n")
+
+
+def _made(result: dict) -> str:
+    """What made the hypotheses: normlab's version and the segmentation model's file and SHA-256."""
+    prov = result.get("provenance")
+    if not prov:
+        return ""
+    model = (prov.get("pipeline") or {}).get("model") or {}
+    return (f"<p class=made>Made with normlab {html.escape(str(prov.get('normlab')))} (torch "
+            f"{html.escape(str(prov.get('torch')))}), segmentation model {html.escape(str(model.get('file')))} "
+            f"(SHA-256 {html.escape(str(model.get('sha256')))}).</p>")
 
 
 def page_path(out_dir) -> pathlib.Path:

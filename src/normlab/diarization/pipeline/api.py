@@ -180,6 +180,14 @@ def _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options
     return m, enc, cfg, counts, provenance(m, enc, cfg)
 
 
+def made_with(*, model=None, embedding=None, num_speakers: int | None = None, min_speakers: int | None = None,
+              max_speakers: int | None = None, **options) -> dict:
+    """``{"settings", "provenance"}`` that ``diarize`` and ``diarize_files`` run with for these arguments (what
+    a result made by them records: the settings, normlab's version and the model files with their SHA-256)."""
+    m, enc, cfg, counts, prov = _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options)
+    return {"settings": {**asdict(cfg), **counts}, "provenance": prov}
+
+
 def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str | None, counts: dict,
              prov: dict) -> Diarization:
     wave, name = as_mono(audio, sample_rate, SAMPLE_RATE)
@@ -304,5 +312,5 @@ def from_annotation(annotation, uri: str | None = None) -> list[Turn]:
     return sorted(turns)
 
 
-__all__ = ["diarize", "diarize_files", "load_model", "load_encoder", "every_encoder", "provenance", "to_annotation",
-           "from_annotation", "Diarization"]
+__all__ = ["diarize", "diarize_files", "made_with", "load_model", "load_encoder", "every_encoder", "provenance",
+           "to_annotation", "from_annotation", "Diarization"]

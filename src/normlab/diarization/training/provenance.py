@@ -124,6 +124,15 @@ def write(path: str | pathlib.Path, meta: dict) -> None:
     os.replace(tmp, path)
 
 
+def _writable_model(path: str | pathlib.Path) -> pathlib.Path:
+    """``path``, refused in one line where it is one of the package's own model files (a copy can be rewritten)."""
+    from ..models.weights import is_asset
+
+    if is_asset(path):
+        raise BadValue(f"{path} is one of normlab's own model files: copy it and write into the copy")
+    return pathlib.Path(path)
+
+
 def write_pipeline(path: str | pathlib.Path, modes: dict, speakers: str, tuning: dict,
                    whitened: dict | None = None, ahc: dict | None = None, vbx: dict | None = None,
                    encoders: dict | None = None) -> None:
@@ -134,7 +143,7 @@ def write_pipeline(path: str | pathlib.Path, modes: dict, speakers: str, tuning:
     (``postprocess["ahc"]``, what ``clustering="ahc"`` then uses), each speaker encoder's best settings
     (``postprocess["encoders"][name]``, what ``speaker_encoder=name`` uses) and how they were chosen
     (``meta["pipeline_tuning"]``: the dev set, its scores, the versions)."""
-    path = pathlib.Path(path)
+    path = _writable_model(path)
     blob = torch.load(path, map_location="cpu", weights_only=True)
     post = blob.setdefault("postprocess", {})
     post["modes"] = {**post.get("modes", {}), **modes}
@@ -156,7 +165,7 @@ def write_pipeline(path: str | pathlib.Path, modes: dict, speakers: str, tuning:
 def write_whitening(path: str | pathlib.Path, fitted: dict) -> None:
     """Store a fitted embedding whitening (``pipeline/whiten.py``) in the model file at ``path`` (atomically),
     with the versions that made it."""
-    path = pathlib.Path(path)
+    path = _writable_model(path)
     blob = torch.load(path, map_location="cpu", weights_only=True)
     blob["whitening"] = {**fitted, "versions": versions()}
     tmp = path.with_suffix(".whitening.tmp")
