@@ -56,9 +56,9 @@ def rstd_of(second_moment: torch.Tensor, eps: float) -> torch.Tensor:
     # 0: where() passes no gradient to the branch it drops, but rsqrt'(0) = inf times that zero is NaN. An eps
     # below `tiny` that survives the addition (a subnormal, without flush-to-zero) counts, as in torch's kernel
     total = second_moment + eps  # N, 1
-    positive = total > 0  # N, 1
-    rstd = torch.rsqrt(torch.where(positive, total, torch.ones_like(total)))  # N, 1
-    return torch.where(positive, rstd, torch.zeros_like(rstd))  # N, 1
+    zero = total == 0  # N, 1 (a NaN sum, from a NaN input, is not 0: its rstd stays NaN, as torch's does)
+    rstd = torch.rsqrt(torch.where(zero, torch.ones_like(total), total))  # N, 1
+    return torch.where(zero, torch.zeros_like(rstd), rstd)  # N, 1
 
 
 def variance_of(mean_square: torch.Tensor, c: torch.Tensor) -> torch.Tensor:

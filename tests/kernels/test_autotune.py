@@ -176,6 +176,20 @@ def test_corrupt_cache_is_ignored_with_one_warning(content, tuner, monkeypatch):
     assert json.loads(tuner.path.read_text())["format"] == autotune.FORMAT  # rewritten whole
 
 
+@pytest.mark.parametrize("entry", [{"impl": ["native"]}, {"impl": {"a": 1}}, {"impl": "native", "ms": {"cpu": "x"}},
+                                   {"impl": "native", "cost_ms": None}, {"impl": "native", "extra": 1}, "native"])
+@needs_two
+def test_this_machines_section_with_a_bad_decision_is_ignored_with_one_warning(entry, tuner, monkeypatch):
+    """A decision whose impl was a list parsed, then raised TypeError (unhashable) at every call in every process
+    until the file was deleted."""
+    x = torch.randn(4, 64)
+    section = {"machine": autotune.machine(), "decisions": {autotune.key("layer_norm", x, 64): entry}}
+    tuner.path.write_text(json.dumps({"format": autotune.FORMAT, "configs": [section]}))
+    _rigged(monkeypatch, "cpu")
+    with pytest.warns(RuntimeWarning, match="not a valid dispatch cache"):
+        assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "cpu"
+
+
 @needs_two
 # another CPU; other kernels; the same kernels compiled otherwise; torch limited to another instruction set
 @pytest.mark.parametrize("field", ["isa", "kernels", "build", "torch_isa"])

@@ -87,11 +87,14 @@ def _script(tmp_path: pathlib.Path, name: str, body: str) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("case", ["false", "hangs"])
+@pytest.mark.parametrize("case", ["false", "hangs", "bad-timeout"])
 def test_broken_compiler_falls_back_with_one_warning(case, tmp_path):
     if case == "false":
         env = _env(tmp_path, CXX="/bin/false")
         reason = "exited with 1"
+    elif case == "bad-timeout":  # it raised ValueError from every call
+        env = _env(tmp_path, NORMLAB_BUILD_TIMEOUT="2m")
+        reason = "NORMLAB_BUILD_TIMEOUT='2m' is not a number of seconds > 0"
     else:  # a compiler that never answers is killed after NORMLAB_BUILD_TIMEOUT seconds
         env = _env(tmp_path, CXX=_script(tmp_path, "slow-cxx", "sleep 60"), NORMLAB_BUILD_TIMEOUT="1")
         reason = "timed out after 1 s"
@@ -198,3 +201,16 @@ def test_the_bits_do_not_depend_on_the_vector_width(tmp_path):
         outs.append(json.loads(run.stdout.strip().splitlines()[-1]))
     assert outs[0] == outs[1]  # native width and chunks against 16 bytes and 16 rows
     assert outs[0] == outs[2]  # streamed stores: the same bits
+
+
+def test_a_hanging_compiler_does_not_hang_the_compiled_kernels(tmp_path):
+    """normlab's build gave up after NORMLAB_BUILD_TIMEOUT, but the inductor probe behind rms_norm's fallback
+    asked the same compiler without a limit and hung the call."""
+    env = _env(tmp_path, CXX=_script(tmp_path, "slow-cxx", "exec sleep 60"), NORMLAB_BUILD_TIMEOUT="1")
+    child = ("import warnings, torch\nwith warnings.catch_warnings(record=True) as ws:\n"
+             "    warnings.simplefilter('always')\n    from normlab import functional as F\n"
+             "    y = F.rms_norm(torch.randn(4, 64), 64)\n"
+             "print(all(torch.isfinite(y).flatten().tolist()), [str(w.message) for w in ws])")
+    run = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=40)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.startswith("True") and "torch.compile is unavailable (the C++ compiler" in run.stdout

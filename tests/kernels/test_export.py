@@ -395,3 +395,15 @@ def test_a_norm_traced_in_float32_keeps_float32_statistics_for_half_input(make):
     # the traced device was "on device cpu, not on the expected device meta")
     on_meta = traced.to("meta")(torch.empty(4, 64, device="meta", dtype=torch.float16))
     assert on_meta.device.type == "meta" and on_meta.dtype == torch.float16
+
+
+@pytest.mark.parametrize("op", ["add_layer_norm", "add_rms_norm"])
+@pytest.mark.parametrize("impl", ["cpu", "auto"])
+def test_a_batched_backward_into_the_sum_alone_gives_the_reference_s(op, impl):
+    """A vectorized jacobian of the add ops' second output (s = x + r): the gradient of y is autograd's unbatched
+    zeros, that of s batched, and the C++ backward was handed the batched one (it raised)."""
+    x = torch.randn(3, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    r = torch.randn(3, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    got, want = (torch.autograd.functional.jacobian(lambda t, i=i: getattr(F, op)(t, r, 6, impl=i)[1], x,
+                                                    vectorize=True) for i in (impl, "reference"))
+    torch.testing.assert_close(got, want)

@@ -243,6 +243,18 @@ def test_nonfinite_row_leaves_other_rows_exact(op, bad, impl):
 
 
 @pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("eps", [0.0, 1e-6])
+def test_a_nan_makes_its_whole_row_nan_as_torchs(op, eps, impl):
+    """RMSNorm at eps = 0 read a NaN row's sum of squares as 0 (``!(m > 0)``): the row came out zeros and one
+    NaN, finite numbers where torch gives NaN."""
+    x, w, b, r = make_inputs(op, 4, 16, torch.float32)
+    xb = x.detach().clone()
+    xb[2, 5] = float("nan")
+    y = ours(op, xb, w, b, impl=impl, r=r, eps=eps)
+    assert torch.isnan(y[2]).all() and torch.isfinite(y[[0, 1, 3]]).all()
+
+
+@pytest.mark.parametrize("op", OPS)
 def test_empty_batch(op, impl):
     x, w, b, r = make_inputs(op, 0, 8, torch.float32)
     x3 = x.detach().reshape(0, 3, 8).requires_grad_()

@@ -41,7 +41,7 @@ class NormFunction(torch.autograd.Function):
         x_dt, r_dt, w_dt, b_dt = ctx.dtypes
         # create_graph=True: a backward autograd can differentiate; under vmap (is_grads_batched, a vectorized
         # jacobian) the gradients are batched wrappers without storage, which only torch operations can read
-        if torch.is_grad_enabled() or _batched(dy):
+        if torch.is_grad_enabled() or _batched(dy) or (ds is not None and _batched(ds)):
             dsum, dw, db = _differentiable_bwd(dy, s, weight, ds, ctx.eps, ctx.rms)
             dsum2 = dsum
         else:

@@ -172,6 +172,22 @@ class Decision:
     cost_ms: float = 0.0  # what measuring cost, timing and sample included
 
 
+def _saved(v) -> Decision:
+    """A decision as the cache file holds it; TypeError where its fields are not what :class:`Decision` holds (a
+    list where the implementation's name belongs failed every later call)."""
+    ok = (isinstance(v, dict) and isinstance(v.get("impl"), str) and isinstance(v.get("sample", ""), str)
+          and isinstance(v.get("ms", {}), dict)
+          and all(isinstance(k, str) and _number(t) for k, t in v.get("ms", {}).items())
+          and _number(v.get("cost_ms", 0.0)) and set(v) <= {"impl", "why", "ms", "sample", "cost_ms"})
+    if not ok:
+        raise TypeError(f"a decision must hold impl (a name), ms, sample and cost_ms, got {str(v)[:60]}")
+    return Decision(**{**v, "why": "cached"})
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 #: the timing sample's output (bytes) on CPU, or twice the cores' own caches if larger: out of cache, as the calls
 #: where the time goes are (measured: full-size samples of 25 MB cost 100-660 ms a decision, their fresh pages
 #: faulting in, and picked no better)
@@ -301,7 +317,7 @@ class Tuner:
                 if not isinstance(section["machine"], dict) or not isinstance(section["decisions"], dict):
                     raise TypeError("a section's machine and decisions must be objects")
                 if section["machine"] == here:
-                    own = {k: Decision(**{**v, "why": "cached"}) for k, v in section["decisions"].items()}
+                    own = {k: _saved(v) for k, v in section["decisions"].items()}
                 else:
                     others.append(section)
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:  # (RecursionError: nesting)

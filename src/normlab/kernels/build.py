@@ -28,6 +28,7 @@ import contextlib
 import fcntl
 import functools
 import hashlib
+import math
 import os
 import pathlib
 import platform
@@ -62,7 +63,16 @@ def cache_dir() -> pathlib.Path:
 
 
 def timeout_s() -> float:
-    return float(os.environ.get("NORMLAB_BUILD_TIMEOUT") or 120)
+    """Seconds a compiler may run (``$NORMLAB_BUILD_TIMEOUT``, default 120); a value that is no positive number of
+    seconds is a BuildError naming it (the kernels fall back with one warning; it raised at every call)."""
+    text = os.environ.get("NORMLAB_BUILD_TIMEOUT") or "120"
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise BuildError(f"NORMLAB_BUILD_TIMEOUT={text!r} is not a number of seconds > 0")
+    return value
 
 
 def compiler() -> list[str] | None:
@@ -128,10 +138,34 @@ def _run(argv: list[str], timeout: float) -> str:
     return _run_all([argv], timeout)[0]
 
 
-@functools.cache
 def _version(cxx: tuple[str, ...]) -> str:
-    """``cxx --version``, run once per process and compiler command (the build and the dispatch key both ask)."""
-    return _run([*cxx, "--version"], timeout_s())
+    """``cxx --version``, run once per process and compiler command (the build, the dispatch key and the
+    inductor probe all ask); its BuildError too: a compiler that hangs is waited for once, not at every ask."""
+    out = _version_or_error(cxx)
+    if isinstance(out, BuildError):
+        raise out
+    return out
+
+
+@functools.cache
+def _version_or_error(cxx: tuple[str, ...]) -> str | BuildError:
+    try:
+        return _run([*cxx, "--version"], timeout_s())
+    except BuildError as e:
+        return e
+
+
+def compiler_problem() -> str | None:
+    """Why the C++ compiler cannot be used here (none found, it fails or it hangs past the build timeout), or None
+    where it answers ``--version``."""
+    cxx = compiler()
+    if cxx is None:
+        return "no C++ compiler (g++ or c++, or $CXX)"
+    try:
+        _version(tuple(cxx))
+    except BuildError as e:
+        return str(e)
+    return None
 
 
 def key(cxx: list[str]) -> str:

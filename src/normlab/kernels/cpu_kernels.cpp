@@ -493,8 +493,8 @@ template <class A, class FV> static inline std::pair<A, A> row_reduce2(i64 d, FV
 }
 
 template <class A> static inline A rstd_of(A m, A eps) {
-  // 1/sqrt(m + eps); 0 where m + eps == 0 (a constant row at eps = 0)
-  if (eps == 0 && !(m > 0)) return A(0);
+  // 1/sqrt(m + eps); 0 where m + eps == 0 (a constant row at eps = 0). A NaN m (a NaN input to RMSNorm) stays NaN
+  if (eps == 0 && m == 0) return A(0);
   return A(1) / std::sqrt(m + eps);
 }
 

@@ -189,7 +189,16 @@ def _label(rms: bool, add: bool, direction: str) -> str:
 
 @functools.cache
 def _probe() -> str | None:
-    """None if inductor compiles here (a C++ compiler on CPU, Triton on CUDA), else the reason."""
+    """None if inductor compiles here (a C++ compiler on CPU, Triton on CUDA), else the reason. The compiler is
+    asked first, within the build's time limit: inductor asks it without one, and one that hangs hung every
+    call that tried the compiled kernels."""
+    from . import build
+
+    problem = build.compiler_problem()
+    if problem is not None and build.compiler() is not None:  # (none at all: inductor says so itself, quickly)
+        warnings.warn(f"normlab: torch.compile is unavailable (the C++ compiler: {problem[:200]}); the fused "
+                      "kernels fall back to other paths", RuntimeWarning, stacklevel=3)
+        return problem
     try:
         torch.compile(lambda t: (t * 2).sum(-1), dynamic=False, fullgraph=True)(torch.ones(2, 3))
         return None
