@@ -335,6 +335,21 @@ def test_a_kill_inside_a_wav_write_is_simulated_again(tmp_path, monkeypatch):
         assert (again / "wav" / name).read_bytes() == (clean / "wav" / name).read_bytes()
 
 
+def test_a_simulation_records_the_versions_that_made_it_and_training_reads_them(tmp_path):
+    """config.json held settings and voices only: a model trained on another machine (or where dpkg is missing)
+    recorded that machine's package versions, or none, as those of its training audio."""
+    from normlab import __version__
+    from normlab.diarization.training.provenance import folder_sources
+
+    out = simulate(tmp_path / "s", SimConfig(**{**SMALL, "n_mixtures": 1}))
+    settings = json.loads((out / "config.json").read_text())
+    made = settings["made_with"]
+    assert made["versions"]["normlab"] == __version__ and made["packages"]["espeak-ng"]
+    made["packages"]["espeak-ng"] = "0.0-as-made"  # as if made on another machine
+    (out / "config.json").write_text(json.dumps(settings))
+    assert folder_sources([out])["packages"]["espeak-ng"] == "0.0-as-made"
+
+
 def test_voices_of_another_version_never_stop_a_finished_training(tmp_path):
     """The model file's sources were looked up after training: a voice this version does not know (data of
     another version) or a null list raised there, every rerun, and model.pt was never written."""

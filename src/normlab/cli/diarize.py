@@ -334,14 +334,14 @@ def format_tuning(result: dict) -> str:
 def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
     import torch
 
-    from ..diarization.training.recipe import RecipeConfig, run_recipe
+    from ..diarization.training.recipe import RecipeConfig, run_recipe, train_recordings
 
     torch.set_num_threads(args.threads)
     # the field's own type: an on/off option (a bool) keeps a 0/1 field's value as the dataclass writes it
     cfg = RecipeConfig(**{f.name: type(f.default)(getattr(args, f.name)) for f in dataclasses.fields(RecipeConfig)})
     result = run_recipe(args.out, cfg, data=args.data, progress=progress("recipe"), jobs=args.jobs)
     pp = result["postprocess"]
-    print(f"trained {cfg.steps} steps on {cfg.n_train + cfg.n_train_reverb} mixtures of {cfg.min_speakers}-"
+    print(f"trained {cfg.steps} steps on {train_recordings(cfg)} recordings of up to "
           f"{cfg.n_speakers} speakers ({cfg.frames / 10:g} s windows, {cfg.n_speakers} outputs; "
           f"{result['parameters']:,} parameters), final loss {result['final_loss']:.4f}")
     print(f"dev ({cfg.n_dev} mixtures): threshold {pp['threshold']:g}, median {pp['median']} -> "

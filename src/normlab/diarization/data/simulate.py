@@ -323,7 +323,12 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     _same_settings(out, cfg, [v.key for v in pool])
     _no_others(out, cfg)
     (out / "wav").mkdir(parents=True, exist_ok=True)
-    settings = json.dumps({**asdict(cfg), "voices": [v.key for v in pool]}, indent=2) + "\n"
+    from ..training.provenance import sources, versions
+
+    # what made the audio, as it was here (a model trained elsewhere later reads these, not that machine's)
+    keys = [v.key for v in pool]
+    settings = json.dumps({**asdict(cfg), "voices": keys, "made_with": {**sources(keys), "versions": versions()}},
+                          indent=2) + "\n"
     _write_config(out, settings)  # first: it marks the folder as normlab's (a killed run resumes)
     make = {"conversation": conversation, "mixture": mixture, "nonspeech": sounds_alone}[cfg.style]
     paths = [(out / "wav" / f"{mixture_uri(cfg, i)}.wav", out / "wav" / f"{mixture_uri(cfg, i)}.rttm")

@@ -122,9 +122,9 @@ def voices(split: str, sources: str = "espeak") -> list[Voice]:
         return out
     if sources == "real":
         if not real:
-            from .prompts import PERSONS as RECORDED
+            from .prompts import PERSONS as PROMPT_PERSONS
 
-            names = sorted({pkg for person in RECORDED for pkg in person.packages})
+            names = sorted({pkg for person in PROMPT_PERSONS for pkg in person.packages})
             raise Unavailable(f"no recorded voices of the {split} split are installed (apt-get install "
                               f"{' '.join(names)}; in a checkout `make system-deps`)")
         return real

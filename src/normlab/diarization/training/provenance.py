@@ -82,16 +82,24 @@ def sources(voice_keys: list[str]) -> dict:
 
 def folder_sources(folders: list) -> dict:
     """:func:`sources` of the voices simulated folders were made from (each one's ``config.json``; a folder without
-    one, or with another file under that name, adds none)."""
+    one, or with another file under that name, adds none), with the package versions each folder's simulation
+    recorded where it has them (those that made the audio, wherever training runs)."""
     keys: set[str] = set()
+    made: dict[str, str] = {}  # package versions as simulate found them where the audio was made
     for d in folders:
         conf = pathlib.Path(d) / "config.json"
         try:
-            voices = json.loads(conf.read_text()).get("voices") if conf.exists() else []
+            settings = json.loads(conf.read_text()) if conf.exists() else {}
+            voices, recorded = settings.get("voices"), (settings.get("made_with") or {}).get("packages") or {}
         except (ValueError, AttributeError):  # not a simulation's settings: its voices are unknown
-            voices = []
+            voices, recorded = [], {}
         keys.update(v for v in (voices if isinstance(voices, list) else []) if isinstance(v, str))
-    return sources(sorted(keys))
+        if isinstance(recorded, dict):
+            made.update({k: v for k, v in recorded.items() if isinstance(k, str) and isinstance(v, str) and v})
+    out = sources(sorted(keys))
+    # the versions that made the audio over this machine's (folders of older versions recorded none)
+    out["packages"] = {k: made.get(k) or v for k, v in out["packages"].items()}
+    return out
 
 
 def _known(key: str) -> bool:

@@ -202,6 +202,12 @@ def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
     return sets
 
 
+def train_recordings(cfg: RecipeConfig) -> int:
+    """How many recordings the recipe trains on: every training set's (``train``, ``train_synth``, ``train_real``,
+    the sounds and the rooms)."""
+    return sum(sim.n_mixtures for name, sim in _splits(cfg) if name.startswith("train"))
+
+
 def _train_names(cfg: RecipeConfig) -> list[str]:
     """The recipe's training folders, in ``_splits`` order."""
     return [name for name, _ in _splits(cfg) if name.startswith("train")]
