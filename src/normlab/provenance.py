@@ -1,4 +1,4 @@
-"""Where a result came from: software versions, git commit, machine, threads.
+"""Where a result came from: software versions, git commit and source digest, machine, threads.
 
 One function, :func:`record`, gives the dict that every artifact stores
 (``results.json``, ``index.html``, ``bench.json``, model and checkpoint
@@ -10,6 +10,7 @@ files). Its values are plain ``str``/``int``/``dict`` so that files loaded with
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import pathlib
 import platform
@@ -33,6 +34,21 @@ def git_commit() -> str | None:
         return head.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+#: normlab's source files, whose bytes :func:`code_digest` covers
+_PACKAGE = pathlib.Path(__file__).resolve().parent
+_CODE_SUFFIXES = (".py", ".cpp")
+
+
+@functools.lru_cache(maxsize=None)
+def code_digest(root: pathlib.Path = _PACKAGE) -> str:
+    """Hash of every source file under ``root`` (normlab itself by default): what tells two builds of one version
+    apart (an installed wheel has no git commit; a study cell's own source does not cover what it calls)."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.suffix in _CODE_SUFFIXES and p.is_file()):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def cpu_name() -> str:
@@ -60,6 +76,7 @@ def record() -> dict:
     return {
         **versions(),
         "git_commit": git_commit(),
+        "source_digest": code_digest(),
         "machine": {"system": f"{platform.system()} {platform.release()}", "arch": platform.machine(),
                     "cpu": cpu_name(), "cpus": os.cpu_count() or 0, "hostname": platform.node(),
                     "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},

@@ -41,6 +41,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from .. import __version__, tracking
 from ..progress import Progress
+from ..provenance import code_digest
 from ..workers import exit_on_interrupt
 
 EXECUTORS = ("local", "ray")
@@ -56,19 +57,6 @@ def source_hash(fn: Callable) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-#: normlab's source files, whose bytes a cell's key covers
-_PACKAGE = pathlib.Path(__file__).resolve().parent.parent
-_CODE_SUFFIXES = (".py", ".cpp")
-
-
-@functools.lru_cache(maxsize=None)
-def code_digest(root: pathlib.Path = _PACKAGE) -> str:
-    """Hash of every source file under ``root`` (normlab itself by default): a cell's own source does not cover
-    the model, the norms, the kernels or the recipe it calls, and the version string does not change with them."""
-    h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.suffix in _CODE_SUFFIXES and p.is_file()):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
 
 
 @functools.lru_cache(maxsize=1)
