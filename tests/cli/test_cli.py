@@ -376,3 +376,15 @@ def test_a_failed_cell_is_said_as_it_is_not_as_out_of_memory(capsys):
     args = cli.build_parser().parse_args(["lesson"])
     assert cli._failed(args, CellsFailed(said)) == 2
     assert capsys.readouterr().err.strip() == f"normlab lesson: error: {said}"
+
+
+@pytest.mark.parametrize("argv", [["diarize", "simulate"], ["diarize", "train", "--data", "d"], ["diarize", "recipe"],
+                                  ["report"], ["bench"], ["diarize", "run", "a.wav"], ["diarize", "evaluate", "w", "r"]])
+def test_an_out_that_is_a_file_is_said_the_same_way_everywhere(argv, tmp_path, capsys):
+    """Each command said it otherwise ("X/wav: Not a directory", "X: File exists"), some after loading models."""
+    from normlab.cli import main
+
+    (tmp_path / "f.txt").write_text("mine\n")
+    assert main([*argv, "--out", str(tmp_path / "f.txt")]) == 2
+    assert "f.txt is a file; this takes a folder" in capsys.readouterr().err
+    assert (tmp_path / "f.txt").read_text() == "mine\n"

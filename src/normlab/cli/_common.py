@@ -25,6 +25,15 @@ def a_path(text: str) -> str:
     return text
 
 
+def a_folder(text: str) -> str:
+    """A folder to write into: a path that is not empty and not an existing file (each command said otherwise:
+    "X/wav: Not a directory", "X: File exists")."""
+    text = a_path(text)
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a file; this takes a folder")
+    return text
+
+
 def shape(text: str) -> tuple[int, int]:
     """``8192x768`` -> ``(8192, 768)``: rows x features, each at least 1."""
     try:

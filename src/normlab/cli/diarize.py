@@ -14,6 +14,7 @@ from ._common import (
     OVERWRITE,
     OVERWRITE_HELP,
     HelpFormatter,
+    a_folder,
     a_path,
     flag,
     jobs,
@@ -384,7 +385,7 @@ def add_parsers(sub, name: str) -> None:
     sc.set_defaults(func=_cmd_diarize_score)
 
     si = dsub.add_parser("simulate", help="simulate conversations with synthesized voices (EEND recipe)")
-    si.add_argument("--out", required=True, type=a_path, help="output folder (re-running resumes; required)")
+    si.add_argument("--out", required=True, type=a_folder, help="output folder (re-running resumes; required)")
     si.add_argument("--n-mixtures", type=positive_int, default=100, help=f"mixtures to simulate {d}")
     si.add_argument("--n-speakers", type=positive_int, default=2,
                     help=f"speakers per mixture (the most, with --min-speakers) {d}")
@@ -419,7 +420,7 @@ def add_parsers(sub, name: str) -> None:
                          "--batch is the global batch, split over the processes).")
     tr.add_argument("--data", required=True, type=a_path,
                     help="a folder written by `normlab diarize simulate` (required)")
-    tr.add_argument("--out", required=True, type=a_path,
+    tr.add_argument("--out", required=True, type=a_folder,
                     help="writes OUT/model.pt and checkpoints in OUT/ckpt (required)")
     tr.add_argument("--steps", type=positive_int, default=2000, help=f"optimizer steps {d}")
     tr.add_argument("--lr", type=_rate, default=1e-3, help=f"peak learning rate {d}")
@@ -503,7 +504,7 @@ def add_parsers(sub, name: str) -> None:
 
     rn = dsub.add_parser("run", help="write OUT/<stem>.rttm for each audio file (also: normlab diarize AUDIO...)")
     rn.add_argument("audio", nargs="+", help="WAV/FLAC files, any sample rate and channel count")
-    rn.add_argument("--out", type=a_path, default="rttm", help=f"output folder {d}")
+    rn.add_argument("--out", type=a_folder, default="rttm", help=f"output folder {d}")
     rn.add_argument("--format", choices=["rttm", "json"], default="rttm",
                     help="rttm: OUT/<stem>.rttm; json: OUT/<stem>.json with the turns (uri, start, end, speaker), "
                     f"the settings and the models' provenance {d}")
@@ -520,7 +521,7 @@ def add_parsers(sub, name: str) -> None:
     ev.add_argument("ref", help="reference RTTM file")
     ev.add_argument("--uem", default=None, help="UEM file: score only these regions (default: per recording, "
                     "from the first turn to the last, of reference and hypothesis)")
-    ev.add_argument("--out", type=a_path, default="rttm", help=f"where the hypothesis RTTMs are written {d}")
+    ev.add_argument("--out", type=a_folder, default="rttm", help=f"where the hypothesis RTTMs are written {d}")
     flag(ev, "--json", "print the numbers as JSON")
     ev.add_argument("--html", type=a_path, default=None, metavar="DIR",
                     help="also write DIR/index.html: the DER table and each file's reference and hypothesis "
@@ -562,7 +563,7 @@ def add_parsers(sub, name: str) -> None:
 
     rc = dsub.add_parser("recipe", help="simulate, train, tune on dev, score on test: the shipped model's recipe",
                          formatter_class=HelpFormatter)
-    rc.add_argument("--out", required=True, type=a_path,
+    rc.add_argument("--out", required=True, type=a_folder,
                     help="writes OUT/model.pt, OUT/results.json (re-running resumes; required)")
     rc.add_argument("--data", default=None, type=a_path, help="folder for the simulated splits (default: OUT/data)")
     rc.add_argument("--threads", type=threads, default=2, help=f"torch threads per process {d}")

@@ -7,7 +7,7 @@ import pathlib
 import sys
 
 from ..devices import check_spec
-from ._common import OVERWRITE, OVERWRITE_HELP, a_path, flag, number, progress, seed, shape, threads
+from ._common import OVERWRITE, OVERWRITE_HELP, a_folder, flag, number, progress, seed, shape, threads
 
 HELP = {
     "lesson": "reproduce the lessons' LayerNorm exercise and check it",
@@ -203,7 +203,7 @@ def add_parsers(sub, name: str) -> None:
              "activation, optimizer, other) from torch.profiler")
         flag(p, "--dispatch", "instead: which kernel auto runs for each case here, and why (measuring first where "
              "a case is new; writes bench-dispatch.json/.md)")
-        p.add_argument("--out", type=a_path, default="bench-out",
+        p.add_argument("--out", type=a_folder, default="bench-out",
                        help="folder for bench.json and bench.md (default: %(default)s)")
         flag(p, OVERWRITE, OVERWRITE_HELP)
         p.set_defaults(func=_bench)

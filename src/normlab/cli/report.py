@@ -5,7 +5,7 @@ import argparse
 
 from ..devices import HELP as DEVICE_HELP
 from ..devices import check_spec
-from ._common import OVERWRITE, OVERWRITE_HELP, a_path, flag, jobs
+from ._common import OVERWRITE, OVERWRITE_HELP, a_folder, flag, jobs
 
 HELP = {
     "report": "run every study and write an HTML report with verdicts",
@@ -39,7 +39,7 @@ def _study(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=a_path, default="report", help="output folder; re-running resumes from its store "
+    p.add_argument("--out", type=a_folder, default="report", help="output folder; re-running resumes from its store "
                    "(default: %(default)s)")
     flag(p, "--quick", "small sweep, about 8 to 21.5 minutes on 2 idle cores by host (--no-quick: the full sweep)")
     p.add_argument("--jobs", type=jobs, default=2, help="worker processes for the cells (default: %(default)s)")
