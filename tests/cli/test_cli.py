@@ -214,7 +214,7 @@ def test_a_path_the_system_refuses_is_one_line_not_a_bug(tmp_path, capsys):
     from normlab.cli import main
 
     (tmp_path / "afile").write_text("mine")
-    assert main(["diarize", "simulate", "--out", str(tmp_path / "afile"), "--n-mixtures", "1"]) == 2
+    assert main(["diarize", "simulate", "--out", str(tmp_path / "afile" / "sim"), "--n-mixtures", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Not a directory" in err[0] and "afile" in err[0] and "internal error" not in err[0]
     assert (tmp_path / "afile").read_text() == "mine"
@@ -379,7 +379,8 @@ def test_a_failed_cell_is_said_as_it_is_not_as_out_of_memory(capsys):
 
 
 @pytest.mark.parametrize("argv", [["diarize", "simulate"], ["diarize", "train", "--data", "d"], ["diarize", "recipe"],
-                                  ["report"], ["bench"], ["diarize", "run", "a.wav"], ["diarize", "evaluate", "w", "r"]])
+                                  ["report"], ["bench"], ["diarize", "run", "a.wav"],
+                                  ["diarize", "evaluate", "w", "r"]])
 def test_an_out_that_is_a_file_is_said_the_same_way_everywhere(argv, tmp_path, capsys):
     """Each command said it otherwise ("X/wav: Not a directory", "X: File exists"), some after loading models."""
     from normlab.cli import main

@@ -72,6 +72,25 @@ def test_the_cluster_floor_grows_with_a_long_recording(per_voice, share, speaker
     assert len({t.speaker for t in stitch(seg, cfg)}) == speakers
 
 
+def test_a_speaker_count_keeps_a_minor_voice_under_the_share():
+    """Three speakers asked for, one of them 12 s of a 422 s recording (under 4%): with the share in the floor the
+    count-given cut found no three clusters above it, split a large voice instead and folded the minor one."""
+    rng = np.random.default_rng(0)
+    centres = np.eye(3, 16)
+    truth = np.array([0] * 100 + [1] * 100 + [2] * 6)
+    emb = centres[truth] + 0.05 * rng.standard_normal((len(truth), 16))
+    size = 20
+    seg = Segmentation("rec", size * len(truth), 0.1, [size * i for i in range(len(truth))],
+                       torch.full((len(truth), size, 1), 0.9), [(i, 0, 0, size, i) for i in range(len(truth))],
+                       torch.tensor(emb).float(), np.full(len(truth), 2.0))
+    cfg = PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=4.0, min_cluster_share=0.04)
+    got = {}
+    for t in stitch(seg, cfg, num_speakers=3):
+        a, b = round(t.start / 2), round(t.end / 2)  # 2 s a piece
+        got.setdefault(t.speaker, set()).update(truth[a:b].tolist())
+    assert sorted(map(sorted, got.values())) == [[0], [1], [2]], got
+
+
 def test_merge_joins_a_voice_the_tree_split_whose_centroids_agree():
     rng = np.random.default_rng(5)
     a, far = rng.standard_normal(256), rng.standard_normal(256)

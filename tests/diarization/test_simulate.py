@@ -105,6 +105,23 @@ def test_a_rerun_with_fewer_mixtures_is_refused(tmp_path):
     assert len(read_rttm(simulate(out, SimConfig(**{**SMALL, "n_mixtures": 3})) / "ref.rttm")) == 3
 
 
+def test_a_folder_of_an_earlier_version_keeps_the_defaults_it_was_made_with(tmp_path):
+    """Its config.json has no key for a setting added since (duration): it ran at that setting's default, so a
+    resume at the default goes on and one with another value is refused (it grew the folder unrefused)."""
+    out = simulate(tmp_path / "s", SimConfig(**{**SMALL, "n_mixtures": 1}))
+    settings = json.loads((out / "config.json").read_text())
+    del settings["duration"]
+    (out / "config.json").write_text(json.dumps(settings))
+    simulate(out, SimConfig(**{**SMALL, "n_mixtures": 2}))
+    with pytest.raises(ValueError, match="simulated with rt60=None"):
+        simulate(out, SimConfig(**{**SMALL, "n_mixtures": 3, "rt60": (0.2, 0.4)}))
+    settings = json.loads((out / "config.json").read_text())
+    del settings["rt60"]  # a setting missing from the file counts as its default, not as anything
+    (out / "config.json").write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match="simulated with rt60=None"):
+        simulate(out, SimConfig(**{**SMALL, "n_mixtures": 3, "rt60": (0.2, 0.4)}))
+
+
 def test_a_rerun_with_other_voices_installed_is_refused(tmp_path):
     """A synthesizer installed (or removed) between a run and its resumption changed the pool: the rest of the
     mixtures drew from another pool, and config.json named only the new one."""
@@ -335,19 +352,31 @@ def test_a_kill_inside_a_wav_write_is_simulated_again(tmp_path, monkeypatch):
         assert (again / "wav" / name).read_bytes() == (clean / "wav" / name).read_bytes()
 
 
-def test_a_simulation_records_the_versions_that_made_it_and_training_reads_them(tmp_path):
+def test_a_simulation_records_the_versions_that_made_it_and_training_reads_them(tmp_path, monkeypatch):
     """config.json held settings and voices only: a model trained on another machine (or where dpkg is missing)
-    recorded that machine's package versions, or none, as those of its training audio."""
+    recorded that machine's package versions, or none, as those of its training audio. made_with.json is written
+    before the first recording and kept: a rerun after an upgrade neither rewrites it nor changes the data digest
+    a training resume compares."""
     from normlab import __version__
-    from normlab.diarization.training.provenance import folder_sources
+    from normlab.diarization.training import provenance
+    from normlab.diarization.training.train import data_digest
 
     out = simulate(tmp_path / "s", SimConfig(**{**SMALL, "n_mixtures": 1}))
-    settings = json.loads((out / "config.json").read_text())
-    made = settings["made_with"]
+    made = json.loads((out / "made_with.json").read_text())
     assert made["versions"]["normlab"] == __version__ and made["packages"]["espeak-ng"]
     made["packages"]["espeak-ng"] = "0.0-as-made"  # as if made on another machine
-    (out / "config.json").write_text(json.dumps(settings))
-    assert folder_sources([out])["packages"]["espeak-ng"] == "0.0-as-made"
+    (out / "made_with.json").write_text(json.dumps(made))
+    simulate(out, SimConfig(**{**SMALL, "n_mixtures": 2}))  # grown here: the record stays
+    assert provenance.folder_sources([out])["packages"]["espeak-ng"] == "0.0-as-made"
+    digest = data_digest([out])
+    monkeypatch.setattr(provenance, "versions", lambda: {"normlab": "upgraded since"})
+    simulate(out, SimConfig(**{**SMALL, "n_mixtures": 2}))  # the recipe's rerun after an upgrade
+    assert data_digest([out]) == digest  # (the resume was refused: "trained with other settings (data_digest")
+    old = tmp_path / "old"  # audio of an unknown making (an earlier version's folder) gets no record
+    shutil.copytree(out, old)
+    (old / "made_with.json").unlink()
+    simulate(old, SimConfig(**{**SMALL, "n_mixtures": 3}))
+    assert not (old / "made_with.json").exists()
 
 
 def test_voices_of_another_version_never_stop_a_finished_training(tmp_path):

@@ -62,10 +62,13 @@ def cache_dir() -> pathlib.Path:
     return cache_root() / "kernels"
 
 
+DEFAULT_TIMEOUT_S = 120.0
+
+
 def timeout_s() -> float:
     """Seconds a compiler may run (``$NORMLAB_BUILD_TIMEOUT``, default 120); a value that is no positive number of
     seconds is a BuildError naming it (the kernels fall back with one warning; it raised at every call)."""
-    text = os.environ.get("NORMLAB_BUILD_TIMEOUT") or "120"
+    text = os.environ.get("NORMLAB_BUILD_TIMEOUT") or str(DEFAULT_TIMEOUT_S)
     try:
         value = float(text)
     except ValueError:
@@ -150,7 +153,11 @@ def _version(cxx: tuple[str, ...]) -> str:
 @functools.cache
 def _version_or_error(cxx: tuple[str, ...]) -> str | BuildError:
     try:
-        return _run([*cxx, "--version"], timeout_s())
+        limit = timeout_s()
+    except BuildError:  # (a malformed NORMLAB_BUILD_TIMEOUT stops normlab's build, not inductor's compiler)
+        limit = DEFAULT_TIMEOUT_S
+    try:
+        return _run([*cxx, "--version"], limit)
     except BuildError as e:
         return e
 

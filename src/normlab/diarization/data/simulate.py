@@ -30,7 +30,7 @@ import multiprocessing as mp
 import os
 import pathlib
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, replace
 
 import numpy as np
 
@@ -323,17 +323,13 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     _same_settings(out, cfg, [v.key for v in pool])
     _no_others(out, cfg)
     (out / "wav").mkdir(parents=True, exist_ok=True)
-    from ..training.provenance import sources, versions
-
-    # what made the audio, as it was here (a model trained elsewhere later reads these, not that machine's)
-    keys = [v.key for v in pool]
-    settings = json.dumps({**asdict(cfg), "voices": keys, "made_with": {**sources(keys), "versions": versions()}},
-                          indent=2) + "\n"
+    settings = json.dumps({**asdict(cfg), "voices": [v.key for v in pool]}, indent=2) + "\n"
     _write_config(out, settings)  # first: it marks the folder as normlab's (a killed run resumes)
     make = {"conversation": conversation, "mixture": mixture, "nonspeech": sounds_alone}[cfg.style]
     paths = [(out / "wav" / f"{mixture_uri(cfg, i)}.wav", out / "wav" / f"{mixture_uri(cfg, i)}.rttm")
              for i in range(cfg.n_mixtures)]
     todo = [i for i, (wav, rttm) in enumerate(paths) if not (wav.exists() and rttm.exists())]
+    _record_made_with(out, pool, fresh=not any((out / "wav").glob("*.wav")))
 
     def finished():
         """(index, mixture) as each one is ready, from ``jobs`` processes or this one."""
@@ -365,6 +361,24 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     write_uem(uem, out / "all.uem")
     _write_config(out, settings)
     return out
+
+
+#: what made a folder's audio: its voices' packages with their versions and licences, and normlab's, torch's,
+#: Python's and numpy's versions, as they were where it was simulated (``training.provenance.folder_sources``
+#: reads them). Apart from config.json: a training resume compares that file's bytes, and this one is kept
+MADE_WITH = "made_with.json"
+
+
+def _record_made_with(out: pathlib.Path, pool: list, fresh: bool) -> None:
+    """Write ``out/made_with.json`` once, before the folder's first recording: a later run (a resume, a folder
+    grown, another machine) keeps it, and a folder that holds audio of an unknown making gets none."""
+    if not fresh or (out / MADE_WITH).exists():
+        return
+    from ..training.provenance import sources, versions
+
+    keys = [v.key for v in pool]
+    text = json.dumps({**sources(keys), "versions": versions()}, indent=2) + "\n"
+    written.replace_whole(out / MADE_WITH, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def _write_config(out: pathlib.Path, settings: str) -> None:
@@ -422,7 +436,11 @@ def _same_settings(out: pathlib.Path, cfg: SimConfig, pool: list[str]) -> None:
         old = json.loads((out / "config.json").read_text())
     except (OSError, ValueError):
         return  # nothing simulated there yet (or not by normlab: its wav/ files are not read)
-    new = asdict(cfg)
+    new, fields = asdict(cfg), SimConfig.__dataclass_fields__
+    # a setting an earlier version did not write ran at its default then (a folder of 20-45 s conversations
+    # grew with --duration 120 360 unrefused)
+    old = {**{k: json.loads(json.dumps(f.default)) for k, f in fields.items()
+              if k not in old and f.default is not MISSING}, **old}
     for key in sorted(set(old) & set(new) - {"n_mixtures"}):
         if json.loads(json.dumps(new[key])) != old[key]:  # (tuples as JSON stores them)
             raise BadValue(f"{out} holds mixtures simulated with {key}={old[key]!r} (now {new[key]!r}): simulate "

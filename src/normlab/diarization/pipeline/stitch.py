@@ -22,10 +22,13 @@ def local_count(local: torch.Tensor, cfg: PipelineConfig) -> torch.Tensor:
     return (top[:, :1] > cfg.threshold).float() + (top[:, 1:] > over).sum(1, keepdim=True)
 
 
-def cluster_floor(seg: Segmentation, cfg: PipelineConfig) -> float:
+def cluster_floor(seg: Segmentation, cfg: PipelineConfig, lo: int = 1) -> float:
     """The least speech (s) a cluster needs to stay a speaker: ``cfg.min_cluster`` seconds, or
-    ``cfg.min_cluster_share`` of all the recording's embedded speech where that is more."""
-    return max(cfg.min_cluster, cfg.min_cluster_share * float(seg.weights.sum()))
+    ``cfg.min_cluster_share`` of all the recording's embedded speech where that is more. With at least ``lo`` > 1
+    speakers asked for, the seconds alone: a minor speaker under the share would make the tree split a large
+    voice to give the count, then fold the minor one into it."""
+    share = cfg.min_cluster_share if lo <= 1 else 0.0
+    return max(cfg.min_cluster, share * float(seg.weights.sum()))
 
 
 def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None = None,
@@ -35,7 +38,7 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
     if not seg.pieces:
         return []
     counts = {"num_speakers": num_speakers, "min_speakers": min_speakers, "max_speakers": max_speakers}
-    floor = cluster_floor(seg, cfg)
+    floor = cluster_floor(seg, cfg, lo)
     if cfg.clustering == "vbx":
         labels = vbx.cluster_vbx(seg.embeddings.numpy(), seg.plda, threshold=cfg.cluster_threshold, fa=cfg.vbx_fa,
                                  fb=cfg.vbx_fb, dims=cfg.vbx_dims, weights=seg.weights, min_weight=floor, **counts)

@@ -84,22 +84,33 @@ def folder_sources(folders: list) -> dict:
     """:func:`sources` of the voices simulated folders were made from (each one's ``config.json``; a folder without
     one, or with another file under that name, adds none), with the package versions each folder's simulation
     recorded where it has them (those that made the audio, wherever training runs)."""
+    from ..data.simulate import MADE_WITH
+
     keys: set[str] = set()
     made: dict[str, str] = {}  # package versions as simulate found them where the audio was made
     for d in folders:
         conf = pathlib.Path(d) / "config.json"
         try:
-            settings = json.loads(conf.read_text()) if conf.exists() else {}
-            voices, recorded = settings.get("voices"), (settings.get("made_with") or {}).get("packages") or {}
+            voices = json.loads(conf.read_text()).get("voices") if conf.exists() else []
         except (ValueError, AttributeError):  # not a simulation's settings: its voices are unknown
-            voices, recorded = [], {}
+            voices = []
         keys.update(v for v in (voices if isinstance(voices, list) else []) if isinstance(v, str))
-        if isinstance(recorded, dict):
-            made.update({k: v for k, v in recorded.items() if isinstance(k, str) and isinstance(v, str) and v})
+        made.update(_made_with(pathlib.Path(d) / MADE_WITH))
     out = sources(sorted(keys))
     # the versions that made the audio over this machine's (folders of older versions recorded none)
     out["packages"] = {k: made.get(k) or v for k, v in out["packages"].items()}
     return out
+
+
+def _made_with(path: pathlib.Path) -> dict[str, str]:
+    """The package versions a folder's ``made_with.json`` recorded (none where it is missing or not such a file)."""
+    try:
+        packages = json.loads(path.read_text()).get("packages") if path.exists() else {}
+    except (ValueError, AttributeError, OSError):
+        return {}
+    if not isinstance(packages, dict):
+        return {}
+    return {k: v for k, v in packages.items() if isinstance(k, str) and isinstance(v, str) and v}
 
 
 def _known(key: str) -> bool:

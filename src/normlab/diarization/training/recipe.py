@@ -117,13 +117,7 @@ class RecipeConfig:
         need(self.seed < 2**63, "seed", "below 2**63")
         need(self.n_train + self.n_train_real >= 1, "n_train", "at least 1 (with n_train_real)")
         need(self.min_speakers <= self.n_speakers, "min_speakers", f"at most n_speakers ({self.n_speakers})")
-        for name, sim in _splits(self):  # every simulation's own checks (beta, utterances per speaker, ...) and
-            if sim.style != "nonspeech":  # enough persons for its speakers (simulate checks that, hours in)
-                try:
-                    persons_for(voices(sim.split, sim.sources), sim.n_speakers)
-                except BadValue as e:
-                    raise BadValue(f"the {name} set: {e} (n_speakers {self.n_speakers}, sources "
-                                   f"{self.sources!r})") from None
+        splits = _splits(self)  # every simulation's own checks (beta, utterances per speaker, ...)
         for f in ("lr", "restart_lr", "finetune_lr"):
             need(isinstance(getattr(self, f), (int, float)) and 0 < getattr(self, f) <= MAX_LR, f,
                  f"a number in (0, {MAX_LR:g}]")
@@ -136,6 +130,13 @@ class RecipeConfig:
         for d in (d for d in self.dev_extra.split(",") if d):
             if not (pathlib.Path(d) / "ref.rttm").exists() and not any(pathlib.Path(d).glob("*.rttm")):
                 raise NotFound(f"dev_extra: {d} holds no reference RTTM")
+        for name, sim in splits:  # last (it needs the synthesizers): enough persons for each set's speakers, which
+            if sim.style != "nonspeech":  # simulate checks hours in, after the training
+                try:
+                    persons_for(voices(sim.split, sim.sources), sim.n_speakers)
+                except BadValue as e:
+                    raise BadValue(f"the {name} set: {e} (n_speakers {self.n_speakers}, sources "
+                                   f"{self.sources!r})") from None
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
@@ -228,8 +229,9 @@ def simulate_splits(data: str | pathlib.Path, cfg: RecipeConfig, progress: Progr
 def _resume_settings(cfg: RecipeConfig, tc: TrainConfig, folders: list[pathlib.Path], first: bool = False) -> dict:
     """What a stage's checkpoint must have been trained with for a rerun to resume it (as ``diarize train``
     checks): the model, the schedule but its length, the batches and the data; more steps may follow. ``first``:
-    the first stage, whose restart is compared as set (a run of at most ``restart_at`` steps runs one cycle, and
-    a longer run extending it keeps that cycle and adds the second)."""
+    the first stage, whose restart is compared as set, not as a run's length uses it: a run of ``restart_at``
+    steps has one cycle, and a longer one extends it with the second (a shorter first run's cosine, as any
+    cosine extended, continues from where it stopped on the longer schedule)."""
     schedule = {k: v for k, v in asdict(tc).items() if k not in ("steps", "ckpt_every")}
     if first:
         schedule["restart_at"] = cfg.restart_at
