@@ -27,8 +27,19 @@ torch ops (:func:`traceable`), so exported models compute what eager ones do.
 from __future__ import annotations
 
 from .autotune import set_autotune
-from .dispatch import (IMPLS, NATIVE_BELOW_D, OPS, PREFERENCE, decide, dispatch, exporting, get_kernel, resolve,
-                       traceable, use_compiled)
+from .dispatch import (
+    IMPLS,
+    NATIVE_BELOW_D,
+    OPS,
+    PREFERENCE,
+    decide,
+    dispatch,
+    exporting,
+    get_kernel,
+    resolve,
+    traceable,
+    use_compiled,
+)
 
 __all__ = ["IMPLS", "NATIVE_BELOW_D", "OPS", "PREFERENCE", "decide", "dispatch", "exporting", "get_kernel", "resolve",
            "set_autotune", "traceable", "use_compiled"]
