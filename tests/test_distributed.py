@@ -404,3 +404,22 @@ def test_the_models_that_train_differently_with_the_number_of_processes_are_name
     assert batch_statistics(model()) == []
     assert batch_statistics(model(norm="batchnorm")) == ["MaskedBatchNorm"]
     assert batch_statistics(model(encoder="conformer")) == ["MaskedBatchNorm"]  # its convolution module's
+
+
+def test_a_single_rank_under_a_launcher_dies_with_it(monkeypatch):
+    """torchrun --nproc_per_node 1: the rank skipped the launcher-death request (asked only with several ranks),
+    outlived a kill -9 of torchrun holding the folder's lock, and a rerun was refused."""
+    from normlab import distributed, workers
+
+    asked = []
+    monkeypatch.setattr(workers, "die_with_parent", lambda: asked.append(True))
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    with distributed.process_group("cpu") as (rank, size):
+        assert (rank, size) == (0, 1)
+    assert asked == [True]
+    monkeypatch.delenv("LOCAL_RANK")
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    with distributed.process_group("cpu"):
+        pass
+    assert asked == [True]  # a process no launcher started keeps its own lifetime

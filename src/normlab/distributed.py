@@ -90,6 +90,10 @@ def process_group(device, timeout_s: float = 600.0):
     waited ``timeout_s``, ten minutes, in silence), and a rank ends when the launcher that started it dies (a
     ``kill -9`` of torchrun left its ranks training, and a rerun trained beside them)."""
     if not launched():
+        if os.environ.get("TORCHELASTIC_RUN_ID") or "LOCAL_RANK" in os.environ:  # torchrun with one process: it
+            from .workers import die_with_parent  # outlived a killed launcher, lock held, and a rerun was refused
+
+            die_with_parent()
         yield 0, 1
         return
     import torch

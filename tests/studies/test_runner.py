@@ -6,6 +6,7 @@ import importlib
 import json
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import sqlite3
@@ -372,3 +373,42 @@ def test_two_reports_in_one_folder_the_second_is_refused(tmp_path):
             run_studies(out, scale="test", only=["lesson_stats"], progress=False)
     assert not (out / "runs.sqlite").exists()
     assert (out / ".lock").read_text() == "my notes\n"
+
+
+def test_a_ray_address_in_the_environment_does_not_stop_the_local_instance(tmp_path):
+    """Without --address normlab starts its own Ray, but ray.init read RAY_ADDRESS (common on Ray machines),
+    then refused num_cpus there: a traceback and "a bug in normlab" after the store was made."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'normlab[scale]')")
+    env = {**os.environ, "RAY_ADDRESS": "127.0.0.1:9", "RAY_USAGE_STATS_ENABLED": "0"}
+    done = subprocess.run([sys.executable, "-m", "normlab", "study", "structure", "--executor", "ray", "--jobs", "1",
+                           "--out", str(tmp_path / "rep")], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_ray_task_error_is_recorded_by_its_cause_without_colour_codes():
+    """A task that failed outside its cell (a module missing on a node) was recorded as Ray's coloured header,
+    "RayTaskError(ModuleNotFoundError): \\x1b[36mray::_call()\\x1b[39m (pid=...)", its cause gone."""
+    from normlab.studies.ray_executor import _first_line
+
+    assert _first_line(RuntimeError("\x1b[36mray::_call()\x1b[39m (pid=1)\nmore")) == "ray::_call() (pid=1)"
+
+
+def test_a_resumed_report_finds_its_diarization_cells_however_out_is_spelled(tmp_path, monkeypatch):
+    """The cells' key held the data folder as typed: --out rep, then --out /abs/rep (or rep from another folder)
+    trained every placement again (about 25 CPU minutes at full size). Simulation, training and scoring stubbed."""
+    import normlab.diarization.data.dataset as dataset
+    import normlab.diarization.training.recipe as recipe
+    import normlab.studies.diarization as dz
+    from normlab.studies.report import run_studies
+
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: "/bin/true")  # as if espeak-ng were installed
+    monkeypatch.setattr(recipe, "simulate_splits", lambda *a, **k: None)
+    monkeypatch.setattr(dataset, "MixtureSet", lambda *a, **k: None)
+    monkeypatch.setattr(recipe, "train_model", lambda data, tmp, rc: (None, [0.5] * 30))
+    monkeypatch.setattr(recipe, "score_model", lambda model, data: {
+        "test": {"collar_0.25": {"der": 0.1}, "collar_0": {"der": 0.2}}})
+    monkeypatch.setattr(dz, "real_persons", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    computed = [run_studies(out, scale="quick", jobs=1, only=["diarization"], progress=False)["cells_computed"]
+                for out in ("rep", str(tmp_path / "rep"))]
+    assert computed[0] > 0 and computed[1] == 0, computed

@@ -124,7 +124,9 @@ def run(ctx: Context) -> dict:
     simulate_splits(data, RecipeConfig(**recipe), jobs=ctx.runner.jobs)  # the same data for every cell
     for split in ("train", "dev", *sets.values()):  # feature caches written once, here, before the cells read them
         MixtureSet(data / split, n_speakers=RecipeConfig(**recipe).n_speakers)
-    configs = {(name, s): {"placement": p, "norm": n, "seed": s, "data": str(data), "recipe": recipe, "sets": sets}
+    # the folder as one absolute path: keyed as typed, --out rep and --out /abs/rep recomputed every cell
+    configs = {(name, s): {"placement": p, "norm": n, "seed": s, "data": str(data.resolve()), "recipe": recipe,
+                           "sets": sets}
                for name, (p, n) in PLACEMENTS.items() for s in ctx.seeds}
     results = dict(zip(configs, ctx.runner.map(NAME, der_cell, list(configs.values()))))
 

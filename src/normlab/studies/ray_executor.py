@@ -98,12 +98,13 @@ class RayExecutor:
         self._owns = not ray.is_initialized()
         if self._owns:
             try:
-                if address is None:
-                    ray.init(num_cpus=jobs, **kwargs)
+                if address is None:  # "local": a private instance, whatever RAY_ADDRESS says (ray.init reads it,
+                    ray.init(address="local", num_cpus=jobs, **kwargs)  # and then refused num_cpus: a traceback)
                 else:
                     ray.init(address=address, **kwargs)
-            except ConnectionError as e:
-                raise Unreachable(f"cannot join the Ray cluster at {address}: {str(e).splitlines()[0]}") from None
+            except (ConnectionError, ValueError, RuntimeError) as e:
+                where = f"join the Ray cluster at {address}" if address else "start a local Ray instance"
+                raise Unreachable(f"cannot {where}: {_first_line(e)}") from None
 
     def run(self, call: Callable, fn: Callable, todo: dict[str, dict], device: str = "cpu") -> Iterator[tuple]:
         """Yield ``(key, config, result, seconds, rows)`` for every cell in ``todo``, in finishing order.
@@ -123,8 +124,9 @@ class RayExecutor:
                     try:
                         result, secs, rows = ray.get(ref)
                     except ray.exceptions.RayError as e:  # a worker that died, a node lost: recorded, retried later
-                        result, secs, rows = {"status": "error", "error": f"{type(e).__name__}: "
-                                              f"{str(e).splitlines()[0] if str(e) else ''}"}, 0.0, []
+                        cause = getattr(e, "cause", None) or e  # a task's own error, not Ray's header line
+                        result, secs, rows = {"status": "error", "error": f"{type(cause).__name__}: "
+                                              f"{_first_line(cause)}"}, 0.0, []
                     yield k, c, result, secs, rows
         finally:
             for ref in pending:  # interrupted: in-flight tasks are cancelled, their cells run again on resume
@@ -133,3 +135,11 @@ class RayExecutor:
     def close(self) -> None:
         if self._owns and self.ray.is_initialized():
             self.ray.shutdown()
+
+
+def _first_line(e: BaseException) -> str:
+    """The first line of an error's message, without terminal colour codes (Ray colours its task headers)."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
+    return text.splitlines()[0] if text.strip() else ""

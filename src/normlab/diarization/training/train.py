@@ -189,8 +189,11 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
     saved = step  # the step of the checkpoint a rerun resumes from
     net = model
     if size > 1:
-        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
-                                                        else None)
+        try:  # a collective (it broadcasts rank 0's weights): a peer gone here is said as one in the loop is
+            net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                                            else None)
+        except RuntimeError as e:
+            raise _peer_lost(e, rank, size, step, saved) from e
     # (rows after the checkpoint's step are a killed session's and go; a divergence's row stays)
     metrics = (tracking.MetricsLog(ckpt_dir / "metrics.csv", diverged["step"] if diverged else step, tensorboard)
                if rank == 0 else None)
@@ -246,9 +249,7 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
         if size == 1 or isinstance(e, UserError):
             raise
         # a peer that vanished (killed, out of memory): the collective fails here; one line, not a bug
-        raise Unavailable(f"rank {rank} of {size} stopped at step {step + 1}: {str(e).splitlines()[0]} (a rank "
-                          "that died is named by the launcher); run the same command again to resume from "
-                          + (f"the checkpoint at step {saved}" if saved else "the start")) from e
+        raise _peer_lost(e, rank, size, step, saved) from e
     finally:
         if metrics is not None:
             metrics.close()
@@ -264,6 +265,13 @@ def data_digest(folders: list[pathlib.Path]) -> str:
         for f in [d / "config.json", *refs]:
             h.update(f.name.encode() + (f.read_bytes() if f.is_file() else b"-"))
     return h.hexdigest()[:16]
+
+
+def _peer_lost(e: RuntimeError, rank: int, size: int, step: int, saved: int) -> Exception:
+    """One line for a collective that failed because another rank vanished (killed, out of memory)."""
+    return Unavailable(f"rank {rank} of {size} stopped at step {step + 1}: {str(e).splitlines()[0]} (a rank that "
+                       "died is named by the launcher); run the same command again to resume from "
+                       + (f"the checkpoint at step {saved}" if saved else "the start"))
 
 
 def run_lock(folder: pathlib.Path):
