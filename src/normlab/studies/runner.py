@@ -57,8 +57,6 @@ def source_hash(fn: Callable) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-
-
 @functools.lru_cache(maxsize=1)
 def _torch_version() -> str:
     from importlib import metadata

@@ -320,16 +320,17 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     pool = voices(cfg.split, cfg.sources) if cfg.style != "nonspeech" else []
     if pool:
         persons_for(pool, cfg.n_speakers)  # before anything is written
-    _same_settings(out, cfg, [v.key for v in pool])
+    keys = [v.key for v in pool]
+    _same_settings(out, cfg, keys)
     _no_others(out, cfg)
     (out / "wav").mkdir(parents=True, exist_ok=True)
-    settings = json.dumps({**asdict(cfg), "voices": [v.key for v in pool]}, indent=2) + "\n"
+    settings = json.dumps({**asdict(cfg), "voices": keys}, indent=2) + "\n"
     _write_config(out, settings)  # first: it marks the folder as normlab's (a killed run resumes)
     make = {"conversation": conversation, "mixture": mixture, "nonspeech": sounds_alone}[cfg.style]
     paths = [(out / "wav" / f"{mixture_uri(cfg, i)}.wav", out / "wav" / f"{mixture_uri(cfg, i)}.rttm")
              for i in range(cfg.n_mixtures)]
     todo = [i for i, (wav, rttm) in enumerate(paths) if not (wav.exists() and rttm.exists())]
-    _record_made_with(out, pool, fresh=not any((out / "wav").glob("*.wav")))
+    _record_made_with(out, keys, fresh=not any((out / "wav").glob("*.wav")))
 
     def finished():
         """(index, mixture) as each one is ready, from ``jobs`` processes or this one."""
@@ -369,14 +370,14 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
 MADE_WITH = "made_with.json"
 
 
-def _record_made_with(out: pathlib.Path, pool: list, fresh: bool) -> None:
-    """Write ``out/made_with.json`` once, before the folder's first recording: a later run (a resume, a folder
-    grown, another machine) keeps it, and a folder that holds audio of an unknown making gets none."""
+def _record_made_with(out: pathlib.Path, keys: list[str], fresh: bool) -> None:
+    """Write ``out/made_with.json`` (the voices ``keys``' packages and the versions) once, before the folder's first
+    recording: a later run (a resume, a folder grown, another machine) keeps it, and a folder that holds audio
+    of an unknown making gets none."""
     if not fresh or (out / MADE_WITH).exists():
         return
     from ..training.provenance import sources, versions
 
-    keys = [v.key for v in pool]
     text = json.dumps({**sources(keys), "versions": versions()}, indent=2) + "\n"
     written.replace_whole(out / MADE_WITH, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 

@@ -29,6 +29,7 @@ def is_asset(path: str | pathlib.Path) -> bool:
     """Whether ``path`` is one of the package's own files (its models and weights): never rewritten in place."""
     return ASSETS in pathlib.Path(path).resolve().parents
 
+
 _DTYPES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16": torch.bfloat16,
            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
            "BOOL": torch.bool}

@@ -329,7 +329,7 @@ def score_model(model: EENDModel, data: pathlib.Path, frames: int = 100) -> dict
 
 def _meta(cfg: RecipeConfig, data: pathlib.Path, train_seconds: float) -> dict:
     """The model file's provenance (``provenance.py``)."""
-    train = [data / name for name, _ in _splits(cfg) if name.startswith("train")]
+    train = [data / name for name in _train_names(cfg)]
     return {"max_local_speakers": cfg.n_speakers, "window_seconds": cfg.frames * 0.1,
             "recipe": asdict(cfg), "train_sources": provenance.folder_sources(train),
             "versions": provenance.versions(), "train_seconds": round(train_seconds, 1),
