@@ -96,9 +96,9 @@ def layer_norm_forward(
     mean = m + c  # N, 1
     y = (xm - c) * rstd  # N, D   x_hat: mean 0, variance 1 (for eps -> 0)
     if weight is not None:
-        y = y * weight  # N, D   gamma, broadcast over rows
+        y = y * weight.type_as(y)  # N, D   gamma, broadcast over rows, in the accumulation dtype (rounded once)
     if bias is not None:
-        y = y + bias  # N, D   beta
+        y = y + bias.type_as(y)  # N, D   beta
     return y.type_as(x), NormCache(x, weight, mean, rstd)  # N, D   type_as: a trace follows the input's dtype
 
 
@@ -151,7 +151,7 @@ def rms_norm_forward(
     rstd = rstd_of(ms, eps)  # N, 1   1/rms
     y = xa * rstd  # N, D   x_hat: unit root-mean-square
     if weight is not None:
-        y = y * weight  # N, D
+        y = y * weight.type_as(y)  # N, D
     return y.type_as(x), NormCache(x, weight, None, rstd)
 
 

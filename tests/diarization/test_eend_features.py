@@ -8,7 +8,7 @@ import soundfile as sf
 import torch
 
 from normlab.diarization.io.audio import AudioError, read_mono
-from normlab.diarization.io.features import FeatureConfig, extract, logmel, mel_filterbank
+from normlab.diarization.io.features import QUIET_RUN_SECONDS, FeatureConfig, extract, logmel, long_quiet, mel_filterbank
 
 
 def _tone(freq, seconds, sr):
@@ -97,3 +97,46 @@ def test_digital_silence_reads_as_the_recordings_quiet_background():
     quiet = centre(x)[:19]  # one background frame, below the mean in every band, far above the floor's -6 of before
     assert torch.equal(quiet, quiet[:1].expand_as(quiet)) and (quiet < 0).all() and (quiet > -2).all()
     assert torch.equal(extract(torch.zeros(24000), cfg), torch.zeros_like(extract(torch.zeros(24000), cfg)))
+
+
+def _talk(seconds: float, seed: int = 0) -> torch.Tensor:
+    """Bursts of a loud tone in noise with short quiet pauses, 8 kHz: a stand-in for speech whose own pauses
+    are louder than a recorder's noise floor."""
+    g = torch.Generator().manual_seed(seed)
+    n = int(seconds * 8000)
+    on = (torch.arange(n) // 4000) % 3 != 2  # 0.5 s on, 0.5 s on, 0.5 s pause
+    return torch.from_numpy(_tone(300, seconds, 8000)) * on * 0.2 + 1e-3 * torch.randn(n, generator=g)
+
+
+def test_a_long_quiet_lead_in_leaves_the_recording_mean_alone():
+    """30 s of a recorder's own noise (-80 dBFS) before 20 s of talk pulled the recording mean toward it: every
+    talk frame read about 1.5 log10 units (15 dB) louder than without the lead-in, and the shipped model found
+    one speaker or four where the sample has two (46-82% DER). A quiet stretch longer than 10 s is now left
+    out of the mean: the talk reads as it does alone."""
+    cfg = FeatureConfig()
+    talk = _talk(20.0)
+    lead = 1e-4 * torch.randn(30 * 8000, generator=torch.Generator().manual_seed(1))
+    x, alone = extract(torch.cat([lead, talk]), cfg), extract(talk, cfg)
+    centre = lambda f: f[:, 7 * 23 : 8 * 23]  # noqa: E731 - the unspliced frames
+    # (but for the frames across the edge, which count in the mean: before, 1.5 apart)
+    torch.testing.assert_close(centre(x)[301:], centre(alone)[1:], atol=0.01, rtol=0)
+    # a quiet stretch shorter than the limit counts in the mean as before: the recording mean of every frame
+    short = torch.cat([lead[: 5 * 8000], talk])
+    f = logmel(short, cfg)
+    assert not long_quiet(f, cfg).any()
+    torch.testing.assert_close(extract(short, cfg)[:, 7 * 23 : 8 * 23], (f - f.mean(0))[::10], atol=0, rtol=0)
+
+
+def test_long_quiet_marks_whole_runs_longer_than_the_limit():
+    cfg = FeatureConfig()
+    per_second = cfg.sample_rate // cfg.hop
+    f = torch.full((100 * per_second, 23), -2.0)  # loud
+    f[: 12 * per_second] = -7.0  # a 12 s quiet lead-in
+    f[40 * per_second : 45 * per_second] = -6.8  # a 5 s pause, 2 dB above the quiet level: quiet, but short
+    f[60 * per_second : 60 * per_second + int(QUIET_RUN_SECONDS * per_second) + 1] = -6.6  # just over the limit
+    marked = long_quiet(f, cfg)
+    assert marked[: 12 * per_second].all() and not marked[12 * per_second : 60 * per_second].any()
+    assert marked[60 * per_second : 60 * per_second + 1001].all() and not marked[60 * per_second + 1001 :].any()
+    f[60 * per_second + int(QUIET_RUN_SECONDS * per_second)] = -2.0  # now exactly the limit: not longer
+    assert not long_quiet(f, cfg)[60 * per_second :].any()
+    assert long_quiet(torch.zeros(0, 23), cfg).shape == (0,)

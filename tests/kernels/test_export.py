@@ -8,6 +8,7 @@ model on a *different* input than the one it was traced with.
 """
 from __future__ import annotations
 
+import copy
 import importlib
 import warnings
 
@@ -407,3 +408,34 @@ def test_a_batched_backward_into_the_sum_alone_gives_the_reference_s(op, impl):
     got, want = (torch.autograd.functional.jacobian(lambda t, i=i: getattr(F, op)(t, r, 6, impl=i)[1], x,
                                                     vectorize=True) for i in (impl, "reference"))
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("make", [lambda: normlab.LayerNorm(64), lambda: normlab.RMSNorm(64)])
+def test_make_fx_records_the_norm_not_an_empty_tensor(make):
+    """Under make_fx (and FakeTensorMode, functionalization: any dispatch mode) the C++ kernel ran on the
+    mode's tensors: make_fx recorded only `empty_like` (its graph gave uninitialised memory) and FakeTensorMode
+    crashed the process. A dispatch mode or a tensor subclass now gets the plain ops."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    torch.manual_seed(0)
+    norm = make()
+    with torch.no_grad():
+        graph = make_fx(norm)(torch.randn(4, 64))
+        x = torch.randn(4, 64) * 3 + 1
+        torch.testing.assert_close(graph(x), norm(x))
+
+
+def test_fake_tensors_get_their_shapes_and_leave_the_model_usable():
+    """A forward under FakeTensorMode (as shape inference and torch.compile's tracing do it) crashed in the
+    kernel; the positional table it made was kept, so every later real forward failed."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    torch.manual_seed(0)
+    enc = normlab.TransformerEncoder(16, 2, 1, pos="sinusoidal").eval()
+    twin = copy.deepcopy(enc)  # (its tables are made anew)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        with FakeTensorMode(allow_non_fake_inputs=True):  # the first call: the tables are made here
+            fake = enc(torch.randn(2, 5, 16))
+        assert fake.shape == x.shape
+        torch.testing.assert_close(enc(x), twin(x), atol=0, rtol=0)

@@ -176,6 +176,23 @@ def test_half_input_with_float32_weight():
     assert w.grad.dtype == torch.float32 and b.grad.dtype == torch.float32
 
 
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"])
+def test_float64_weights_of_float32_input_are_rounded_to_float32(op, impl):
+    """Every kernel takes the weights in the accumulation dtype: the reference and compiled kernels (and every
+    trace, which runs the reference's math) formed `y * w + b` in float64 and rounded once, so the same call
+    gave other bits than the C++ kernel's."""
+    torch.manual_seed(0)
+    x, r = torch.randn(64, 256), torch.randn(64, 256)
+    skip_unsupported(impl, op, x)
+    w, b = torch.randn(256, dtype=torch.float64), torch.randn(256, dtype=torch.float64)
+    fn, add = getattr(F, op), op.startswith("add")
+    args = lambda w, b: ((x, r) if add else (x,)) + ((256, w) if "rms" in op else (256, w, b))  # noqa: E731
+    with torch.no_grad():
+        wide, rounded = fn(*args(w, b), impl=impl), fn(*args(w.float(), b.float()), impl=impl)
+    for a, c in zip(*(o if add else (o,) for o in (wide, rounded))):
+        assert a.dtype == torch.float32 and torch.equal(a, c)
+
+
 # ------------------------------------------------------------------ bad input
 
 

@@ -207,3 +207,40 @@ def test_a_trainable_fc1_bias_alone_still_trains():
             p.requires_grad_(name == "layers.0.ffn.fn.fc1.bias")
         enc(torch.randn(2, 3, 8)).sum().backward()
         assert enc.layers[0].ffn.fn.fc1.bias.grad is not None
+
+
+def test_a_dropout_swapped_for_identity_runs():
+    """Replacing a dropout by nn.Identity() (common PyTorch practice) raised AttributeError: the skip read
+    `.p`. Any module in a dropout's place now runs; a plain idle nn.Dropout is still skipped."""
+    torch.manual_seed(0)
+    block = normlab.TransformerBlock(8, 2, dropout=0.1)
+    x = torch.randn(2, 3, 8)
+    block.eval()
+    want = normlab.nn.materialize(*block(x))
+    block.attn.drop = torch.nn.Identity()
+    block.ffn.fn.drop = torch.nn.Identity()
+    for mode in (block.train, block.eval):
+        mode()
+        assert normlab.nn.materialize(*block(x)).shape == x.shape
+    torch.testing.assert_close(normlab.nn.materialize(*block(x)), want)
+
+
+def test_a_forward_replaced_on_fc1_runs_with_and_without_grad():
+    """accelerate's offloading hooks replace a module's `forward` on the instance: under no_grad the fast path
+    skipped the wrapper, so the same model gave other outputs with and without grad."""
+    torch.manual_seed(0)
+    block = normlab.TransformerBlock(8, 2).eval()
+    fc1, calls = block.ffn.fn.fc1, []
+    inner = fc1.forward
+
+    def wrapped(x):
+        calls.append(1)
+        return inner(x) * 0
+
+    fc1.forward = wrapped
+    x = torch.randn(2, 3, 8)
+    with_grad = normlab.nn.materialize(*block(x)).detach()
+    with torch.no_grad():
+        without = normlab.nn.materialize(*block(x))
+    assert len(calls) == 2
+    torch.testing.assert_close(without, with_grad)

@@ -74,3 +74,15 @@ def test_an_old_eend_file_errors_once_and_upgrade_file_fixes_it(tmp_path):
     x = torch.randn(2, 7, 8)
     with torch.no_grad():
         assert torch.equal(again(x), model(x))
+
+
+def test_loading_runs_no_state_dict_hook():
+    """A Stack's load looked for old keys by building its own state_dict(), which ran the user's state-dict
+    hooks (and built every entry) on each load; torch's modules run none there."""
+    a, b = normlab.TransformerEncoder(8, 2, 2), normlab.TransformerEncoder(8, 2, 2)
+    state, fired = a.state_dict(), []
+    b.register_state_dict_pre_hook(lambda *args: fired.append("pre"))
+    b._register_state_dict_hook(lambda *args: fired.append("post"))
+    b.load_state_dict(state)
+    assert fired == []
+    torch.testing.assert_close(b(torch.ones(1, 3, 8)), a(torch.ones(1, 3, 8)))

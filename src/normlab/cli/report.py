@@ -42,7 +42,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=a_folder, default="report", help="output folder; re-running resumes from its store "
                    "(default: %(default)s)")
     flag(p, "--quick", "small sweep, about 8 to 21.5 minutes on 2 idle cores by host (--no-quick: the full sweep)")
-    p.add_argument("--jobs", type=jobs, default=2, help="worker processes for the cells (default: %(default)s)")
+    p.add_argument("--jobs", type=jobs, default=2, help="worker processes for the cells, or the CPUs of the local "
+                   "Ray instance (with --address the cluster's own CPUs decide) (default: %(default)s)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="where the cells run: local worker processes, or Ray tasks (needs normlab[scale]); the "
                    "store is the same, so either resumes the other (default: %(default)s)")

@@ -120,6 +120,18 @@ def transformed() -> bool:
     return _transforming() or _dual()
 
 
+#: how many ``TorchDispatchMode``s are active (FakeTensorMode, make_fx's proxy mode, functionalization)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+
+
+def unreadable(x: Tensor) -> bool:
+    """Whether ``x``'s values are not in memory that a kernel may read: a meta tensor, a tensor subclass (a
+    FakeTensor, a FunctionalTensor, a wrapper that dispatches in Python), or any tensor while a
+    ``TorchDispatchMode`` runs (``make_fx`` records ops, ``FakeTensorMode`` makes shapes only). A ctypes kernel
+    would read uninitialised memory or crash there, and the mode would not see the op; the plain ops run."""
+    return x.is_meta or (type(x) is not Tensor and type(x) is not torch.nn.Parameter) or _dispatch_modes() > 0
+
+
 def get_kernel(name: str) -> Kernel:
     """The kernel registered under ``name`` (not ``"auto"``; see :func:`resolve`)."""
     try:
@@ -235,8 +247,8 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
         (t.reshape(-1, d) if d else t.reshape(math.prod(t.shape[:t.dim() - len(shape)]), 0)).contiguous()  # noqa: E731
     w = weight if weight is None or weight.dim() == 1 else weight.reshape(d)
     b = bias if bias is None or bias.dim() == 1 else bias.reshape(d)
-    # tracers, torch.func transforms, forward-mode AD and meta tensors (shapes only) get the plain ops
-    if exporting() or transformed() or x.is_meta:
+    # tracers, torch.func transforms, forward-mode AD, meta and fake tensors and dispatch modes get the plain ops
+    if exporting() or transformed() or unreadable(x):
         _check_forced(impl, op, x, eps)
         if d > 0:  # rows by a reshape of (-1, D) and back by reshape_as: a trace records no batch size or rank
             flat = lambda t: None if t is None else t.reshape(-1, d)  # noqa: E731
@@ -269,4 +281,4 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
 
 
 __all__ = ["IMPLS", "OPS", "PREFERENCE", "decide", "dispatch", "exporting", "get_kernel", "resolve", "traceable",
-           "transformed", "use_compiled"]
+           "transformed", "unreadable", "use_compiled"]

@@ -93,10 +93,10 @@ def fwd(x, r, w, b, eps: float, rms: bool, s_dtype: torch.dtype):
         e1 = _row_sum(e)  # N, 1   second pass, over the row in cache
         e2 = _row_sum(e * e)  # N, 1
         y = (e - e1 / d) * stats(s1, e1, e2, d, eps)[1]  # N, D
-    if w is not None:
-        y = y * w
+    if w is not None:  # weights in the accumulation dtype (float64 ones of float32 input rounded to float32)
+        y = y * w.type_as(y)
     if b is not None:
-        y = y + b
+        y = y + b.type_as(y)
     return y.to(x.dtype), (None if r is None else s), s1, e1, e2
 
 

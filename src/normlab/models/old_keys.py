@@ -44,10 +44,24 @@ def old_keys(keys) -> list[str]:
 def refuse_old_keys(state_dict: dict, module: torch.nn.Module, prefix: str = "") -> None:
     """Raise :class:`OldKeysError` naming the fix when ``state_dict`` has, under ``prefix``, old keys
     that ``module`` does not have."""
-    own = set(module.state_dict())
-    old = old_keys(k for k in state_dict if k.startswith(prefix) and k[len(prefix):] not in own)
+    candidates = old_keys(k for k in state_dict if k.startswith(prefix))
+    if not candidates:  # (the usual case: nothing to compare, no key set built)
+        return
+    own = _own_keys(module)
+    old = [k for k in candidates if k[len(prefix):] not in own]
     if old:
         raise OldKeysError(f"state dict uses keys of an older normlab layout (e.g. {old[0]!r}); {FIX}")
+
+
+def _own_keys(module: torch.nn.Module) -> set[str]:
+    """The parameter and persistent buffer keys of ``module.state_dict()``, without calling it: that would run
+    the user's state-dict hooks (and build every tensor's entry) on each load."""
+    keys = set()
+    for name, m in module.named_modules(remove_duplicate=False):
+        at = f"{name}." if name else ""
+        keys.update(at + k for k, v in m._parameters.items() if v is not None)
+        keys.update(at + k for k, v in m._buffers.items() if v is not None and k not in m._non_persistent_buffers_set)
+    return keys
 
 
 def upgrade_state_dict(state: dict, placement: str, n_layers: int | None = None) -> dict:

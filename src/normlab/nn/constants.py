@@ -5,15 +5,19 @@ from collections.abc import Callable
 
 import torch
 
+from ..kernels.dispatch import unreadable
+
 
 class DeviceConstant:
     """``make()``'s tensor, made at its first use for each device and dtype and kept.
 
     No parameter and no buffer: a non-persistent buffer is left unset by ``to_empty()`` after a meta-device
     build, and ``load_state_dict`` does not restore one. Nothing is kept while a tracer or ``torch.compile``
-    runs (they record the making as ops). ``make`` is a tensor or a function of no arguments that makes one;
-    the module pickles (``torch.save(model)``, ``copy.deepcopy``) where ``make`` does: a tensor, a module-level
-    function or a ``functools.partial`` of one, not a lambda. The tensors made are not pickled.
+    runs (they record the making as ops), nor a tensor without values (a FakeTensor made under
+    ``FakeTensorMode``, anything made while a dispatch mode runs): later calls would get it. ``make`` is a
+    tensor or a function of no arguments that makes one; the module pickles (``torch.save(model)``,
+    ``copy.deepcopy``) where ``make`` does: a tensor, a module-level function or a ``functools.partial`` of
+    one, not a lambda. The tensors made are not pickled.
     """
 
     def __init__(self, make: Callable[[], torch.Tensor] | torch.Tensor):
@@ -30,6 +34,6 @@ class DeviceConstant:
         if made is None:
             made = (self._make if isinstance(self._make, torch.Tensor) else self._make()).to(device=device,
                                                                                            dtype=dtype)
-            if not (torch.jit.is_tracing() or torch.compiler.is_compiling()):
+            if not (torch.jit.is_tracing() or torch.compiler.is_compiling() or unreadable(made)):
                 self._made[key] = made
         return made

@@ -7,17 +7,16 @@ from torch import nn
 
 from .._checks import check_choice
 from ..kernels.dispatch import exporting, transformed
-from .hooks import watched
+from .hooks import idle_dropout, plain
 
 ACTIVATIONS = ("gelu", "relu", "swish", "swiglu")
 
 
 def _fast_inference(x: torch.Tensor, lin: nn.Module) -> bool:
-    """True when ``lin(x)`` may skip its module call: ``lin`` is a plain ``nn.Linear`` (a subclass or another
-    module put in its place runs its own forward), autograd records nothing (inference), no hook watches ``lin``
-    (its own or a global one), and no tracer, exporter, compiler, ``torch.func`` transform or forward-mode AD is
-    recording (they get the plain ops)."""
-    if type(lin) is not nn.Linear or watched(lin):
+    """True when ``lin(x)`` may skip its module call: ``lin`` is a plain ``nn.Linear`` (``hooks.plain``: no
+    subclass, no replaced forward, no hook), autograd records nothing (inference), and no tracer, exporter,
+    compiler, ``torch.func`` transform or forward-mode AD is recording (they get the plain ops)."""
+    if not plain(lin, nn.Linear):
         return False
     if torch.is_grad_enabled() and (x.requires_grad or lin.weight.requires_grad
                                     or (lin.bias is not None and lin.bias.requires_grad)):
@@ -58,7 +57,7 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.activation in ("relu", "gelu") and _fast_inference(x, self.fc1):
             h = _linear_activation(x, self.fc1, self.activation == "gelu")  # B, T, F   bias+activation fused
-        elif self.activation == "relu" and type(self.fc1) is nn.Linear and not watched(self.fc1):
+        elif self.activation == "relu" and plain(self.fc1, nn.Linear):
             # a plain Linear on rows returns a fresh tensor (not a view), so relu can run in place: no second
             # F-wide tensor, and relu's backward needs only its output (another module in fc1's place may return
             # its input, or a tensor its own backward needs)
@@ -73,7 +72,7 @@ class FeedForward(nn.Module):
                 h = TF.silu(h)
             else:
                 h = TF.silu(h) * self.gate(x)
-        if (self.drop.p and self.training) or watched(self.drop):
+        if not idle_dropout(self.drop):  # a no-op call skipped
             h = self.drop(h)
         return self.fc2(h)  # B, T, D
 

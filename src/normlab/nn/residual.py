@@ -30,7 +30,7 @@ from torch import nn
 
 from .._checks import BadType
 from ..registry import make_norm
-from .hooks import watched
+from .hooks import idle_dropout
 
 #: ``(hidden, residual)``: the stream is ``hidden + residual``; ``residual`` None when no add is pending
 Carry = tuple[torch.Tensor, torch.Tensor | None]
@@ -128,7 +128,7 @@ class ResidualUnit(nn.Module):
         else:
             x = h = materialize(hidden, residual)  # B, T, D
         f = apply_norm(self.branch_norm, self.fn(h, mask), mask)  # B, T, D
-        if (self.drop.p and self.training) or watched(self.drop):  # a no-op call skipped, unless a hook watches it
+        if not idle_dropout(self.drop):  # a no-op call skipped
             f = self.drop(f)
         if self.scale != 1.0:
             f = f * self.scale

@@ -7,6 +7,7 @@ kept: one output frame per 100 ms.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,10 @@ import torch
 FEATURE_RATE = 8000
 #: mel power below this is read as this (log10: -10): the log floor of digital silence
 POWER_FLOOR = 1e-10
+#: a quiet stretch longer than this is left out of the recording mean (``long_quiet``)
+QUIET_RUN_SECONDS = 10.0
+#: how far above the recording's quiet level (its frames' 5th percentile of mel power) a frame counts as quiet
+QUIET_DB = 6.0
 
 
 @dataclass(frozen=True)
@@ -89,16 +94,46 @@ def extract(wave: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), block: int
         parts.append(logmel(wave[a * cfg.hop : (b - 1) * cfg.hop + span], cfg))  # b-a, n_mels
     f = torch.cat(parts)
     # Digital silence (every band at the log floor) reads as the recording's quiet background, its 5th
-    # percentile per band, and the recording mean is that of the frames with sound: a few seconds of zeros at
-    # the start pulled the mean toward the floor (all of the speech read differently) and gave the model a
-    # floor it never heard (every training mixture has noise); it invented speakers.
+    # percentile per band: the model never heard the floor (every training mixture has noise), and a few
+    # seconds of zeros at the start pulled the mean toward it (all of the speech read differently); it
+    # invented speakers.
     sound = (f > torch.log10(torch.tensor(POWER_FLOOR))).any(dim=1)  # (the floor as logmel rounds it)
     if sound.any() and not sound.all():
         heard = f[sound]
         f[~sound] = heard.kthvalue(max(1, heard.shape[0] // 20), dim=0).values
-        f = f - heard.mean(dim=0, keepdim=True)
-    else:
-        f = f - f.mean(dim=0, keepdim=True)  # the recording mean removed
+    # The recording mean is that of the frames with sound, less its long quiet stretches (below)
+    used = (sound if sound.any() else torch.ones_like(sound)) & ~long_quiet(f, cfg)
+    if used.all() or not used.any():
+        return _spliced(f - f.mean(dim=0, keepdim=True), cfg)  # the recording mean removed
+    return _spliced(f - f[used].mean(dim=0, keepdim=True), cfg)
+
+
+def long_quiet(f: torch.Tensor, cfg: FeatureConfig = FeatureConfig()) -> torch.Tensor:
+    """Which log-mel frames of ``f`` ``(frames, n_mels)`` lie in a quiet stretch longer than
+    ``QUIET_RUN_SECONDS``: frames at most ``QUIET_DB`` above the recording's quiet level (its frames' 5th
+    percentile of mel power), one after another.
+
+    Left out of the recording mean: the training recordings pause for seconds, and a long lead-in of room
+    tone or of a recorder's own noise (45 s before 30 s of talk) pulled the mean toward it, so that all of the
+    speech read 10-20 dB louder than the model ever heard it; it found one speaker or four where two talk.
+    """
+    if f.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.bool)
+    level = torch.logsumexp(f * math.log(10), dim=1) / math.log(10)  # log10 of each frame's mel power
+    quiet = level <= level.kthvalue(max(1, level.shape[0] // 20)).values + QUIET_DB / 10
+    edges = torch.diff(quiet.to(torch.int8), prepend=torch.zeros(1, dtype=torch.int8),
+                       append=torch.zeros(1, dtype=torch.int8))
+    starts, ends = (edges == 1).nonzero().squeeze(1), (edges == -1).nonzero().squeeze(1)
+    long = ends - starts > round(QUIET_RUN_SECONDS * cfg.sample_rate / cfg.hop)
+    marks = torch.zeros(f.shape[0] + 1, dtype=torch.int64)
+    marks.index_add_(0, starts[long], torch.ones_like(starts[long]))
+    marks.index_add_(0, ends[long], -torch.ones_like(ends[long]))
+    return marks.cumsum(0)[:-1] > 0
+
+
+def _spliced(f: torch.Tensor, cfg: FeatureConfig) -> torch.Tensor:
+    """Every ``subsample``-th frame of ``f`` with its ``context`` neighbours on each side (edges repeated)."""
+    frames = f.shape[0]
     centres = torch.arange(0, frames, cfg.subsample)  # T_out
     idx = (centres[:, None] + torch.arange(-cfg.context, cfg.context + 1)).clamp(0, frames - 1)  # T_out, 2c+1
     return f[idx].reshape(len(centres), -1)  # T_out, (2c+1) n_mels
