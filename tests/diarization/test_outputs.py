@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 import soundfile as sf
+import torch
 
 from normlab.cli import main
 from normlab.diarization import (
@@ -48,6 +49,20 @@ def test_exclusive_turns_cover_exactly_the_speech_and_never_overlap():
     for x in ex:  # each exclusive piece belongs, throughout, to a speaker who was talking then
         for m in np.linspace(x.start, x.end, 9)[1:-1]:
             assert any(o.speaker == x.speaker and o.start <= m < o.end for o in turns), (x, m)
+
+
+def test_speakers_who_stop_on_the_same_frame_give_no_empty_turn():
+    """Turns are made as start + duration, so two speakers who stop on the same frame end an ulp apart: the
+    exclusive turns handed that 4e-16 s gap to the speaker who never held the floor (a 0.000 s RTTM line)."""
+    from normlab.diarization.pipeline.postprocess import to_turns
+
+    for a, b in [(3, 4), (1, 7), (2, 5), (5, 6), (0, 9)]:
+        for end in range(10, 30):
+            p = torch.zeros(33, 2)
+            p[a:end, 0], p[b:end, 1] = 1, 1
+            ex = exclusive_turns(to_turns(p, 0.1, "u", median=1))
+            assert [x.speaker for x in ex] == ["spk0"], (a, b, end, ex)
+            assert abs(ex[0].start - a * 0.1) < 1e-9 and abs(ex[0].end - end * 0.1) < 1e-9
 
 
 def test_the_result_is_a_list_of_turns_with_rttm_and_json():

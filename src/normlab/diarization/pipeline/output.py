@@ -10,36 +10,48 @@ elsewhere nothing changes, and no time is added or removed: the exclusive turns 
 """
 from __future__ import annotations
 
+import bisect
 import json
 
 from ..._checks import BadValue
 from ..io.rttm import Turn, check_turn, format_rttm
 
+#: boundaries closer than this are one (seconds): turns made as start + duration end an ulp apart
+SAME_INSTANT = 1e-9
+
 
 def exclusive_turns(turns: list[Turn]) -> list[Turn]:
-    """The turns with overlap resolved to one speaker at a time (sorted; adjacent pieces of a speaker joined)."""
+    """The turns with overlap resolved to one speaker at a time (sorted; adjacent pieces of a speaker joined).
+
+    Boundaries within ``SAME_INSTANT`` of each other are one: two speakers who stop on the same frame have ends
+    that differ in the last bit (``start + duration``), and the gap between them was a turn of 4e-16 s."""
     if not turns:
         return []
-    cuts = sorted({b for t in turns for b in (t.start, t.end)})
-    pending = sorted(turns, key=lambda t: (t.start, t.speaker))
+    raw = sorted({b for t in turns for b in (t.start, t.end)})
+    cuts = [raw[0]]
+    for v in raw[1:]:
+        if v - cuts[-1] > SAME_INSTANT:
+            cuts.append(v)
+    snap = lambda v: cuts[bisect.bisect_right(cuts, v + SAME_INSTANT) - 1]  # noqa: E731   its boundary
+    pending = sorted(((snap(t.start), snap(t.end), t) for t in turns), key=lambda p: (p[0], p[2].speaker))
     out: list[Turn] = []
-    active: list[Turn] = []
+    active: list[tuple] = []
     prev, i = None, 0
     for a, b in zip(cuts, cuts[1:]):  # between two boundaries the set of active turns is constant
-        while i < len(pending) and pending[i].start <= a:
+        while i < len(pending) and pending[i][0] <= a:
             active.append(pending[i])
             i += 1
-        active = [t for t in active if t.end > a]
+        active = [p for p in active if p[1] > a]
         if not active:
             prev = None
             continue
-        if prev not in {t.speaker for t in active}:
-            prev = active[0].speaker  # the turn that began first (then by name): the one already talking
-        if out and out[-1].speaker == prev and abs(out[-1].end - a) < 1e-9:
+        if prev not in {p[2].speaker for p in active}:
+            prev = active[0][2].speaker  # the turn that began first (then by name): the one already talking
+        if out and out[-1].speaker == prev and abs(out[-1].end - a) < SAME_INSTANT:
             last = out.pop()
             out.append(Turn(last.uri, last.start, b - last.start, prev))
         else:
-            out.append(Turn(active[0].uri, a, b - a, prev))
+            out.append(Turn(active[0][2].uri, a, b - a, prev))
     return sorted(out)
 
 
