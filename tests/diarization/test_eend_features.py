@@ -8,7 +8,14 @@ import soundfile as sf
 import torch
 
 from normlab.diarization.io.audio import AudioError, read_mono
-from normlab.diarization.io.features import QUIET_RUN_SECONDS, FeatureConfig, extract, logmel, long_quiet, mel_filterbank
+from normlab.diarization.io.features import (
+    QUIET_RUN_SECONDS,
+    FeatureConfig,
+    extract,
+    logmel,
+    long_quiet,
+    mel_filterbank,
+)
 
 
 def _tone(freq, seconds, sr):

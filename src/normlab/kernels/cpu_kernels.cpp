@@ -12,7 +12,8 @@
 // Vectorized explicitly with the compiler's vector extensions (a vector is 16 or 32 bytes of A, chosen
 // per target below). A row reduction keeps LANES independent accumulators (one cache line of A: 16
 // floats or 8 doubles), element j always added to accumulator j % LANES (a row's last elements as if it
-// went on with zeros; a long row in chunks of 8 blocks whose sums are added in order, row_reduce), and folds them
+// went on with zeros; a long row in chunks of 8 blocks whose sums are added in order, in groups of 64 chunks
+// whose sums are added pairwise, row_reduce), and folds them
 // by a fixed pairwise tree: the order is written in the source, so no
 // compiler choice, vector width, thread count or pointer alignment changes it, and a row's result is bitwise
 // the same alone or inside any batch. A row's last elements are loaded and stored by part vectors (masked on
@@ -432,21 +433,74 @@ template <class A, class V> static inline A fold(V* acc) {
 // chunks' sums are added in order into the row's, so an element passes through at most SUM_CHUNK + D / (SUM_CHUNK *
 // LANES) + 5 additions instead of D / LANES + 4 (45 instead of 260 at D = 4096 in float32). Added 256 times in a
 // row, a float32 row of 4096 with a few large entries (1000 among N(0, 1), or Cauchy draws) normalized with 2-5
-// times torch's relative error (its sums are cascaded); in chunks, within it. A pairwise cascade of the chunk sums
-// (log2 of their number) made rows of 256 15% slower; this costs one vector addition per chunk. The order
-// depends only on D.
-static const i64 SUM_CHUNK = 8;
+// times torch's relative error (its sums are cascaded); in chunks, within it. A pairwise cascade of every chunk sum
+// made rows of 256 15% slower (and of 768 10%: its levels live in memory), so the sums in order run in groups of
+// GROUP_CHUNKS chunks (rows up to 8192 float or 4096 double elements: one group, as before), and only the groups'
+// sums are added pairwise (Cascade): in order, rows of 300,000 Cauchy draws read 20x torch's error (the rule held
+// to rows of about 65,536); an element now meets at most SUM_CHUNK + GROUP_CHUNKS + log2(groups) + 5 additions.
+// The order depends only on D.
+static const i64 SUM_CHUNK = 8, GROUP_CHUNKS = 64;
+
+// Group sums added pairwise: level i holds the sum of 2^i chunks while bit i of the count is set (a level is
+// written before it is read, so the array starts uninitialised). S: the vectors of one group's sums.
+template <class V, int S> struct Cascade {
+  V level[40][S];
+  i64 n = 0;
+  inline void add(V* part) {
+    int i = 0;
+    for (i64 c = n++; c & 1; c >>= 1, ++i)
+      for (int k = 0; k < S; ++k) part[k] = level[i][k] + part[k];
+    for (int k = 0; k < S; ++k) level[i][k] = part[k];
+  }
+  // out[k] = (every group's sum)[k], the levels added from the lowest up (n > 0)
+  inline void total(V* out) {
+    int i = __builtin_ctzll(static_cast<unsigned long long>(n));
+    for (int k = 0; k < S; ++k) out[k] = level[i][k];
+    for (++i; (n >> i) != 0; ++i)
+      if ((n >> i) & 1)
+        for (int k = 0; k < S; ++k) out[k] = level[i][k] + out[k];
+  }
+};
+
+// A row of more than GROUP_CHUNKS chunks: its whole chunks summed into sums[0, S) (zeros on entry), each by
+// chunk(j, part), in groups of GROUP_CHUNKS whose chunks' sums are added in order and whose sums are added pairwise;
+// returns the whole chunks' end. Not inlined: the cascade's levels (kilobytes) in the stack frame of every row's
+// reduction made rows of 256 20% slower
+template <class V, int S, class CHUNK>
+static __attribute__((noinline)) i64 grouped_sums(i64 d, i64 c, V* sums, CHUNK& chunk) {
+  Cascade<V, S> groups;
+  i64 j = 0;
+  while (j + c <= d) {
+    for (i64 n = 0; n < GROUP_CHUNKS && j + c <= d; ++n, j += c) {
+      V part[S] = {};
+      chunk(j, part);
+      for (int k = 0; k < S; ++k) sums[k] += part[k];
+    }
+    groups.add(sums);
+    for (int k = 0; k < S; ++k) sums[k] = V{};
+  }
+  groups.total(sums);
+  return j;
+}
+
 template <class A, class FV> static inline A row_reduce(i64 d, FV fv) {
   typedef typename Vec<A>::type V;
   const int W = Lanes<A>::W, NV = Lanes<A>::NV;
   const i64 B = NV * W;
   V acc[NV] = {}, chunks[NV] = {};
-  i64 j = 0;
-  for (; j + SUM_CHUNK * B <= d; j += SUM_CHUNK * B) {
-    V part[NV] = {};
-    for (i64 o = j; o < j + SUM_CHUNK * B; o += B)
+  auto chunk = [&](i64 c, V* part) NORMLAB_INLINE {
+    for (i64 o = c; o < c + SUM_CHUNK * B; o += B)
       for (int k = 0; k < NV; ++k) part[k] += fv(o + k * W, Full{});
-    for (int k = 0; k < NV; ++k) chunks[k] += part[k];
+  };
+  i64 j = 0;
+  if (d > GROUP_CHUNKS * SUM_CHUNK * B) {
+    j = grouped_sums<V, NV>(d, SUM_CHUNK * B, chunks, chunk);
+  } else {
+    for (; j + SUM_CHUNK * B <= d; j += SUM_CHUNK * B) {
+      V part[NV] = {};
+      chunk(j, part);
+      for (int k = 0; k < NV; ++k) chunks[k] += part[k];
+    }
   }
   for (; j + B <= d; j += B)
     for (int k = 0; k < NV; ++k) acc[k] += fv(j + k * W, Full{});
@@ -468,18 +522,26 @@ template <class A, class FV> static inline std::pair<A, A> row_reduce2(i64 d, FV
   typedef typename Vec<A>::type V;
   const int W = Lanes<A>::W, NV = Lanes<A>::NV;
   const i64 B = NV * W;
-  V acc1[NV] = {}, acc2[NV] = {}, chunks1[NV] = {}, chunks2[NV] = {};
+  V acc[2 * NV] = {}, chunks[2 * NV] = {};  // the first sum's accumulators, then the second's
+  V *acc1 = acc, *acc2 = acc + NV;
   const auto step = [&](V* a1, V* a2, i64 o, auto P, int k) NORMLAB_INLINE {
     const auto v = fv(o, P);
     a1[k] = P.add(a1[k], v.first);
     a2[k] = P.add(a2[k], v.second);
   };
+  auto chunk = [&](i64 c, V* part) NORMLAB_INLINE {
+    for (i64 o = c; o < c + SUM_CHUNK * B; o += B)
+      for (int k = 0; k < NV; ++k) step(part, part + NV, o + k * W, Full{}, k);
+  };
   i64 j = 0;
-  for (; j + SUM_CHUNK * B <= d; j += SUM_CHUNK * B) {
-    V part1[NV] = {}, part2[NV] = {};
-    for (i64 o = j; o < j + SUM_CHUNK * B; o += B)
-      for (int k = 0; k < NV; ++k) step(part1, part2, o + k * W, Full{}, k);
-    for (int k = 0; k < NV; ++k) chunks1[k] += part1[k], chunks2[k] += part2[k];
+  if (d > GROUP_CHUNKS * SUM_CHUNK * B) {
+    j = grouped_sums<V, 2 * NV>(d, SUM_CHUNK * B, chunks, chunk);
+  } else {
+    for (; j + SUM_CHUNK * B <= d; j += SUM_CHUNK * B) {
+      V part[2 * NV] = {};
+      chunk(j, part);
+      for (int k = 0; k < 2 * NV; ++k) chunks[k] += part[k];
+    }
   }
   for (; j + B <= d; j += B)
     for (int k = 0; k < NV; ++k) step(acc1, acc2, j + k * W, Full{}, k);
@@ -488,7 +550,7 @@ template <class A, class FV> static inline std::pair<A, A> row_reduce2(i64 d, FV
     if (d - o >= W) step(acc1, acc2, o, Full{}, k);
     else step(acc1, acc2, o, Part{int(d - o)}, k);
   }
-  for (int k = 0; k < NV; ++k) acc1[k] = chunks1[k] + acc1[k], acc2[k] = chunks2[k] + acc2[k];
+  for (int k = 0; k < 2 * NV; ++k) acc[k] = chunks[k] + acc[k];
   return {fold<A>(acc1), fold<A>(acc2)};
 }
 

@@ -129,6 +129,8 @@ def unreadable(x: Tensor) -> bool:
     FakeTensor, a FunctionalTensor, a wrapper that dispatches in Python), or any tensor while a
     ``TorchDispatchMode`` runs (``make_fx`` records ops, ``FakeTensorMode`` makes shapes only). A ctypes kernel
     would read uninitialised memory or crash there, and the mode would not see the op; the plain ops run."""
+    if torch.compiler.is_compiling():  # dynamo's own fake tensors: it inlines the fused math (dispatch)
+        return x.is_meta
     return x.is_meta or (type(x) is not Tensor and type(x) is not torch.nn.Parameter) or _dispatch_modes() > 0
 
 
