@@ -27,6 +27,17 @@ def test_only_normlab_s_own_unchanged_files_pass(tmp_path):
         written.check([mine])
 
 
+def test_a_folder_or_a_package_file_is_refused_even_with_overwrite(tmp_path):
+    """A folder where an output goes was skipped under --overwrite and found when the output was moved into
+    place, after all the work (bench, report, evaluate --html); --overwrite replaced the package's own files."""
+    (tmp_path / "bench.md").mkdir()
+    for overwrite in (False, True):
+        with pytest.raises(ValueError, match="bench.md is a folder where an output would go"):
+            written.check([tmp_path / "bench.md"], overwrite=overwrite)
+        with pytest.raises(ValueError, match="inside normlab's installed package"):
+            written.check([written.PACKAGE / "diarization" / "assets" / "eend_real.json"], overwrite=overwrite)
+
+
 def test_a_link_is_never_written_through(tmp_path):
     target = tmp_path / "elsewhere.txt"
     target.write_text("keep\n")

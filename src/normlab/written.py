@@ -40,12 +40,23 @@ def _listed(folder: pathlib.Path) -> dict[str, str]:
     return files if isinstance(files, dict) else {}
 
 
+#: normlab's own files (its code, its shipped models): never an output, whatever ``overwrite`` says
+PACKAGE = pathlib.Path(__file__).resolve().parent
+
+
 def check(paths, *, overwrite: bool = False, hint: str = "write into another folder") -> None:
     """Raise ``BadValue`` (one line) for the first of ``paths`` that exists and is not normlab's own unchanged
-    output; nothing where ``overwrite``."""
+    output (with ``overwrite``, none of those), or that lies inside normlab's package or is a folder (whatever
+    ``overwrite`` says: a folder was found only when the output was moved into place, after all the work)."""
+    paths = [pathlib.Path(os.path.abspath(q)) for q in paths]  # `out/sub/..` where sub is not made yet
+    for p in paths:
+        if p.resolve().is_relative_to(PACKAGE):
+            raise BadValue(f"{p} is inside normlab's installed package, whose files are never replaced: {hint}")
+        if p.is_dir():
+            raise BadValue(f"{p} is a folder where an output would go: move it away, or {hint}")
     if overwrite:
         return
-    for p in (pathlib.Path(os.path.abspath(q)) for q in paths):  # `out/sub/..` where sub is not made yet
+    for p in paths:
         if not (p.exists() or p.is_symlink()):
             continue
         if p.is_file() and not p.is_symlink() and _listed(p.parent).get(p.name) == _digest(p):

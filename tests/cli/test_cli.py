@@ -48,6 +48,11 @@ def test_version_names_normlab_torch_and_python():
     (["diarize", "train", "--data", "d", "--out", "o", "--encoder", "lstm"], "invalid choice: 'lstm'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--decay", "linear"], "invalid choice: 'linear'"),
     (["diarize", "score", "/nonexistent.rttm", "/nonexistent"], "/nonexistent.rttm: no such file"),
+    (["diarize", "score", "a.rttm", "a.rttm", "--uem", ""], "expected a path, got an empty one"),
+    # drawn one window at a time until the system killed the process, without a word
+    (["diarize", "train", "--data", "d", "--out", "o", "--batch", "100000000", "--frames", "50"],
+     "a batch of 100000000 windows of 50 frames needs at least"),
+    (["diarize", "recipe", "--out", "o", "--batch", "1000000000"], "windows of 100 frames needs at least"),
     (["count", "--preset", "gpt"], "invalid choice: 'gpt'"),
     (["bench", "--shapes", "0x0"], "shape needs at least 1 row and 1 feature, got '0x0'"),
     (["bench", "--shapes", "8x0"], "shape needs at least 1 row and 1 feature, got '8x0'"),

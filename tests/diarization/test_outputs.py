@@ -196,7 +196,7 @@ def test_files_normlab_did_not_write_are_never_replaced(files, tmp_path, capsys)
     # evaluate writing its hypotheses where the reference is (the reference is named like the recording)
     assert main(["diarize", "evaluate", str(d / "wav"), str(ref), *args, "--out", str(refs)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "talk.rttm exists and normlab did not write it" in err and len(err.splitlines()) == 1, err
+    assert "talk.rttm is the reference this evaluation reads" in err and len(err.splitlines()) == 1, err
     assert ref.read_text() == kept
     # a recording reached through a link: its reference beside the link is beside its audio
     linked = tmp_path / "proj"
@@ -260,6 +260,22 @@ def test_evaluate_with_a_uem_of_other_recordings_stops_before_any_work(files, tm
                  str(d / "enc.pt"), "--out", str(tmp_path / "hyp"), "--uem", str(uem)]) == 2
     assert "covers none of the recordings of" in capsys.readouterr().err
     assert not (tmp_path / "hyp").exists()
+
+
+def test_evaluate_never_writes_over_the_reference_it_scores(files, tmp_path, capsys):
+    """With --overwrite, a reference RTTM named like the recording inside --out was replaced by the hypothesis,
+    and the same command then scored it against itself (a second run read 0.00%)."""
+    d = files
+    ref = tmp_path / "talk.rttm"
+    write_rttm([Turn("talk", 0.0, 2.0, "v0")], ref)
+    before = ref.read_bytes()
+    args = ["--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt"), "--overwrite"]
+    assert main(["diarize", "evaluate", str(d / "wav"), str(ref), *args, "--out", str(tmp_path)]) == 2
+    assert f"{ref} is the reference this evaluation reads, and an output would replace it: give another --out" \
+        in capsys.readouterr().err
+    assert ref.read_bytes() == before
+    assert main(["diarize", "evaluate", str(d / "wav"), str(ref), *args, "--uem", "", "--out", str(tmp_path)]) == 2
+    assert "--uem: expected a path, got an empty one" in capsys.readouterr().err
 
 
 def test_a_fault_in_the_model_file_s_settings_names_the_file(files, tmp_path, capsys):

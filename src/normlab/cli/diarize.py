@@ -380,8 +380,8 @@ def add_parsers(sub, name: str) -> None:
     sc.add_argument("--collar", type=_seconds, default=0.25,
                     help=f"seconds forgiven on each side of every reference boundary (md-eval's -c) {d}")
     flag(sc, "--skip-overlap", "do not score overlapped reference speech")
-    sc.add_argument("--uem", help="UEM file: score only these regions (default: from the first turn to the "
-                    "last, of reference and hypothesis)")
+    sc.add_argument("--uem", type=a_path, help="UEM file: score only these regions (default: from the first turn "
+                    "to the last, of reference and hypothesis)")
     sc.set_defaults(func=_cmd_diarize_score)
 
     si = dsub.add_parser("simulate", help="simulate conversations with synthesized voices (EEND recipe)")
@@ -519,8 +519,8 @@ def add_parsers(sub, name: str) -> None:
                          "at collars 0 and 0.25 (as `diarize score` on the written RTTMs)")
     ev.add_argument("wav_dir", help="folder of .wav/.flac files; each file's stem is its uri")
     ev.add_argument("ref", help="reference RTTM file")
-    ev.add_argument("--uem", default=None, help="UEM file: score only these regions (default: per recording, "
-                    "from the first turn to the last, of reference and hypothesis)")
+    ev.add_argument("--uem", type=a_path, default=None, help="UEM file: score only these regions (default: per "
+                    "recording, from the first turn to the last, of reference and hypothesis)")
     ev.add_argument("--out", type=a_folder, default="rttm", help=f"where the hypothesis RTTMs are written {d}")
     flag(ev, "--json", "print the numbers as JSON")
     ev.add_argument("--html", type=a_path, default=None, metavar="DIR",

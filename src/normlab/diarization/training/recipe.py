@@ -115,6 +115,9 @@ class RecipeConfig:
                   "min_speakers"):
             need(isinstance(getattr(self, f), int) and getattr(self, f) >= 1, f, "a whole number >= 1")
         need(self.seed < 2**63, "seed", "below 2**63")
+        from .train import check_batch_fits
+
+        check_batch_fits(self.batch, self.frames, self.model_config().input_dim, self.n_heads)
         need(self.n_train + self.n_train_real >= 1, "n_train", "at least 1 (with n_train_real)")
         need(self.min_speakers <= self.n_speakers, "min_speakers", f"at most n_speakers ({self.n_speakers})")
         splits = _splits(self)  # every simulation's own checks (beta, utterances per speaker, ...)

@@ -290,6 +290,21 @@ def batch_statistics(model: torch.nn.Module) -> list[str]:
     return sorted({type(m).__name__ for m in model.modules() if isinstance(m, kinds)})
 
 
+def check_batch_fits(batch: int, frames: int, input_dim: int, n_heads: int) -> None:
+    """BadValue (one line) where a batch cannot fit in this machine's memory: its windows' features and one
+    layer's attention weights alone (float32) are more than the memory there is. A batch of 10^8 windows was
+    drawn one window at a time until the system killed the process, without a word."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): nothing to compare with
+        return
+    need = 4 * batch * frames * (input_dim + n_heads * frames)
+    if need > total:
+        raise BadValue(f"a batch of {batch} windows of {frames} frames needs at least {need / 2**30:,.0f} GiB (its "
+                       f"features and one layer's attention weights), more than this machine's {total / 2**30:.0f} "
+                       "GiB: use a smaller batch or fewer frames")
+
+
 def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, batch: int = 8, frames: int = 500,
               device: str = "auto", tensorboard: str | pathlib.Path | None = None,
               progress: Callable[[int, int, float], None] | None = None) -> dict:
@@ -311,6 +326,7 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
 
     check_count(batch, "batch")
     check_count(frames, "frames")
+    check_batch_fits(batch, frames, model_cfg.input_dim, model_cfg.n_heads)
     out = pathlib.Path(out)
     if (out / "model.pt").exists() and not (out / "ckpt" / "last.pt").exists():  # not this training's own model
         raise BadValue(f"{out / 'model.pt'} exists and {out / 'ckpt'} holds no training to resume: training from "
