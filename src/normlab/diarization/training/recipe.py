@@ -115,9 +115,6 @@ class RecipeConfig:
                   "min_speakers"):
             need(isinstance(getattr(self, f), int) and getattr(self, f) >= 1, f, "a whole number >= 1")
         need(self.seed < 2**63, "seed", "below 2**63")
-        from .train import check_batch_fits
-
-        check_batch_fits(self.batch, self.frames, self.model_config().input_dim, self.n_heads)
         need(self.n_train + self.n_train_real >= 1, "n_train", "at least 1 (with n_train_real)")
         need(self.min_speakers <= self.n_speakers, "min_speakers", f"at most n_speakers ({self.n_speakers})")
         splits = _splits(self)  # every simulation's own checks (beta, utterances per speaker, ...)
@@ -128,6 +125,9 @@ class RecipeConfig:
         need(0 <= self.dropout < 1, "dropout", "in [0, 1)")
         need(math.isfinite(self.whiten_lam) and self.whiten_lam >= 0, "whiten_lam", "a finite number >= 0")
         self.model_config(), self.train_config()  # the model and its training, checked as they will be built
+        from .train import check_batch_fits
+
+        check_batch_fits(self.batch, self.frames, self.model_config().input_dim, self.n_heads)
         if self.tune_grid != "none":
             parse_grid([g for g in self.tune_grid.split(";") if g.strip()], (SEGMENT_GRID, STITCH_GRID))
         for d in (d for d in self.dev_extra.split(",") if d):
