@@ -10,10 +10,11 @@ import torch
 from normlab.diarization.io.audio import AudioError, read_mono
 from normlab.diarization.io.features import (
     QUIET_RUN_SECONDS,
+    STEADY_DB,
     FeatureConfig,
     extract,
     logmel,
-    long_quiet,
+    long_pauses,
     mel_filterbank,
 )
 
@@ -107,12 +108,15 @@ def test_digital_silence_reads_as_the_recordings_quiet_background():
 
 
 def _talk(seconds: float, seed: int = 0) -> torch.Tensor:
-    """Bursts of a loud tone in noise with short quiet pauses, 8 kHz: a stand-in for speech whose own pauses
-    are louder than a recorder's noise floor."""
+    """Syllables of a loud tone (a 3 Hz envelope: it rises and falls by tens of dB within each second, as talk
+    does) in noise, with short pauses, 8 kHz: a stand-in for speech whose own pauses are louder than a
+    recorder's noise floor."""
     g = torch.Generator().manual_seed(seed)
     n = int(seconds * 8000)
+    t = torch.arange(n) / 8000
     on = (torch.arange(n) // 4000) % 3 != 2  # 0.5 s on, 0.5 s on, 0.5 s pause
-    return torch.from_numpy(_tone(300, seconds, 8000)) * on * 0.2 + 1e-3 * torch.randn(n, generator=g)
+    syllables = torch.sin(2 * math.pi * 3 * t).abs() ** 2
+    return torch.from_numpy(_tone(300, seconds, 8000)) * on * syllables * 0.2 + 1e-3 * torch.randn(n, generator=g)
 
 
 def test_a_long_quiet_lead_in_leaves_the_recording_mean_alone():
@@ -130,20 +134,39 @@ def test_a_long_quiet_lead_in_leaves_the_recording_mean_alone():
     # a quiet stretch shorter than the limit counts in the mean as before: the recording mean of every frame
     short = torch.cat([lead[: 5 * 8000], talk])
     f = logmel(short, cfg)
-    assert not long_quiet(f, cfg).any()
+    assert not long_pauses(f, cfg).any()
     torch.testing.assert_close(extract(short, cfg)[:, 7 * 23 : 8 * 23], (f - f.mean(0))[::10], atol=0, rtol=0)
 
 
-def test_long_quiet_marks_whole_runs_longer_than_the_limit():
+def test_long_pauses_are_runs_of_quiet_frames_or_steady_seconds_longer_than_the_limit():
     cfg = FeatureConfig()
     per_second = cfg.sample_rate // cfg.hop
-    f = torch.full((100 * per_second, 23), -2.0)  # loud
+    g = torch.Generator().manual_seed(0)
+    f = -2.0 - 3.0 * torch.rand(100 * per_second, 1, generator=g).expand(-1, 23)  # talk: 30 dB up and down
+    f = f.clone()
     f[: 12 * per_second] = -7.0  # a 12 s quiet lead-in
     f[40 * per_second : 45 * per_second] = -6.8  # a 5 s pause, 2 dB above the quiet level: quiet, but short
     f[60 * per_second : 60 * per_second + int(QUIET_RUN_SECONDS * per_second) + 1] = -6.6  # just over the limit
-    marked = long_quiet(f, cfg)
+    marked = long_pauses(f, cfg)
     assert marked[: 12 * per_second].all() and not marked[12 * per_second : 60 * per_second].any()
     assert marked[60 * per_second : 60 * per_second + 1001].all() and not marked[60 * per_second + 1001 :].any()
     f[60 * per_second + int(QUIET_RUN_SECONDS * per_second)] = -2.0  # now exactly the limit: not longer
-    assert not long_quiet(f, cfg)[60 * per_second :].any()
-    assert long_quiet(torch.zeros(0, 23), cfg).shape == (0,)
+    assert not long_pauses(f, cfg)[60 * per_second :].any()
+    # steady seconds well above the quiet level (a fan louder than the pauses): more than 10 of them in a row
+    f[70 * per_second : 81 * per_second] = -4.0 + 0.5 * STEADY_DB / 10 * torch.rand(11 * per_second, 1, generator=g)
+    f[85 * per_second : 95 * per_second] = -4.0  # 10 s: not more than the limit
+    marked = long_pauses(f, cfg)
+    assert marked[70 * per_second : 81 * per_second].all() and not marked[81 * per_second :].any()
+    assert long_pauses(torch.zeros(0, 23), cfg).shape == (0,)
+
+
+def test_a_steady_lead_in_louder_than_the_pauses_leaves_the_mean_alone():
+    """45 s of a fan (white noise 12 dB above the talk's own pauses) before the talk: not quiet by the
+    recording's quiet level, but steady; pyannote's sample read 46% after such a lead-in (4.22% without), and
+    4.22% now."""
+    cfg = FeatureConfig()
+    talk = _talk(20.0)
+    fan = 4e-3 * torch.randn(45 * 8000, generator=torch.Generator().manual_seed(2))
+    x, alone = extract(torch.cat([fan, talk]), cfg), extract(talk, cfg)
+    centre = lambda f: f[:, 7 * 23 : 8 * 23]  # noqa: E731 - the unspliced frames
+    torch.testing.assert_close(centre(x)[451:], centre(alone)[1:], atol=0.01, rtol=0)

@@ -17,10 +17,12 @@ import torch
 FEATURE_RATE = 8000
 #: mel power below this is read as this (log10: -10): the log floor of digital silence
 POWER_FLOOR = 1e-10
-#: a quiet stretch longer than this is left out of the recording mean (``long_quiet``)
+#: a stretch without talk longer than this is left out of the recording mean (``long_pauses``)
 QUIET_RUN_SECONDS = 10.0
 #: how far above the recording's quiet level (its frames' 5th percentile of mel power) a frame counts as quiet
 QUIET_DB = 6.0
+#: a second whose frames' mel power stays within this (5th to 95th percentile) is steady: noise, not talk
+STEADY_DB = 6.0
 
 
 @dataclass(frozen=True)
@@ -101,31 +103,47 @@ def extract(wave: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), block: int
     if sound.any() and not sound.all():
         heard = f[sound]
         f[~sound] = heard.kthvalue(max(1, heard.shape[0] // 20), dim=0).values
-    # The recording mean is that of the frames with sound, less its long quiet stretches (below)
-    used = (sound if sound.any() else torch.ones_like(sound)) & ~long_quiet(f, cfg)
+    # The recording mean is that of the frames with sound, less its long stretches without talk (below)
+    used = (sound if sound.any() else torch.ones_like(sound)) & ~long_pauses(f, cfg)
     if used.all() or not used.any():
         return _spliced(f - f.mean(dim=0, keepdim=True), cfg)  # the recording mean removed
     return _spliced(f - f[used].mean(dim=0, keepdim=True), cfg)
 
 
-def long_quiet(f: torch.Tensor, cfg: FeatureConfig = FeatureConfig()) -> torch.Tensor:
-    """Which log-mel frames of ``f`` ``(frames, n_mels)`` lie in a quiet stretch longer than
+def long_pauses(f: torch.Tensor, cfg: FeatureConfig = FeatureConfig()) -> torch.Tensor:
+    """Which log-mel frames of ``f`` ``(frames, n_mels)`` lie in a stretch without talk longer than
     ``QUIET_RUN_SECONDS``: frames at most ``QUIET_DB`` above the recording's quiet level (its frames' 5th
-    percentile of mel power), one after another.
+    percentile of mel power), one after another; or whole seconds, one after another, each of them steady (the
+    mel power of its frames within ``STEADY_DB``, 5th to 95th percentile: talk rises and falls by tens of dB
+    within a second, a fan or a recorder's hiss does not).
 
     Left out of the recording mean: the training recordings pause for seconds, and a long lead-in of room
     tone or of a recorder's own noise (45 s before 30 s of talk) pulled the mean toward it, so that all of the
     speech read 10-20 dB louder than the model ever heard it; it found one speaker or four where two talk.
     """
-    if f.shape[0] == 0:
+    n = f.shape[0]
+    if n == 0:
         return torch.zeros(0, dtype=torch.bool)
     level = torch.logsumexp(f * math.log(10), dim=1) / math.log(10)  # log10 of each frame's mel power
-    quiet = level <= level.kthvalue(max(1, level.shape[0] // 20)).values + QUIET_DB / 10
-    edges = torch.diff(quiet.to(torch.int8), prepend=torch.zeros(1, dtype=torch.int8),
+    per_second = round(cfg.sample_rate / cfg.hop)
+    longest = round(QUIET_RUN_SECONDS * per_second)
+    marks = _runs_longer(level <= level.kthvalue(max(1, n // 20)).values + QUIET_DB / 10, longest)
+    seconds = n // per_second
+    if seconds:
+        blocks = level[: seconds * per_second].reshape(seconds, per_second)
+        spread = torch.quantile(blocks, 0.95, dim=1) - torch.quantile(blocks, 0.05, dim=1)  # log10 units
+        steady = _runs_longer(spread < STEADY_DB / 10, round(QUIET_RUN_SECONDS))
+        marks[: seconds * per_second] |= steady.repeat_interleave(per_second)
+    return marks
+
+
+def _runs_longer(flags: torch.Tensor, longest: int) -> torch.Tensor:
+    """``flags`` kept only in runs of more than ``longest`` True values one after another."""
+    edges = torch.diff(flags.to(torch.int8), prepend=torch.zeros(1, dtype=torch.int8),
                        append=torch.zeros(1, dtype=torch.int8))
     starts, ends = (edges == 1).nonzero().squeeze(1), (edges == -1).nonzero().squeeze(1)
-    long = ends - starts > round(QUIET_RUN_SECONDS * cfg.sample_rate / cfg.hop)
-    marks = torch.zeros(f.shape[0] + 1, dtype=torch.int64)
+    long = ends - starts > longest
+    marks = torch.zeros(flags.shape[0] + 1, dtype=torch.int64)
     marks.index_add_(0, starts[long], torch.ones_like(starts[long]))
     marks.index_add_(0, ends[long], -torch.ones_like(ends[long]))
     return marks.cumsum(0)[:-1] > 0
