@@ -38,6 +38,15 @@ def test_a_folder_or_a_package_file_is_refused_even_with_overwrite(tmp_path):
             written.check([written.PACKAGE / "diarization" / "assets" / "eend_real.json"], overwrite=overwrite)
 
 
+def test_a_link_loop_is_one_line_too(tmp_path):
+    """The package check resolves each output: a looping link raised RuntimeError (a traceback)."""
+    (tmp_path / "bench.md").symlink_to(tmp_path / "loop")
+    (tmp_path / "loop").symlink_to(tmp_path / "bench.md")
+    with pytest.raises(ValueError, match="bench.md exists and normlab did not write it"):
+        written.check([tmp_path / "bench.md"])
+    written.check([tmp_path / "bench.md"], overwrite=True)
+
+
 def test_a_link_is_never_written_through(tmp_path):
     target = tmp_path / "elsewhere.txt"
     target.write_text("keep\n")

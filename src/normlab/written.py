@@ -44,13 +44,22 @@ def _listed(folder: pathlib.Path) -> dict[str, str]:
 PACKAGE = pathlib.Path(__file__).resolve().parent
 
 
+def resolved(path) -> pathlib.Path:
+    """``path`` with its links followed, or as it is (made absolute) where they loop: a loop is a link that
+    exists and that normlab did not write, which ``check`` then names in one line (``Path.resolve`` raised)."""
+    try:
+        return pathlib.Path(path).resolve()
+    except (RuntimeError, OSError):
+        return pathlib.Path(os.path.abspath(path))
+
+
 def check(paths, *, overwrite: bool = False, hint: str = "write into another folder") -> None:
     """Raise ``BadValue`` (one line) for the first of ``paths`` that exists and is not normlab's own unchanged
     output (with ``overwrite``, none of those), or that lies inside normlab's package or is a folder (whatever
     ``overwrite`` says: a folder was found only when the output was moved into place, after all the work)."""
     paths = [pathlib.Path(os.path.abspath(q)) for q in paths]  # `out/sub/..` where sub is not made yet
     for p in paths:
-        if p.resolve().is_relative_to(PACKAGE):
+        if resolved(p).is_relative_to(PACKAGE):
             raise BadValue(f"{p} is inside normlab's installed package, whose files are never replaced: {hint}")
         if p.is_dir():
             raise BadValue(f"{p} is a folder where an output would go: move it away, or {hint}")

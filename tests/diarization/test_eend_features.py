@@ -170,3 +170,18 @@ def test_a_steady_lead_in_louder_than_the_pauses_leaves_the_mean_alone():
     x, alone = extract(torch.cat([fan, talk]), cfg), extract(talk, cfg)
     centre = lambda f: f[:, 7 * 23 : 8 * 23]  # noqa: E731 - the unspliced frames
     torch.testing.assert_close(centre(x)[451:], centre(alone)[1:], atol=0.01, rtol=0)
+
+
+def test_zeros_then_a_recorders_hiss_then_talk():
+    """Digital zeros first (read as the quietest frames) set the quiet level below a recorder's hiss: one hiss
+    frame 0.06 dB over the quiet threshold split its 45 s run, and the 5.5 s left counted in the mean (every talk
+    frame 4.2 dB louder). The hiss is steady: the whole run is left out."""
+    cfg = FeatureConfig()
+    talk = _talk(20.0)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(6):
+        torch.randn(45 * 8000, generator=g)
+    hiss = 1e-4 * torch.randn(45 * 8000, generator=g)
+    x, alone = extract(torch.cat([torch.zeros(10 * 8000), hiss, talk]), cfg), extract(talk, cfg)
+    centre = lambda f: f[:, 7 * 23 : 8 * 23]  # noqa: E731 - the unspliced frames
+    assert abs((centre(x)[551:] - centre(alone)[1:]).mean()) < 0.02

@@ -145,16 +145,16 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     if score(ref, {}, collar=0.0, uem=regions).total == 0:
         raise BadValue(f"nothing to score: the reference has no speech{' inside the UEM' if uem else ''} in the "
                        f"{len(ref)} recordings of {wav_dir} it names")
-    inputs = {pathlib.Path(f).resolve(): what for f, what in ((ref_rttm, "reference"), (uem, "UEM")) if f is not None}
+    inputs = {written.resolved(f): what for f, what in ((ref_rttm, "reference"), (uem, "UEM")) if f is not None}
     outputs = [out_dir / f"{u}.rttm" for u in sorted(uris)]
     if html is not None:
         from .report_html import page_path
 
         outputs.append(page_path(html))
-    taken = next((o for o in outputs if o.resolve() in inputs), None)
+    taken = next((o for o in outputs if written.resolved(o) in inputs), None)
     if taken is not None:  # even with overwrite: the command would score its own output
-        raise BadValue(f"{taken} is the {inputs[taken.resolve()]} this evaluation reads, and an output would replace "
-                       f"it: give another {'--html' if taken.suffix == '.html' else '--out'}")
+        raise BadValue(f"{taken} is the {inputs[written.resolved(taken)]} this evaluation reads, and an output "
+                       f"would replace it: give another {'--html' if taken.suffix == '.html' else '--out'}")
     if html is not None:
         written.check([page_path(html)], overwrite=overwrite, hint="give --html another folder")
         written.writable_folder(page_path(html).parent, "--html")
