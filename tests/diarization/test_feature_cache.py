@@ -10,7 +10,7 @@ import soundfile as sf
 import torch
 
 from normlab.diarization.data.dataset import MixtureSet
-from normlab.diarization.io.features import FeatureConfig
+from normlab.diarization.io.features import RULES, FeatureConfig
 
 
 def _mixtures(folder: pathlib.Path, n: int = 2, seconds: float = 3.0) -> pathlib.Path:
@@ -119,6 +119,18 @@ def test_another_feature_setup_does_not_use_the_cache(data):
     items = _quietly(folder, cfg=other).items
     assert items[0][0].shape[1] == other.dim == 50
     assert torch.equal(_quietly(folder).items[0][0], fresh[0])  # and back
+
+
+def test_a_cache_of_another_extractor_version_is_made_again(data):
+    """The extractor's rules changed (long stretches without talk left out of the recording mean) while the
+    feature setup stayed: a resumed recipe read the old features of its long-paused mixtures beside new ones."""
+    folder, fresh = data
+    cache = folder / "wav" / "m0.feats.pt"
+    blob = torch.load(cache, weights_only=True)
+    assert blob["rules"] == RULES
+    torch.save({**{k: v for k, v in blob.items() if k != "rules"}, "feats": blob["feats"] + 1}, cache)  # version 1
+    assert torch.equal(_quietly(folder).items[0][0], fresh[0])
+    assert torch.load(cache, weights_only=True)["rules"] == RULES
 
 
 def test_a_read_only_folder_is_read_without_caching(data, monkeypatch):

@@ -11,7 +11,7 @@ import torch
 
 from ..._checks import BadValue
 from ..io.audio import read_mono
-from ..io.features import FeatureConfig, extract
+from ..io.features import RULES, FeatureConfig, extract
 from ..io.rttm import read_rttm
 
 
@@ -45,15 +45,17 @@ def _read_cache(cache: pathlib.Path, wav: pathlib.Path, cfg: FeatureConfig, stam
     feats = blob.get("feats") if isinstance(blob, dict) else None
     if not (isinstance(feats, torch.Tensor) and feats.dtype.is_floating_point and feats.dim() == 2):
         return None, True
-    if blob.get("features") != asdict(cfg) or (blob.get("stamp") != stamp and blob.get("digest") != _digest(wav)):
-        return None, False  # another feature setup, or another WAV (a copy keeps the digest, not the time)
+    if blob.get("features") != asdict(cfg) or blob.get("rules", 1) != RULES or (
+            blob.get("stamp") != stamp and blob.get("digest") != _digest(wav)):
+        return None, False  # another feature setup or version, or another WAV (a copy keeps the digest, not the time)
     return (feats, False) if feats.shape[1] == cfg.dim else (None, True)
 
 
 def _cached_features(wav: pathlib.Path, cfg: FeatureConfig, broken: list) -> torch.Tensor:
     """The features of ``wav``, from its cache ``<uri>.feats.pt`` where that belongs to this WAV and ``cfg``.
 
-    The cache keeps the feature setup and the WAV's size, modification time and digest beside the features.
+    The cache keeps the feature setup, the extractor's version (``RULES``) and the WAV's size, modification time
+    and digest beside the features.
     Any other cache is rebuilt from the WAV, atomically; one that could not be read is appended to ``broken``.
     """
     cache = wav.with_suffix(".feats.pt")
@@ -69,7 +71,7 @@ def _cached_features(wav: pathlib.Path, cfg: FeatureConfig, broken: list) -> tor
     feats = extract(read_mono(wav, cfg.sample_rate), cfg)
     tmp = cache.with_suffix(f".{os.getpid()}.tmp")
     try:
-        torch.save({"feats": feats, "features": asdict(cfg), "stamp": stamp, "digest": digest}, tmp)
+        torch.save({"feats": feats, "features": asdict(cfg), "rules": RULES, "stamp": stamp, "digest": digest}, tmp)
         os.replace(tmp, cache)  # atomic: a reader in another process never sees half a file
     except OSError:  # a read-only folder or a full disk: the features are used uncached
         with contextlib.suppress(OSError):

@@ -17,6 +17,9 @@ import torch
 FEATURE_RATE = 8000
 #: mel power below this is read as this (log10: -10): the log floor of digital silence
 POWER_FLOOR = 1e-10
+#: the version of what ``extract`` computes beyond ``FeatureConfig``'s numbers (2: long stretches without talk
+#: left out of the recording mean); a feature cache made by another version is made again
+RULES = 2
 #: a stretch without talk longer than this is left out of the recording mean (``long_pauses``)
 QUIET_RUN_SECONDS = 10.0
 #: how far above the recording's quiet level (its frames' 5th percentile of mel power) a frame counts as quiet
