@@ -37,12 +37,12 @@ def git_commit() -> str | None:
 
 
 #: normlab's source files, whose bytes :func:`code_digest` covers
-_PACKAGE = pathlib.Path(__file__).resolve().parent
+PACKAGE = pathlib.Path(__file__).resolve().parent
 _CODE_SUFFIXES = (".py", ".cpp")
 
 
 @functools.lru_cache(maxsize=None)
-def code_digest(root: pathlib.Path = _PACKAGE) -> str:
+def code_digest(root: pathlib.Path = PACKAGE) -> str:
     """Hash of every source file under ``root`` (normlab itself by default): what tells two builds of one version
     apart (an installed wheel has no git commit; a study cell's own source does not cover what it calls)."""
     h = hashlib.sha256()

@@ -17,6 +17,7 @@ import pathlib
 from collections.abc import Callable
 
 from ._checks import BadValue
+from .provenance import PACKAGE
 
 #: the list's file name, in each folder normlab writes to
 LIST = ".normlab-written.json"
@@ -40,10 +41,6 @@ def _listed(folder: pathlib.Path) -> dict[str, str]:
     return files if isinstance(files, dict) else {}
 
 
-#: normlab's own files (its code, its shipped models): never an output, whatever ``overwrite`` says
-PACKAGE = pathlib.Path(__file__).resolve().parent
-
-
 def resolved(path) -> pathlib.Path:
     """``path`` with its links followed, or as it is (made absolute) where they loop: a loop is a link that
     exists and that normlab did not write, which ``check`` then names in one line (``Path.resolve`` raised)."""
@@ -55,8 +52,9 @@ def resolved(path) -> pathlib.Path:
 
 def check(paths, *, overwrite: bool = False, hint: str = "write into another folder") -> None:
     """Raise ``BadValue`` (one line) for the first of ``paths`` that exists and is not normlab's own unchanged
-    output (with ``overwrite``, none of those), or that lies inside normlab's package or is a folder (whatever
-    ``overwrite`` says: a folder was found only when the output was moved into place, after all the work)."""
+    output (with ``overwrite``, none of those), or that lies inside normlab's package (its code and shipped
+    models: never an output) or is a folder (whatever ``overwrite`` says: a folder was found only when the output
+    was moved into place, after all the work)."""
     paths = [pathlib.Path(os.path.abspath(q)) for q in paths]  # `out/sub/..` where sub is not made yet
     for p in paths:
         if resolved(p).is_relative_to(PACKAGE):

@@ -124,10 +124,10 @@ class RecipeConfig:
         need(0 <= self.real_p <= 1, "real_p", "in [0, 1]")
         need(0 <= self.dropout < 1, "dropout", "in [0, 1)")
         need(math.isfinite(self.whiten_lam) and self.whiten_lam >= 0, "whiten_lam", "a finite number >= 0")
-        self.model_config(), self.train_config()  # the model and its training, checked as they will be built
+        model, _ = self.model_config(), self.train_config()  # the model and its training, checked as built
         from .train import check_batch_fits
 
-        check_batch_fits(self.batch, self.frames, self.model_config().input_dim, self.n_heads)
+        check_batch_fits(self.batch, self.frames, model.input_dim, model.n_heads)
         if self.tune_grid != "none":
             parse_grid([g for g in self.tune_grid.split(";") if g.strip()], (SEGMENT_GRID, STITCH_GRID))
         for d in (d for d in self.dev_extra.split(",") if d):
@@ -206,15 +206,20 @@ def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
     return sets
 
 
+def _train_sets(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
+    """The recipe's training sets (``train``, ``train_synth``, ``train_real``, the sounds and the rooms), in
+    ``_splits`` order."""
+    return [(name, sim) for name, sim in _splits(cfg) if name.startswith("train")]
+
+
 def train_recordings(cfg: RecipeConfig) -> int:
-    """How many recordings the recipe trains on: every training set's (``train``, ``train_synth``, ``train_real``,
-    the sounds and the rooms)."""
-    return sum(sim.n_mixtures for name, sim in _splits(cfg) if name.startswith("train"))
+    """How many recordings the recipe trains on: every training set's."""
+    return sum(sim.n_mixtures for _, sim in _train_sets(cfg))
 
 
 def _train_names(cfg: RecipeConfig) -> list[str]:
     """The recipe's training folders, in ``_splits`` order."""
-    return [name for name, _ in _splits(cfg) if name.startswith("train")]
+    return [name for name, _ in _train_sets(cfg)]
 
 
 def simulate_splits(data: str | pathlib.Path, cfg: RecipeConfig, progress: Progress | None = None,
