@@ -123,17 +123,28 @@ def _cmd_diarize_run(args: argparse.Namespace) -> int:
     from ..diarization.pipeline.api import diarize_files
     from ..diarization.pipeline.output import FORMATS
 
+    found = {}
     status = diarize_files(args.audio, args.out, model=_model_on_device(args), embedding=args.embedding,
                            format=args.format, exclusive=args.exclusive, plot=args.plot, overwrite=args.overwrite,
-                           progress=progress("diarize"), **_speaker_counts(args), **_pipeline_options(args))
+                           progress=progress("diarize"), on_result=found.__setitem__, **_speaker_counts(args),
+                           **_pipeline_options(args))
     for path, st in status.items():
         stem = f"{args.out}/{recording_uri(path)}"
         wrote = f"{stem}{FORMATS[args.format]}" + (f" and {stem}.png" if args.plot else "")
         if st == "ok":
-            print(f"{path}: wrote {wrote}")
+            print(f"{path}: wrote {wrote} ({_found(found[path])})")
         else:  # the other files are written; this one's error goes where errors go (its path said once)
             print(f"{path}: error: {st.removeprefix(f'{path}: ')}", file=sys.stderr)
     return 0 if all(st == "ok" for st in status.values()) else 1
+
+
+def _found(result) -> str:
+    """What a file's diarization found, in a few words: its speakers and their speech, or that there is none."""
+    if not result.turns:
+        return "no speech found"
+    speakers = len({t.speaker for t in result.turns})
+    speech = sum(t.duration for t in result.turns)
+    return f"{speakers} speaker{'s' * (speakers != 1)}, {speech:.1f} s of speech in {result.duration:.1f} s"
 
 
 def _cmd_diarize_evaluate(args: argparse.Namespace) -> int:

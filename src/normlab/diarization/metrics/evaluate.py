@@ -158,8 +158,14 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     if html is not None:
         written.check([page_path(html)], overwrite=overwrite, hint="give --html another folder")
         written.writable_folder(page_path(html).parent, "--html")
-    status = diarize_files(paths, out_dir, progress=progress, overwrite=overwrite, **diarize_kw)
-    made = made_with(**{k: v for k, v in diarize_kw.items() if k not in ("format", "exclusive", "plot")})
+    results = {}
+    status = diarize_files(paths, out_dir, progress=progress, overwrite=overwrite, on_result=results.__setitem__,
+                           **diarize_kw)
+    # what the files were made with, as their results record it (the model and encoder loaded once); only where
+    # every file failed are they loaded again to say it
+    first = next(iter(results.values()), None)
+    made = ({"settings": first.settings, "provenance": first.provenance} if first is not None else
+            made_with(**{k: v for k, v in diarize_kw.items() if k not in ("format", "exclusive", "plot")}))
     hyp: dict[str, list[Turn]] = {}
     for p in paths:
         if status[str(p)] == "ok":

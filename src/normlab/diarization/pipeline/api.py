@@ -221,9 +221,12 @@ def _outputs(path, out_dir: pathlib.Path, format: str, plot: bool) -> list[pathl
 def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int | None = None,
                   min_speakers: int | None = None, max_speakers: int | None = None, model=None, embedding=None,
                   format: str = "rttm", exclusive: bool = False, plot: bool = False, overwrite: bool = False,
-                  progress: Callable[[int, int, str], None] | None = None, **options) -> dict[str, str]:
+                  progress: Callable[[int, int, str], None] | None = None,
+                  on_result: Callable[[str, Diarization], None] | None = None, **options) -> dict[str, str]:
     """Write ``out_dir/<stem>.rttm`` (or ``.json``, ``format="json"``) per file, and ``out_dir/<stem>.png``
     (a timeline, ``plot=True``); ``{path: "ok" | error}`` (one bad file never stops the rest).
+    ``on_result(path, diarization)`` is called with each file's result once it is written (what was found:
+    its speakers, settings and provenance, without reading the file back).
 
     The speaker counts, ``exclusive`` and ``options`` are ``diarize``'s. The model, the encoder and the
     pipeline's settings are made once; their errors, bad options and a missing matplotlib (``plot``) raise.
@@ -275,6 +278,8 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
             status[str(p)] = "ok"
         except (ValueError, OSError) as e:  # AudioError and friends: reported per file
             status[str(p)] = str(e)
+        if on_result and status[str(p)] == "ok":  # outside the try: the caller's own errors are not the file's
+            on_result(str(p), result)
         if progress:  # file i is done (counted from 0, as every progress callback)
             progress(i, len(paths), pathlib.Path(p).name)
     return status
