@@ -214,3 +214,44 @@ def test_a_meta_device_build_of_the_video_encoder_loads_into_the_same_model():
     assert torch.equal(built.eval()(x), ref(x))
     with pytest.raises(ValueError, match="sequence length 4 exceeds max_frames 2"):
         VideoEncoder(16, 2, 1, n_patches=3, max_frames=2)(x)
+
+
+@pytest.mark.parametrize("make", [lambda: normlab.TransformerBlock(16, 4, 32),
+                                  lambda: normlab.ConformerBlock(16, 4, 32, kernel_size=3)])
+@pytest.mark.parametrize("mask", [torch.zeros(1, 5, dtype=torch.bool), torch.zeros(5, dtype=torch.bool),
+                                  torch.zeros(2, 6, dtype=torch.bool)])
+def test_a_block_alone_refuses_a_mask_of_another_shape(make, mask):
+    """A block used on its own took a (1, T) mask for every sequence of the batch (broadcast); other shapes
+    failed inside torch. Its docstring, the encoder and torch's own layer all ask (B, T)."""
+    x = torch.randn(2, 5, 16)
+    with pytest.raises(ValueError, match="padding mask has shape"):
+        materialize(*make().eval()(x, mask=mask))
+    with pytest.raises(ValueError, match=r"attention needs an input of shape \(B, T, 16\)"):
+        make().eval()(torch.randn(5, 16))
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_an_input_of_another_dtype_than_the_encoder_is_one_line(placement):
+    """float64 or float16 frames into a float32 encoder failed inside its first Linear (torch's RuntimeError, a
+    traceback in the CLI), and an integer input got normlab's error or torch's by placement."""
+    x = torch.randn(2, 5, 16)
+    enc = normlab.TransformerEncoder(16, 4, 1, 32, placement=placement)
+    for bad in (x.double(), x.half()):
+        with pytest.raises(TypeError, match=f"the input is {bad.dtype} but the encoder's parameters are "
+                                            "torch.float32"):
+            enc(bad)
+    with pytest.raises(TypeError, match="the input is torch.int64: the encoder needs floating-point input"):
+        enc(torch.ones(2, 5, 16, dtype=torch.long))
+    with pytest.raises(TypeError, match="the input is torch.float64"):
+        normlab.VideoEncoder(16, 4, 1, 32, n_patches=3)(torch.randn(2, 5, 3, 16).double())
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast's layers cast the input: accepted
+        assert enc(x.bfloat16()).shape == (2, 5, 16)
+    assert enc.double()(x.double()).dtype == torch.float64
+
+
+def test_n_layers_takes_any_whole_number_as_the_other_sizes_do():
+    """numpy's integers were refused for n_layers alone ("must be an int >= 1, got np.int64(2)")."""
+    np = pytest.importorskip("numpy")
+    assert len(normlab.TransformerEncoder(np.int64(16), 4, np.int64(2)).layers) == 2
+    with pytest.raises(ValueError, match="n_layers must be a whole number >= 1"):
+        normlab.TransformerEncoder(16, 4, np.int64(0))

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-from .._checks import BadValue, check_choice
+from .._checks import BadValue, check_choice, check_count
 from ..nn.residual import ResidualUnit, Slots
 from ..registry import check_norm, check_placement, make_norm
 
@@ -116,8 +116,8 @@ class LayerSpec:
 def plan(placement: str, n_layers: int, *, dim: int, norm: str = "layernorm", norm_kw: dict | None = None,
          init: str = "torch") -> list[LayerSpec]:
     """One :class:`LayerSpec` per layer; every argument is checked here, before anything is built."""
-    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
-        raise BadValue(f"n_layers must be an int >= 1, got {n_layers!r}")
+    check_count(n_layers, "n_layers")  # any whole number, numpy's too, as every other size
+    n_layers = int(n_layers)
     check_placement(placement)
     check_norm(norm)
     check_init(init)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .._checks import BadValue, check_count, check_padding_mask, check_rate
+from .._checks import BadType, BadValue, check_count, check_padding_mask, check_rate
 from ..nn.positional import PositionalEncoding
 from ..nn.residual import Carry, add_norm, materialize
 from .old_keys import refuse_old_keys
@@ -135,10 +135,33 @@ class SequenceEncoder(Stack):
         if not (isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[-1] == (width or x.shape[-1])):
             got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise BadValue(f"expected input of shape (B, T, {width}), got {got}")
+        check_input_dtype(x, self)
         if self.input_proj is not None:
             x = self.input_proj(x)  # B, T, D
         x = self.drop(self.pos(x))  # B, T, D
         return self.run_layers(x, key_padding_mask)  # B, T, D
+
+
+def _autocasting(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # an older torch: no device argument
+        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
+
+
+def check_input_dtype(x: torch.Tensor, model: nn.Module) -> None:
+    """An encoder's input must be floating point and, outside autocast, of its parameters' dtype: one line naming
+    both (a float64 input to a float32 model failed inside its first Linear, and an integer one with a norm's
+    error or torch's, by placement)."""
+    p = next(model.parameters(), None)
+    if p is None or x.dtype == p.dtype:
+        return
+    if not x.dtype.is_floating_point:
+        raise BadType(f"the input is {x.dtype}: the encoder needs floating-point input ({p.dtype}, as its "
+                      "parameters)")
+    if not _autocasting(x.device.type):  # under autocast the layers cast it
+        raise BadType(f"the input is {x.dtype} but the encoder's parameters are {p.dtype}: convert one to the "
+                      f"other (model.to({p.dtype}) or x.to({p.dtype}))")
 
 
 def check_sizes(d_model, n_heads, d_ff=None, dropout=0.0, attn_dropout=None) -> None:

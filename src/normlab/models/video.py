@@ -19,7 +19,7 @@ from ..nn.feedforward import FeedForward
 from ..nn.positional import Sinusoids
 from ..nn.residual import Carry
 from .placement import LayerSpec
-from .stack import Block, Stack, check_sizes
+from .stack import Block, Stack, check_input_dtype, check_sizes
 from .transformer import TransformerBlock
 
 ATTENTIONS = ("joint", "divided")
@@ -100,6 +100,7 @@ class VideoEncoder(Stack):
             raise BadValue(f"expected input of shape (B, T, {self.n_patches}, {d_model}) (N = {self.n_patches} "
                            f"patches per frame), got {list(x.shape)}")
         check_padding_mask(frame_mask, x)  # (B, T), before any layer reads it
+        check_input_dtype(x, self)
         b, t, n, d = x.shape
         x = x + self.patch_pos + self.frame_pos(t, x)[:, None, :]  # B, T, N, D
         if self.attention == "divided":

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as TF
 from torch import nn
 
-from .._checks import BadType, BadValue
+from .._checks import BadType, BadValue, check_padding_mask
 
 
 def attention_mask(key_padding_mask: torch.Tensor | None, t: int, causal: bool, device) -> torch.Tensor | None:
@@ -109,6 +109,10 @@ class MultiHeadSelfAttention(nn.Module):
     v_proj = property(lambda self: ProjView(self.qkv_proj, 2))
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if x.dim() != 3:  # a block called on its own: one line, not an unpacking error
+            raise BadValue(f"attention needs an input of shape (B, T, {self.d_model}), got {list(x.shape)}")
+        # (B, T) exactly: a (1, T) mask broadcast silently over the batch; other shapes failed inside torch
+        check_padding_mask(key_padding_mask, x)
         b, t, d = x.shape  # B, T, D
         h = self.n_heads
         # split, not select or unbind: the three gradients then meet in one cat, with no zero-filled 3D buffers
