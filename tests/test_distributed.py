@@ -423,3 +423,20 @@ def test_a_single_rank_under_a_launcher_dies_with_it(monkeypatch):
     with distributed.process_group("cpu"):
         pass
     assert asked == [True]  # a process no launcher started keeps its own lifetime
+
+
+def test_a_rank_that_cannot_reach_rank_0_says_so_in_one_line_of_its_stderr(tmp_path):
+    """A rank started alone (rank 1, nobody serving at MASTER_ADDR:MASTER_PORT) printed torch's C++ log of the
+    timeout first, 40 lines of stack frames written to file descriptor 2 (past sys.stderr, so capsys never saw
+    them), then normlab's one line."""
+    import subprocess
+    import sys
+
+    _noise_mixtures(tmp_path / "data")
+    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+           "NORMLAB_JOIN_TIMEOUT": "2"}
+    done = subprocess.run([sys.executable, "-m", "normlab", *_train_args(tmp_path / "data", tmp_path / "run")],
+                          env=env, capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if "Warning" not in line and line.strip()]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "rank 1 of 2 could not join the others at 127.0.0.1:" in lines[0]

@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import sys
+import tempfile
 import time
 
 
@@ -62,6 +64,28 @@ def _join_timeout() -> float:
     return float(env_whole("NORMLAB_JOIN_TIMEOUT", str(int(JOIN_TIMEOUT_S)), least=1, most=7 * 86400))
 
 
+@contextlib.contextmanager
+def _stderr_held():
+    """What is written to file descriptor 2 inside the block (torch's C++ logging writes there, past
+    ``sys.stderr``), held in a file and written out after it, unless the block sets ``held["drop"]``."""
+    held = {"drop": False}
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield held
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not held["drop"]:
+                f.seek(0)
+                data = memoryview(f.read())
+                while data:
+                    data = data[os.write(2, data):]
+
+
 def _join(settings: dict, join_timeout: float, timeout_s: float):
     """The ranks' store as ``env://`` makes it (rank 0 serves it, or torchrun's agent does), waiting at most
     ``join_timeout`` s for every rank; then ``timeout_s`` for what the ranks do together."""
@@ -71,13 +95,15 @@ def _join(settings: dict, join_timeout: float, timeout_s: float):
     from ._checks import Unreachable
 
     rank, world_size, host, port = settings["rank"], settings["world"], settings["host"], settings["port"]
-    try:
-        store, _, _ = next(rendezvous("env://", timeout=datetime.timedelta(seconds=join_timeout)))
-    except (RuntimeError, ValueError, OSError) as e:  # DistStoreError / DistNetworkError are RuntimeErrors
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise Unreachable(f"rank {rank} of {world_size} could not join the others at {host}:{port} "
-                          f"({reason[:200]}): start every rank (torchrun sets them up), or "
-                          "unset WORLD_SIZE to run alone") from None
+    with _stderr_held() as held:
+        try:
+            store, _, _ = next(rendezvous("env://", timeout=datetime.timedelta(seconds=join_timeout)))
+        except (RuntimeError, ValueError, OSError) as e:  # DistStoreError / DistNetworkError are RuntimeErrors
+            held["drop"] = True  # the C++ store's own log of it (40 lines of stack frames): this line says it
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise Unreachable(f"rank {rank} of {world_size} could not join the others at {host}:{port} "
+                              f"({reason[:200]}): start every rank (torchrun sets them up), or "
+                              "unset WORLD_SIZE to run alone") from None
     store.set_timeout(datetime.timedelta(seconds=timeout_s))
     return dist.PrefixStore("default_pg", store)  # as init_process_group keys its own store
 

@@ -84,16 +84,21 @@ def test_training_loss_falls(tmp_path):
     assert sum(losses[-10:]) / 10 < 0.7 * sum(losses[:10]) / 10
 
 
-def test_resume_after_a_kill_ends_bitwise_where_an_uninterrupted_run_ends(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device: the GPU's dropout stream is checked where there is one"))])
+def test_resume_after_a_kill_ends_bitwise_where_an_uninterrupted_run_ends(tmp_path, device):
+    """(On CUDA the dropout masks come from the device's own random stream, which the checkpoint did not keep.)"""
     cfg = TrainConfig(steps=12, lr=3e-3, warmup=4, ckpt_every=4)
     torch.manual_seed(1)
-    straight = EENDModel(DEBUG)
+    straight = EENDModel(DEBUG).to(device)
     init = {k: v.clone() for k, v in straight.state_dict().items()}
     full = train(straight, toy_batches, cfg, tmp_path / "a")
-    killed = EENDModel(DEBUG)
+    killed = EENDModel(DEBUG).to(device)
     killed.load_state_dict(init)
     train(killed, toy_batches, TrainConfig(**{**cfg.__dict__, "steps": 8}), tmp_path / "b")  # "killed" at step 8
-    resumed = EENDModel(DEBUG)  # a new process: fresh model, state comes from the checkpoint
+    if device == "cuda":  # a new process's device stream: not where the killed one left it
+        torch.cuda.manual_seed_all(12345)
+    resumed = EENDModel(DEBUG).to(device)  # a new process: fresh model, state comes from the checkpoint
     losses = train(resumed, toy_batches, cfg, tmp_path / "b")
     assert losses == full
     for k, v in straight.state_dict().items():

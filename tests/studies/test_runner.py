@@ -169,6 +169,28 @@ def test_address_auto_without_a_cluster_is_one_line_before_the_folder(tmp_path, 
     check_ready("auto")
 
 
+def test_a_ray_client_address_is_checked_before_the_report_makes_its_folder(tmp_path, capsys):
+    """``ray://HOST:PORT`` skipped the check: the report made its folder, lock and store with a session row, then
+    ray.init timed out after 30 s. Now one line before anything is written, as for HOST:PORT."""
+    import time
+
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'normlab[scale]')")
+    from normlab.cli import main
+    from normlab.studies.ray_executor import _check_reachable
+
+    address = f"ray://127.0.0.1:{_free_port()}"
+    for given, said in ((address, f"cannot reach a Ray cluster at {address}: "),
+                        ("ray://", "--address must be auto, HOST:PORT or ray://HOST[:PORT]")):
+        t0 = time.monotonic()
+        code = main(["report", "--executor", "ray", "--address", given, "--only", "invariance",
+                     "--out", str(tmp_path / "rep")])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and said in err, err
+        assert not (tmp_path / "rep").exists() and time.monotonic() - t0 < 20
+    with pytest.raises(ConnectionError, match="cannot reach a Ray cluster at ray://127.0.0.1"):
+        _check_reachable("ray://127.0.0.1", timeout=1.0)  # no port: the client server's, 10001 (nothing there)
+
+
 @pytest.mark.parametrize("reply", [b"HTTP/1.1 400 Bad Request\r\n\r\n", b"SSH-2.0-OpenSSH_9.2\r\n", None])
 def test_an_address_that_is_not_a_ray_cluster_is_one_line_not_minutes_of_retries(reply, capsys):
     """A web server, an SSH daemon, a port that accepts and says nothing: Ray's own client retried for minutes,

@@ -47,8 +47,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="where the cells run: local worker processes, or Ray tasks (needs normlab[scale]); the "
                    "store is the same, so either resumes the other (default: %(default)s)")
-    p.add_argument("--address", default=None, metavar="auto|HOST:PORT",
-                   help="with --executor ray: join this cluster (default: start a local Ray with --jobs CPUs)")
+    p.add_argument("--address", default=None, metavar="auto|HOST:PORT|ray://HOST[:PORT]",
+                   help="with --executor ray: join this cluster, or its client server (ray://) (default: start a "
+                   "local Ray with --jobs CPUs)")
     p.add_argument("--device", type=check_spec, default="cpu", help=f"{DEVICE_HELP} (default: %(default)s)")
     flag(p, OVERWRITE, OVERWRITE_HELP)
 

@@ -38,12 +38,23 @@ def _speaks_grpc(sock: socket.socket) -> bool:
     return head[3] == 0x04
 
 
+#: the port of a Ray cluster's client server, which a ``ray://HOST`` address without one means
+RAY_CLIENT_PORT = 10001
+
+
 def _check_reachable(address: str, timeout: float = 5.0) -> None:
-    """A one-line ConnectionError when nothing listens at ``HOST:PORT``, or something that is not a Ray
-    cluster's head does (Ray itself would retry for minutes, printing a warning every few seconds)."""
-    host, sep, port = address.rpartition(":")
+    """A one-line ConnectionError when nothing listens at ``HOST:PORT`` (or at a Ray Client address
+    ``ray://HOST[:PORT]``), or something that is not a Ray cluster's head does (Ray itself would retry for
+    minutes, printing a warning every few seconds; a Ray Client address timed out after 30 s, the report's
+    folder already made)."""
+    client = address.startswith("ray://")
+    where = address.removeprefix("ray://")
+    if client and where and not where.rpartition(":")[2].isdigit():
+        where = f"{where.rstrip('/')}:{RAY_CLIENT_PORT}"
+    host, sep, port = where.rpartition(":")
     if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise BadValue(f"--address must be auto or HOST:PORT (a port from 1 to 65535), got {address!r}")
+        raise BadValue(f"--address must be auto, HOST:PORT or ray://HOST[:PORT] (a port from 1 to 65535), got "
+                       f"{address!r}")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout) as sock:
             grpc = _speaks_grpc(sock)
@@ -52,8 +63,9 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
     except OSError as e:
         raise Unreachable(f"cannot reach a Ray cluster at {address}: {e.strerror or e}") from None
     if not grpc:
-        raise Unreachable(f"{address} answers, but not as a Ray cluster's head (give the address `ray start "
-                          "--head` printed, port 6379 by default)")
+        what = (f"a Ray cluster's client server (port {RAY_CLIENT_PORT} by default)" if client else
+                "a Ray cluster's head (give the address `ray start --head` printed, port 6379 by default)")
+        raise Unreachable(f"{address} answers, but not as {what}")
 
 
 def check_ready(address: str | None) -> None:
@@ -65,7 +77,7 @@ def check_ready(address: str | None) -> None:
         raise MissingDependency("--executor ray needs Ray: pip install 'normlab[scale]'")
     if address == "auto":
         address = _auto_address()
-    if address is not None and not address.startswith("ray://"):  # a Ray Client address: ray.init checks it
+    if address is not None:
         _check_reachable(address)
 
 

@@ -184,6 +184,8 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
         opt.load_state_dict(state["optimizer"])
         gen.set_state(state["gen"])
         torch.set_rng_state(state["torch_rng"])
+        if device.type == "cuda" and "cuda_rng" in state:  # the device's own stream draws the dropout masks there
+            torch.cuda.set_rng_state(state["cuda_rng"], device)
         step, losses, seconds = state["step"], state["losses"], state.get("seconds", 0.0)
         diverged = state.get("diverged")
     saved = step  # the step of the checkpoint a rerun resumes from
@@ -204,7 +206,8 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
         """What a resume needs, as it stands after ``step`` steps."""
         return {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "optimizer": opt.state_dict(),
                 "step": step, "losses": losses, "gen": gen.get_state(), "torch_rng": torch.get_rng_state(),
-                "seconds": elapsed, "config": config, "world_size": size, "provenance": provenance.record()}
+                "seconds": elapsed, "config": config, "world_size": size, "provenance": provenance.record(),
+                **({"cuda_rng": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {})}
 
     try:
         while step < cfg.steps and diverged is None:  # a diverged run is finished: its rerun reports it again
