@@ -96,3 +96,26 @@ def test_zero_variance_with_eps_zero_gives_bias():
     torch.testing.assert_close(y, b.expand(3, 5))
     dx, _, _ = reference.layer_norm_backward(torch.randn(3, 5), cache)
     assert torch.isfinite(dx).all()
+
+
+@pytest.mark.parametrize("rms", [False, True])
+def test_one_row_of_shape_d_gets_weight_and_bias_gradients_of_shape_d(rms):
+    """``sum(dim=())`` sums every element: for one row ``(D,)`` the weight and bias gradients came back as
+    scalars (the module docstring promises ``[..., D]``)."""
+    g = torch.Generator().manual_seed(0)
+    x, w, b, dy = (torch.randn(6, dtype=torch.float64, generator=g) for _ in range(4))
+    xr = x.clone().requires_grad_()
+    wr, br = w.clone().requires_grad_(), b.clone().requires_grad_()
+    if rms:
+        _, cache = reference.rms_norm_forward(x, w, 1e-6)
+        dx, dw = reference.rms_norm_backward(dy, cache)
+        torch.autograd.backward(torch.nn.functional.rms_norm(xr, (6,), wr, 1e-6), dy)
+        grads = [(dx, xr.grad), (dw, wr.grad)]
+    else:
+        _, cache = reference.layer_norm_forward(x, w, b, 1e-5)
+        dx, dw, db = reference.layer_norm_backward(dy, cache)
+        torch.autograd.backward(torch.nn.functional.layer_norm(xr, (6,), wr, br, 1e-5), dy)
+        grads = [(dx, xr.grad), (dw, wr.grad), (db, br.grad)]
+    for ours, theirs in grads:
+        assert ours.shape == (6,)
+        torch.testing.assert_close(ours, theirs)

@@ -45,13 +45,13 @@ class MaskedBatchNorm(nn.Module):
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``x``: ``(..., D)``; ``padding_mask``: bool ``x.shape[:-1]`` or a prefix of it, True = padding."""
         check_input(x, (self.num_features,))  # before the running statistics move
+        check_padding_mask(padding_mask, x, prefix=True)  # in eval too: a model must not fail at its first step
         if not self.training:
             mean, var = self.running_mean, self.running_var
         else:
             xa = x.to(acc_dtype(x.dtype)).reshape(-1, self.num_features)  # M, D  every frame
             valid = torch.ones(xa.shape[0], 1, dtype=torch.bool, device=x.device)  # M, 1
             if padding_mask is not None:
-                check_padding_mask(padding_mask, x, prefix=True)
                 m = padding_mask.reshape(*padding_mask.shape, *([1] * (x.dim() - 1 - padding_mask.dim())))
                 valid = (~m).expand(x.shape[:-1]).reshape(-1, 1)  # M, 1
             count = valid.sum().to(xa.dtype)

@@ -102,6 +102,12 @@ def layer_norm_forward(
     return y.type_as(x), NormCache(x, weight, mean, rstd)  # N, D   type_as: a trace follows the input's dtype
 
 
+def _leading_sum(t: torch.Tensor) -> torch.Tensor:
+    """``t`` summed over every leading dim, ``(..., D) -> (D,)``; a single row ``(D,)`` as it is (torch's
+    ``sum(dim=())`` sums every element: one row's weight gradient came back a scalar)."""
+    return t.sum(dim=tuple(range(t.dim() - 1))) if t.dim() > 1 else t
+
+
 def layer_norm_backward(
     dy: torch.Tensor, cache: NormCache, ds: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
@@ -128,9 +134,8 @@ def layer_norm_backward(
     g_mean = g.mean(dim=-1, keepdim=True)  # N, 1
     gx_mean = (g * xhat).mean(dim=-1, keepdim=True)  # N, 1
     dx = rstd * (g - g_mean - xhat * gx_mean)  # N, D   eq. (4)
-    rows = tuple(range(dy.dim() - 1))  # reduce over every leading dim
-    dweight = (dya * xhat).sum(dim=rows) if weight is not None else None  # D
-    dbias = dya.sum(dim=rows)  # D
+    dweight = _leading_sum(dya * xhat) if weight is not None else None  # D
+    dbias = _leading_sum(dya)  # D
     return _with(dx, ds).to(x.dtype), dweight, dbias
 
 
@@ -172,6 +177,5 @@ def rms_norm_backward(
     g = dya * weight.to(ad) if weight is not None else dya  # N, D
     gx_mean = (g * xhat).mean(dim=-1, keepdim=True)  # N, 1
     dx = rstd * (g - xhat * gx_mean)  # N, D   eq. (7)
-    rows = tuple(range(dy.dim() - 1))
-    dweight = (dya * xhat).sum(dim=rows) if weight is not None else None  # D
+    dweight = _leading_sum(dya * xhat) if weight is not None else None  # D
     return _with(dx, ds).to(x.dtype), dweight

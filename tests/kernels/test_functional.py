@@ -286,3 +286,14 @@ def test_bad_normalized_shape_type():
         F.layer_norm(torch.randn(2, 3), "3")
     with pytest.raises(ValueError):
         F.layer_norm(torch.randn(2, 3), ())
+
+
+def test_an_unknown_op_is_one_line_naming_the_valid_ones():
+    """``kernels.resolve("auto", "layernorm", ...)`` was a bare KeyError."""
+    from normlab import kernels
+
+    x = torch.randn(2, 8)
+    for call in (lambda: kernels.resolve("auto", "layernorm", x, 1e-5),
+                 lambda: kernels.dispatch("layernorm", x, None, (8,), None, None, 1e-5)):
+        with pytest.raises(ValueError, match="unknown op 'layernorm'; valid: layer_norm, rms_norm"):
+            call()

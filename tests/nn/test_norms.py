@@ -222,3 +222,18 @@ def test_masked_batchnorm_momentum_none_is_a_cumulative_average():
     for bad in (-0.1, 1.5, "0.1"):
         with pytest.raises(BadValue, match="momentum"):
             MaskedBatchNorm(3, momentum=bad)
+
+
+def test_masked_batchnorm_checks_its_mask_in_eval_as_in_training():
+    """An integer or misshapen mask was refused in training and accepted silently in eval: a model that
+    evaluated cleanly failed at its first training step."""
+    from normlab.batchnorm import MaskedBatchNorm
+
+    bn, x = MaskedBatchNorm(8), torch.randn(2, 3, 8)
+    for mode in (bn.train, bn.eval):
+        mode()
+        with pytest.raises(TypeError, match="padding mask must be a bool tensor"):
+            bn(x, torch.zeros(2, 3, dtype=torch.long))
+        with pytest.raises(ValueError, match="padding mask has shape"):
+            bn(x, torch.ones(5, dtype=torch.bool))
+    assert bn(x, torch.zeros(2, 3, dtype=torch.bool)).shape == x.shape

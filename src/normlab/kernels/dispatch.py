@@ -172,8 +172,14 @@ def _unsupported(impl: str, op: str, x: Tensor, eps: float) -> BadValue:
     return BadValue(f"impl {impl!r} does not support {op} for {x.dtype} on {x.device.type} with eps={eps}")
 
 
+def _check_op(op: str) -> None:
+    if op not in OP_SPECS:  # a KeyError of the tables below otherwise
+        raise BadValue(f"unknown op {op!r}; valid: {', '.join(OP_SPECS)}")
+
+
 def decide(impl: str, op: str, x: Tensor, eps: float, d: int | None = None) -> autotune.Decision:
     """Which kernel runs ``op`` on ``x`` eagerly, and why (see :func:`resolve`)."""
+    _check_op(op)
     d = x.shape[-1] if d is None else d
     if impl != "auto":
         if not get_kernel(impl).supports(op, x, eps):
@@ -242,6 +248,7 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
 
     Returns ``y``, or ``(y, s)`` for the add ops, shaped like ``x``.
     """
+    _check_op(op)
     d = math.prod(shape)
     # N, D rows; each reshape is a torch call of about a µs, so tensors already in shape pass as they are
     # (with D = 0 a reshape cannot infer N: then it is counted)
