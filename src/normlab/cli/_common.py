@@ -2,7 +2,7 @@
 
 The vocabulary every command follows (``tests/test_cli_vocabulary.py`` checks it): counts are ``--n-<things>``
 (``--n-layers``, ``--n-speakers``, ``--n-mixtures``); ``--jobs`` is worker processes, ``--threads`` torch threads
-per process; ``--device`` is cpu, cuda, cuda:N or auto, default auto; ``--out`` is the output folder; on/off
+per process; ``--device`` is cpu, cuda, cuda:N or auto, default cpu; ``--out`` is the output folder; on/off
 options are ``--x/--no-x``; every option's help says its default.
 """
 from __future__ import annotations
