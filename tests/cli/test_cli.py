@@ -78,6 +78,11 @@ def test_version_names_normlab_torch_and_python():
     (["bench", "--dispatch", "--device", "auto"], "--dispatch measures on the CPU: --device auto"),
     (["bench", "--dispatch", "--cold-start"], "--cold-start and --repeats are for the norms' table"),
     (["bench", "--dispatch", "--repeats", "3"], "--cold-start and --repeats are for the norms' table"),
+    # typed at the default's value: the option was dropped without a word (the check compared with the defaults)
+    (["bench", "--dispatch", "--repeats", "15"], "--cold-start and --repeats are for the norms' table"),
+    (["bench", "--model", "--ops", "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"],
+     "--model times the whole encoder"),
+    (["bench", "--device", "cuda", "--repeats", "15"], "--device cuda times the GPU section's fixed grid"),
     # the GPU section times its fixed grid: the CPU table's options were dropped without a word
     (["bench", "--device", "cuda", "--ops", "rms_norm"], "--device cuda times the GPU section's fixed grid"),
     (["bench", "--device", "cuda", "--cold-start"], "--device cuda times the GPU section's fixed grid"),

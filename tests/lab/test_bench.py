@@ -43,9 +43,13 @@ def test_gpu_section_is_skipped_with_a_message_without_cuda(monkeypatch, tmp_pat
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["gpu"] == {"skipped": "no CUDA device: GPU section skipped"}
     assert saved["provenance"]["normlab"] and saved["provenance"]["threads"] == 1
-    assert main(["bench", "--device", "cuda", "--out", str(tmp_path)]) == 2  # no GPU: one line, no traceback
+    # how each median was taken, in the file (only the argv said it, and only where --repeats was typed)
+    assert saved["repeats"] == 1 and saved["warmup"] == 3
+    assert "Medians of 1 timed repeats per case after 3 warm-ups." in (tmp_path / "bench.md").read_text()
+    assert main(["bench", "--device", "cuda", "--out", str(tmp_path / "new")]) == 2  # no GPU: one line
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--device cuda: no CUDA GPU is available" in err
+    assert not (tmp_path / "new").exists()  # the folder was made before the device was found missing
 
 
 def test_half_precision_rows_count_their_own_bytes():

@@ -84,3 +84,25 @@ def test_a_mask_that_does_not_fit_the_streams_is_one_clear_error():
     model(torch.randn(2, 4, 3, 8), mask)  # the model takes the frame mask
     with pytest.raises(ValueError, match=r"key_padding_mask \[2, 4\] does not fit a stream of"):
         diagnose(model, torch.randn(2, 4, 3, 8), mask)
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_diagnose_leaves_the_callers_gradients_as_they_were(backward):
+    """diagnose zeroed every .grad (set to None) even for one forward, and with backward replaced them with its
+    probe loss's: a training loop that diagnosed between backward and step lost its step."""
+    torch.manual_seed(0)
+    m = normlab.TransformerEncoder(16, 4, 2, 32)
+    x = torch.randn(2, 5, 16)
+    m(x).square().sum().backward()
+    before = {n: p.grad.clone() for n, p in m.named_parameters()}
+    rows = diagnose(m, x, backward=backward)
+    for n, p in m.named_parameters():
+        assert p.grad is not None and torch.equal(p.grad, before[n]), n
+    assert ("grad_ffn_w2" in rows[0]) == backward
+    if backward:  # the probe's gradients are still what the rows report: those of a fresh backward
+        fresh = normlab.TransformerEncoder(16, 4, 2, 32)
+        fresh.load_state_dict(m.state_dict())
+        from normlab.lab.diagnostics import _probe_loss
+
+        _probe_loss(fresh(x)).backward()
+        assert rows[1]["grad_ffn_w2"] == pytest.approx(fresh.layers[1].ffn.fn.fc2.weight.grad.norm().item(), rel=1e-6)

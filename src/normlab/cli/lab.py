@@ -82,21 +82,25 @@ def _bench(args: argparse.Namespace) -> int:
     for name, on in (("--profile", args.profile), ("--compile", args.compile)):
         if on and not args.model:
             raise BadValue(f"{name} needs --model (it times the whole encoder)")
-    if args.model and (args.dispatch or args.cold_start or args.ops != list(OPS) or args.shapes != list(SHAPES)
-                       or args.dtypes != list(DTYPES)):
+    typed = lambda *names: any(getattr(args, n) is not None for n in names)  # noqa: E731
+    if args.model and (args.dispatch or args.cold_start or typed("ops", "shapes", "dtypes")):
         raise BadValue("--model times the whole encoder: --dispatch, --ops, --shapes, --dtypes and --cold-start "
                        "are for the norms' table")
     # the encoder and the dispatch table are measured on the CPU only; the dispatch table times its own samples
     for on, name in ((args.model, "--model"), (args.dispatch, "--dispatch")):
         if on and args.device != "cpu":
             raise BadValue(f"{name} measures on the CPU: --device {args.device} is for the norms' table")
-    if args.device not in ("cpu", "auto") and (args.cold_start or args.repeats != REPEATS or args.ops != list(OPS)
-                                               or args.shapes != list(SHAPES) or args.dtypes != list(DTYPES)):
+    if args.device not in ("cpu", "auto") and (args.cold_start or typed("repeats", "ops", "shapes", "dtypes")):
         raise BadValue(f"--device {args.device} times the GPU section's fixed grid (docs/scaling.md): --ops, "
                        "--shapes, --dtypes, --repeats and --cold-start are for the CPU table (--device cpu or auto)")
-    if args.dispatch and (args.cold_start or args.repeats != REPEATS):
+    if args.dispatch and (args.cold_start or typed("repeats")):
         raise BadValue("--dispatch reports auto's decisions, each timed on its own sample: --cold-start and "
                        "--repeats are for the norms' table")
+    for name, default in (("ops", list(OPS)), ("shapes", list(SHAPES)), ("dtypes", list(DTYPES)),
+                          ("repeats", REPEATS)):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    device = resolve(args.device)  # before the folder is made: a missing GPU leaves nothing behind
     _check_out(args)
     if args.model:
         return _bench_model(args)
@@ -106,7 +110,7 @@ def _bench(args: argparse.Namespace) -> int:
         result = bench_dispatch.run(args.ops, args.shapes, args.dtypes, progress=progress("bench --dispatch"))
         result["provenance"] = provenance.record()
         return _write(args, result, bench_dispatch.markdown(result))
-    device = resolve(args.device)  # auto: the CPU table, and the GPU section when CUDA is present
+    # auto: the CPU table, and the GPU section when CUDA is present
     if args.device in ("cpu", "auto"):
         result = bench.run(args.ops, args.shapes, args.dtypes, repeats=args.repeats, progress=progress("bench"))
         result["cold_start_s"] = bench.cold_start_seconds() if args.cold_start else None
@@ -179,16 +183,17 @@ def add_parsers(sub, name: str) -> None:
         flag(p, "--json", "print the figures as JSON")
         p.set_defaults(func=_count)
     elif name == "bench":
-        from ..lab.bench import DTYPES, OPS, SHAPES
+        from ..lab.bench import DTYPES, OPS
 
         p = sub.add_parser("bench", help=HELP["bench"], description=HELP["bench"])
-        p.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), help="ops to time (default: all)")
-        p.add_argument("--shapes", nargs="+", type=shape, default=list(SHAPES),
+        p.add_argument("--ops", nargs="+", choices=OPS, help="ops to time (default: all)")
+        p.add_argument("--shapes", nargs="+", type=shape,
                        help="NxD rows x features, e.g. 8192x768 (default: the standard set)")
-        p.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16", "float16"], default=list(DTYPES),
+        p.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16", "float16"],
                        help=f"dtypes (default: {' '.join(DTYPES)})")
-        p.add_argument("--repeats", type=_repeats, default=REPEATS, help="timed repeats per case, median reported "
-                       "(default: %(default)s)")
+        # no argparse defaults for these four: an option is refused where it does not apply whenever it was typed,
+        # even at its default's value (_bench fills them in after its checks)
+        p.add_argument("--repeats", type=_repeats, help=f"timed repeats per case, median reported (default: {REPEATS})")
         p.add_argument("--threads", type=threads, default=2, help="torch threads (default: %(default)s)")
         flag(p, "--cold-start", "also time a fresh process with an empty compile cache")
         p.add_argument("--device", type=check_spec, default="cpu",

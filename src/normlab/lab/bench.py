@@ -268,8 +268,8 @@ def run(ops=OPS, shapes=SHAPES, dtypes=DTYPES, repeats=15, warmup=3, progress: C
     # as much as the machine's noise: 0.66x in one run)
     noise = torch_vs_itself(repeats=repeats, warmup=warmup)
     speed = statistics.median(r.copy_gbps for r in rows) if rows else copy_gbps()
-    return {"machine": start, "copy_gbps": round(speed, 1), "torch_vs_itself": noise,
-            "compile_first_call_s": dict(fused.COLD_START_S), "rows": [asdict(r) for r in rows]}
+    return {"machine": start, "copy_gbps": round(speed, 1), "torch_vs_itself": noise, "repeats": repeats,
+            "warmup": warmup, "compile_first_call_s": dict(fused.COLD_START_S), "rows": [asdict(r) for r in rows]}
 
 
 def markdown(result: dict) -> str:
@@ -280,7 +280,9 @@ def markdown(result: dict) -> str:
         + kernels_note(m) + "; "
         f"memory copy {result['copy_gbps']} GB/s (read + write; median over cases, each timed in its own "
         "repeats)" + (f"; torch's LayerNorm timed against itself: {result['torch_vs_itself']:.2f}x"
-                      if result.get("torch_vs_itself") else "") + ".",
+                      if result.get("torch_vs_itself") else "") + "."
+        + (f" Medians of {result['repeats']} timed repeats per case after {result['warmup']} warm-ups."
+           if "repeats" in result else ""),
         "",
         "| op | shape | dtype | mode | normlab ms | torch ms | ratio | GB/s | copy GB/s | % of floor "
         "| saved MB (normlab / torch) | page faults per step (normlab / torch) |",

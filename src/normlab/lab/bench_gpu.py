@@ -88,9 +88,10 @@ def bench_case(op: str, shape, dtype: str, device, copy_speed: float, repeats: i
     return rows
 
 
-def run(device=None, ops=GPU_OPS, shapes=GPU_SHAPES, dtypes=GPU_DTYPES, repeats: int = 50,
+def run(device=None, ops=GPU_OPS, shapes=GPU_SHAPES, dtypes=GPU_DTYPES, repeats: int = 50, warmup: int = 10,
         progress: Callable | None = None) -> dict:
-    """The GPU section: ``{"device", "copy_gbps", "rows"}``, or ``{"skipped": reason}`` without CUDA."""
+    """The GPU section: ``{"device", "copy_gbps", "repeats", "warmup", "rows"}``, or ``{"skipped": reason}``
+    without CUDA."""
     reason = available()
     if reason:
         return {"skipped": reason}
@@ -99,16 +100,20 @@ def run(device=None, ops=GPU_OPS, shapes=GPU_SHAPES, dtypes=GPU_DTYPES, repeats:
     grid = [(o, s, d) for o in ops for s in shapes for d in dtypes]
     rows = []
     for i, (op, shape, dtype) in enumerate(grid):
-        rows += bench_case(op, shape, dtype, device, speed, repeats=repeats)
+        rows += bench_case(op, shape, dtype, device, speed, repeats=repeats, warmup=warmup)
         if progress:  # case i is done (counted from 0)
             progress(i, len(grid), f"gpu {op} {shape[0]}x{shape[1]} {dtype}")
-    return {"device": torch.cuda.get_device_name(device), "copy_gbps": round(speed, 1), "rows": rows}
+    return {"device": torch.cuda.get_device_name(device), "copy_gbps": round(speed, 1), "repeats": repeats,
+            "warmup": warmup, "rows": rows}
 
 
 def markdown(section: dict) -> str:
     if "skipped" in section:
         return f"GPU: {section['skipped']}."
-    lines = [f"GPU: {section['device']}; device copy {section['copy_gbps']} GB/s (read + write) in the same run.", "",
+    timed = (f" Medians of {section['repeats']} timed repeats per case after {section['warmup']} warm-ups."
+             if "repeats" in section else "")
+    lines = [f"GPU: {section['device']}; device copy {section['copy_gbps']} GB/s (read + write) in the same run."
+             + timed, "",
              "| op | shape | dtype | mode | normlab ms | torch ms | ratio | GB/s | % of copy |",
              "|---|---|---|---|---:|---:|---:|---:|---:|"]
     for r in section["rows"]:

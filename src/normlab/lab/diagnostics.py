@@ -104,12 +104,16 @@ def diagnose(model: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor |
             if isinstance(unit, ResidualUnit):
                 handles.append(watch_branch(unit, branch_ratio(i, name)))
                 watched += [(i, name)] if handles[-1] is not None else []
+    # the layers' gradients of the probe loss, by autograd.grad: the caller's own .grad stay as they were (a
+    # zero_grad and backward here wiped them, or replaced them with the probe's)
+    params = [(i, name, p) for i, layer in enumerate(layers) for name, p in layer.named_parameters()
+              if p.requires_grad]
+    grads: list = [None] * len(params)
     try:
-        model.zero_grad(set_to_none=True)
         out = model(x, key_padding_mask)
-        if backward:
+        if backward and params:
             loss = loss_fn(out) if loss_fn is not None else _probe_loss(out)
-            loss.backward()
+            grads = torch.autograd.grad(loss, [p for _, _, p in params], allow_unused=True)
     finally:
         for h in handles:
             if h is not None:
@@ -132,14 +136,15 @@ def diagnose(model: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor |
         )
         prev = o
     if backward:
+        grad_of = {id(p): g for (_, _, p), g in zip(params, grads)}
+        sq: list[dict[str, float]] = [{} for _ in layers]
+        for (i, name, _), g in zip(params, grads):
+            if g is not None:
+                group = _group(name)
+                sq[i][group] = sq[i].get(group, 0.0) + g.float().pow(2).sum().item()
         for i, layer in enumerate(layers):
-            sq: dict[str, float] = {}
-            for name, p in layer.named_parameters():
-                if p.grad is not None:
-                    g = _group(name)
-                    sq[g] = sq.get(g, 0.0) + p.grad.float().pow(2).sum().item()
-            rows[i].update({f"grad_{g}": v**0.5 for g, v in sq.items()})
+            rows[i].update({f"grad_{g}": v**0.5 for g, v in sq[i].items()})
             w2 = getattr(getattr(getattr(layer, "ffn", None), "fn", None), "fc2", None)
-            if w2 is not None and w2.weight.grad is not None:
-                rows[i]["grad_ffn_w2"] = w2.weight.grad.float().norm().item()
+            if w2 is not None and grad_of.get(id(w2.weight)) is not None:
+                rows[i]["grad_ffn_w2"] = grad_of[id(w2.weight)].float().norm().item()
     return rows
