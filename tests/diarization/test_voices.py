@@ -83,3 +83,28 @@ def test_noises_snr_telephone_and_gain():
     assert np.abs(aug.gain(speech, -12.0)).max() == pytest.approx(10 ** (-12 / 20), rel=1e-5)
     with pytest.raises(ValueError, match="noise"):
         aug.colored_noise("blue", n, rng)
+
+
+@needs_espeak
+def test_every_espeak_variant_speaks_in_its_own_voice_and_splits_keep_apart():
+    """The variants were named by their listed voice names (Adam, Mr_Serious); espeak-ng finds them by file name
+    (adam, Mr serious) and otherwise speaks plain en without a word: 60 of 101 "voices" were the default voice,
+    in the train, dev and test splits alike."""
+    import hashlib
+    import subprocess
+    import tempfile
+
+    def sound(v: str) -> str:
+        with tempfile.NamedTemporaryFile(suffix=".wav") as f:
+            subprocess.run(["espeak-ng", "-v", v, "-w", f.name, "time year people"], check=True, capture_output=True)
+            return hashlib.sha256(open(f.name, "rb").read()).hexdigest()
+
+    plain = sound("en")
+    splits = {s: voices(s) for s in ("train", "dev", "test")}
+    sounds = {s: {sound(f"en+{v.name}") for v in vs} for s, vs in splits.items()}
+    for a, b in (("train", "dev"), ("train", "test"), ("dev", "test")):
+        assert not sounds[a] & sounds[b], f"{a} and {b} share a voice"
+    assert plain not in sounds["dev"] | sounds["test"]  # (train's `fast` variant only sets a speed: plain en)
+    n = sum(map(len, splits.values()))
+    assert n >= 95 and len(set().union(*sounds.values())) >= n - 2  # every variant its own voice, or nearly
+    assert all(" " not in v.key for vs in splits.values() for v in vs)

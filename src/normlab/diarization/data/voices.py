@@ -19,7 +19,10 @@ downstream (pitch, speaking rate, a spectral warp: ``augment.py``).
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import pathlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -46,7 +49,7 @@ class Voice:
     @property
     def key(self) -> str:
         """A label token: no spaces; unique across synthesizers."""
-        return f"{self.synth}.{self.name.replace('!v/', '')}"
+        return f"{self.synth}.{self.name.replace('!v/', '').replace(' ', '_')}"
 
     @property
     def recorded(self) -> bool:
@@ -93,10 +96,48 @@ def available(voice: Voice) -> bool:
 
 
 def espeak_variants(split: str) -> list[str]:
-    """espeak-ng variant file names of a split (positions in the sorted list: see the module doc)."""
+    """espeak-ng variant file names of a split (``-v en+<file>`` speaks them; positions in the list sorted by
+    the variants' voice names: see the module doc).
+
+    espeak-ng finds a variant by its file name, case and spaces included (``adam``, ``Mr serious``); given the
+    listed voice name instead (``Adam``, ``Mr_Serious``), it speaks plain ``en`` without a word: 60 of the 101
+    variants were the same default voice, in every split. And some variants speak alike (espeak-ng 1.51's
+    ``klatt``, ``klatt6`` and ``caleb``, at the pitch and speed given): one that sounds as a variant of train
+    (or, for test, of dev) is left out of the later split."""
+    return list(_split_variants()[split])
+
+
+@functools.cache
+def _split_variants() -> dict[str, tuple[str, ...]]:
     out = subprocess.run([tool("espeak-ng"), "--voices=variant"], capture_output=True, text=True, check=True).stdout
-    names = sorted(line.split()[3] for line in out.splitlines()[1:] if len(line.split()) >= 4)
-    return {"train": names[0::2], "dev": names[1::4], "test": names[3::4]}[split]
+    files = [file for _, file in _variant_table(out)]
+    split = {"train": files[0::2], "dev": files[1::4], "test": files[3::4]}
+    heard: set[str] = set()
+    for name in ("train", "dev", "test"):
+        sounds = {f: _sound(f) for f in split[name]}
+        split[name] = tuple(f for f in split[name] if sounds[f] not in heard)
+        heard |= set(sounds.values())
+    return split
+
+
+def _sound(variant: str) -> str:
+    """A digest of what ``variant`` says for a probe sentence at a fixed pitch and speed (about 10 ms)."""
+    said = subprocess.run([tool("espeak-ng"), "-v", f"en+{variant}", "-p", "50", "-s", "160", "--stdout",
+                           "time year people"], capture_output=True, check=True).stdout
+    return hashlib.sha256(said).hexdigest()
+
+
+def _variant_table(listing: str) -> list[tuple[str, str]]:
+    """``(voice name, file name)`` of each variant of ``espeak-ng --voices=variant``, sorted by voice name. A
+    file name may hold a space (``!v/Mr serious``) and a voice name may overrun its column
+    (``Half-LifeAnnouncementSystem``): the voice name is the fourth field, the file name what follows ``!v/`` up
+    to two spaces (the other languages' column) or the end."""
+    rows = []
+    for line in listing.splitlines()[1:]:
+        fields, at = line.split(), line.find("!v/")
+        if len(fields) >= 5 and at >= 0:
+            rows.append((fields[3], re.split(r"\s{2,}", line[at + 3:].strip())[0]))
+    return sorted(rows)
 
 
 def voices(split: str, sources: str = "espeak") -> list[Voice]:
