@@ -404,3 +404,31 @@ def test_simulate_reports_progress_counted_from_zero(tmp_path):
     seen.clear()
     simulate(out, SimConfig(**{**SMALL, "n_mixtures": 3}), progress=lambda i, n, uri: seen.append(i))
     assert seen == [2]  # the third mixture of three, the two others already there
+
+
+@pytest.mark.skipif(shutil.which("flite") is None, reason="flite not installed")
+@pytest.mark.parametrize("style", ["mixture", "conversation"])
+def test_flite_split_with_augmentation_draws_its_babble_from_its_own_voices(style, monkeypatch):
+    """Babble took its talkers from espeak-ng voices (or real persons) only; flite's split has neither: about
+    a third of its augmented mixtures and conversations failed with a numpy traceback."""
+    from normlab.diarization.data import augment, conversation
+    from normlab.diarization.data import simulate as sim
+
+    cfg = SimConfig(**{**SMALL, "n_mixtures": 1}, split="flite", augment=True, style=style)
+    monkeypatch.setattr(augment, "NOISES", ("babble",) * len(augment.NOISES))  # babble every time
+    monkeypatch.setattr(conversation, "NOISE_KINDS", ("babble",) * len(conversation.NOISE_KINDS))
+    make = sim.mixture if style == "mixture" else sim.conversation
+    audio, turns, _ = make(cfg, 0, sim.voices(cfg.split, cfg.sources))
+    assert turns and np.isfinite(audio).all() and np.abs(audio).max() > 0
+
+
+def test_no_turn_ends_past_its_file():
+    """Start and duration were rounded to milliseconds apart: a turn could end up to 1 ms past the audio (a
+    last turn at 16.013 + 2.147 = 18.160 s in a file of 18.159 s)."""
+    from normlab.diarization.data import simulate as sim
+
+    cfg = SimConfig(n_mixtures=8, min_speakers=1, n_speakers=4, seed=3, beta=2.0, min_utterances=3, max_utterances=4)
+    pool = sim.voices(cfg.split, cfg.sources)
+    for i in range(cfg.n_mixtures):  # (a conversation ends in silence: its last turn never reached the end)
+        audio, turns, _ = sim.mixture(cfg, i, pool)
+        assert max(t.start + t.duration for t in turns) <= len(audio) / cfg.sample_rate + 1e-9, i

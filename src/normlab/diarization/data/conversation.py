@@ -89,9 +89,21 @@ def schedule(k: int, durations: list[list[float]], short: list[list[int]], cfg: 
     t_end = float(rng.uniform(*cfg.lead_in))  # end of the floor holder's last turn
     cur, cur_len = int(rng.integers(k)), 0.0
     first = True
-    while t_end < target:
+
+    def unheard() -> list[int]:
+        """Speakers with something left to say who have not spoken yet: the conversation goes on past its target
+        length until each has had a turn (7-13% of 3-4-speaker conversations ended with one who never spoke,
+        so the reference held fewer speakers than were asked for)."""
+        spoke = {seg.speaker for seg in out}
+        return [j for j in range(k) if j not in spoke and nxt[j] < len(durations[j])]
+
+    while t_end < target or unheard():
         if first:
             s, start = cur, t_end
+        elif t_end >= target:  # past the target: the floor goes to one who has not spoken
+            waiting = unheard()
+            s = waiting[int(rng.integers(len(waiting)))]
+            start = t_end + _lognormal(rng, cfg.pause, cfg.max_gap)
         elif k == 1 or rng.random() < cfg.p_same:
             s = cur
             start = t_end + _lognormal(rng, cfg.same_pause, cfg.max_gap)

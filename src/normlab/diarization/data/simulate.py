@@ -127,6 +127,13 @@ def variants(split: str) -> list[str]:
     return [v.name for v in voices(split)]
 
 
+def _turn(uri: str, first: int, length: int, sr: int, speaker: str) -> Turn:
+    """The turn of samples ``first .. first + length`` in milliseconds: its start rounded, its end rounded down,
+    so that it never ends past its speech or the file (start and length rounded apart ended up to 1 ms past)."""
+    start, end = round(first / sr, 3), (first + length) * 1000 // sr / 1000
+    return Turn(uri, start, round(max(end - start, 0.0), 3), speaker)
+
+
 def _as_voice(v: Voice | str) -> Voice:
     if isinstance(v, Voice):
         return v
@@ -176,13 +183,12 @@ def mixture(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, list[Tu
         n = int(rng.integers(cfg.min_utterances, cfg.max_utterances + 1))
         silences = [rng.exponential(beta) for _ in range(n)]
         speech = synthesize(voice, [_words(rng) for _ in range(n)], f0, rate, sr)
-        pieces, t = [], 0.0
+        pieces, at = [], 0  # at: the next piece's first sample
         for silence, s in zip(silences, speech):
             gap = int(silence * sr)
             pieces += [np.zeros(gap, np.float32), s]
-            start = t + gap / sr
-            turns.append(Turn(uri, round(start, 3), round(len(s) / sr, 3), label))
-            t = start + len(s) / sr
+            turns.append(_turn(uri, at + gap, len(s), sr, label))
+            at += gap + len(s)
         track = np.concatenate(pieces)
         if cfg.augment:
             track = aug.warp(track, alpha, sr) * 10 ** (level_db / 20)
@@ -202,8 +208,9 @@ def mixture(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, list[Tu
         return mix / max(1.0, float(np.abs(mix).max())), turns, uri
     kind = aug.NOISES[int(rng.choice(len(aug.NOISES), p=pert.noise_p))]
     if kind == "babble":
-        others = [v for v in pool if v.synth == "espeak-ng"]
-        talkers = [others[int(i)] for i in rng.choice(len(others), size=4, replace=False)]
+        # espeak-ng's variants where the split has them; else its other voices (flite's split has none: a crash)
+        others = [v for v in pool if v.synth == "espeak-ng"] or list(pool)
+        talkers = [others[int(i)] for i in rng.choice(len(others), size=min(4, len(others)), replace=False)]
         noise = aug.babble([synthesize(v, [_words(rng, 6, 12)], float(rng.uniform(*v.f0)), 1.0, sr)[0]
                             for v in talkers], n, rng)
     else:
@@ -263,7 +270,7 @@ def conversation(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, li
             x = utts[seg.speaker][i]
             a = int(round(t * sr))
             tracks[seg.speaker][a : a + len(x)] += x[: n - a]
-            turns.append(Turn(uri, round(a / sr, 3), round(len(x) / sr, 3), labels[seg.speaker]))
+            turns.append(_turn(uri, a, min(len(x), n - a), sr, labels[seg.speaker]))
             t = a / sr + len(x) / sr
     span, extra = None, np.random.default_rng([cfg.seed, index, SPLITS.index(cfg.split), 2])  # its own stream:
     if cfg.stretch_p and extra.random() < cfg.stretch_p:  # without a stretch, the conversation is the same
@@ -286,7 +293,8 @@ def conversation(cfg: SimConfig, index: int, pool: list) -> tuple[np.ndarray, li
         p[kinds.index("music")] = 0.0
     kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))] if cfg.augment else "white"
     if kind == "babble":
-        others = [v for v in pool if _as_voice(v).real] or [v for v in pool if _as_voice(v).synth == "espeak-ng"]
+        others = ([v for v in pool if _as_voice(v).real] or [v for v in pool if _as_voice(v).synth == "espeak-ng"]
+                  or list(pool))  # (flite's split has neither)
         talkers = [_as_voice(others[int(i)]) for i in rng.integers(len(others), size=5)]
         noise = aug.babble([conv.utterances(v, 3, rng, sr)[0][0] for v in talkers], n, rng)
     elif kind == "music":
