@@ -272,6 +272,14 @@ def run(ops=OPS, shapes=SHAPES, dtypes=DTYPES, repeats=15, warmup=3, progress: C
             "warmup": warmup, "compile_first_call_s": dict(fused.COLD_START_S), "rows": [asdict(r) for r in rows]}
 
 
+def timing_note(result: dict) -> str:
+    """How each median of ``result`` (the CPU table's or the GPU section's) was taken, as a sentence; nothing for
+    a result saved before it recorded that."""
+    if "repeats" not in result:
+        return ""
+    return f" Medians of {result['repeats']} timed repeats per case after {result['warmup']} warm-ups."
+
+
 def markdown(result: dict) -> str:
     m = result["machine"]
     lines = [
@@ -281,8 +289,7 @@ def markdown(result: dict) -> str:
         f"memory copy {result['copy_gbps']} GB/s (read + write; median over cases, each timed in its own "
         "repeats)" + (f"; torch's LayerNorm timed against itself: {result['torch_vs_itself']:.2f}x"
                       if result.get("torch_vs_itself") else "") + "."
-        + (f" Medians of {result['repeats']} timed repeats per case after {result['warmup']} warm-ups."
-           if "repeats" in result else ""),
+        + timing_note(result),
         "",
         "| op | shape | dtype | mode | normlab ms | torch ms | ratio | GB/s | copy GB/s | % of floor "
         "| saved MB (normlab / torch) | page faults per step (normlab / torch) |",

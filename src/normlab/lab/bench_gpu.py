@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from .bench import TENSORS_MOVED, _calls, _sig, _step
+from .bench import TENSORS_MOVED, _calls, _sig, _step, timing_note
 
 #: the issue's target case: compiled RMSNorm forward at 8192x4096 bf16 (>= 85% of the copy bandwidth)
 GPU_SHAPES = ((8192, 4096), (32768, 768))
@@ -110,10 +110,8 @@ def run(device=None, ops=GPU_OPS, shapes=GPU_SHAPES, dtypes=GPU_DTYPES, repeats:
 def markdown(section: dict) -> str:
     if "skipped" in section:
         return f"GPU: {section['skipped']}."
-    timed = (f" Medians of {section['repeats']} timed repeats per case after {section['warmup']} warm-ups."
-             if "repeats" in section else "")
     lines = [f"GPU: {section['device']}; device copy {section['copy_gbps']} GB/s (read + write) in the same run."
-             + timed, "",
+             + timing_note(section), "",
              "| op | shape | dtype | mode | normlab ms | torch ms | ratio | GB/s | % of copy |",
              "|---|---|---|---|---:|---:|---:|---:|---:|"]
     for r in section["rows"]:
