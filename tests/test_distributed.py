@@ -440,3 +440,29 @@ def test_a_rank_that_cannot_reach_rank_0_says_so_in_one_line_of_its_stderr(tmp_p
     lines = [line for line in done.stderr.splitlines() if "Warning" not in line and line.strip()]
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert "rank 1 of 2 could not join the others at 127.0.0.1:" in lines[0]
+
+
+def test_ranks_of_a_run_refused_by_the_folder_lock_all_say_why_in_one_line(tmp_path):
+    """Rank 0 alone takes the folder's lock: where another run held it, rank 0 said so and rank 1 failed at its
+    first collective ("Connection closed by peer ... run the same command again to resume")."""
+    import subprocess
+    import sys
+
+    from normlab.diarization.training.train import run_lock
+
+    _noise_mixtures(tmp_path / "data")
+    out = tmp_path / "run"
+    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+           "OMP_NUM_THREADS": "1"}
+    with run_lock(out / "ckpt"):
+        ranks = [subprocess.Popen([sys.executable, "-m", "normlab", *_train_args(tmp_path / "data", out)],
+                                  env={**env, "RANK": str(r)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+                 for r in range(2)]
+        said = [p.communicate(timeout=120)[1] for p in ranks]
+    held = f"{out} is being trained by process {os.getpid()}"
+    for r, (p, err) in enumerate(zip(ranks, said)):
+        lines = [line for line in err.splitlines() if "Warning" not in line and line.strip()]
+        assert p.returncode == 2 and len(lines) == 1 and held in lines[0], (r, err)
+    assert "rank 0 did not start" in said[1]
+    assert not (out / "ckpt" / "last.pt").exists()

@@ -165,6 +165,34 @@ def _leave_together(store, rank: int, world_size: int, wait_s: float = 60.0) -> 
         pass
 
 
+@contextlib.contextmanager
+def on_rank0(enter, rank: int, world: int):
+    """Hold the context ``enter()`` on rank 0 alone (a folder lock) for the block, every rank learning whether it
+    could: where rank 0 stops with a user error (another run holds the lock), each other rank stops with the
+    same line rather than at its first collective ("Connection closed by peer", and "run the same command again
+    to resume", which would be refused again)."""
+    from ._checks import UserError
+
+    with contextlib.ExitStack() as stack:
+        error = None
+        if rank == 0:
+            try:
+                stack.enter_context(enter())
+            except UserError as e:
+                error = e
+        if world > 1:
+            import torch.distributed as dist
+
+            said = [None if error is None else (type(error), str(error))]
+            dist.broadcast_object_list(said, src=0)
+            if rank != 0 and said[0] is not None:
+                kind, text = said[0]
+                raise kind(f"rank 0 did not start: {text}")
+        if error is not None:
+            raise error
+        yield
+
+
 def shard(batch, rank: int, world: int):
     """Rank ``rank``'s part of a global batch: sequences ``rank::world`` of every tensor (None stays None)."""
     if world == 1:

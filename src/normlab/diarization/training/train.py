@@ -7,7 +7,6 @@ of processes.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 import numbers
@@ -322,7 +321,7 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
     from dataclasses import asdict
 
     from ...devices import resolve
-    from ...distributed import process_group
+    from ...distributed import on_rank0, process_group
     from ..data.dataset import MixtureSet
     from ..models.eend import EENDModel
     from . import provenance as model_provenance
@@ -338,7 +337,7 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
         tracking.check_tensorboard()  # before any rank starts (one rank alone failing left the others a traceback)
     dev = resolve(device)
     folders = [pathlib.Path(d) for d in (data if isinstance(data, (list, tuple)) else [data])]
-    with process_group(dev) as (rank, size), (run_lock(out / "ckpt") if rank == 0 else contextlib.nullcontext()):
+    with process_group(dev) as (rank, size), on_rank0(lambda: run_lock(out / "ckpt"), rank, size):
         if batch % size:  # before the data is read (train checks each batch it draws too)
             raise BadValue(f"the batch ({batch} sequences) must be a multiple of the number of processes ({size})")
         mixtures = MixtureSet(data, n_speakers=model_cfg.n_speakers)
