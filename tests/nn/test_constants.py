@@ -44,3 +44,16 @@ def test_the_tensors_made_are_not_pickled():
     c(torch.device("cpu"), torch.float64)
     assert c._made and not copy.deepcopy(c)._made
     assert torch.equal(copy.deepcopy(c)(torch.device("cpu")), torch.arange(4.0))
+
+
+def test_a_constant_first_made_under_inference_mode_serves_autograd_later():
+    """A model evaluated under ``inference_mode`` first kept an inference tensor: compiled, it then failed in its
+    first forward where autograd records ("Inference tensors cannot be saved for backward")."""
+    import functools
+
+    table = DeviceConstant(functools.partial(torch.linspace, 0.5, 1.5, 4))
+    with torch.inference_mode():
+        assert torch.equal(table(torch.device("cpu")), torch.linspace(0.5, 1.5, 4))
+    x = torch.ones(4, requires_grad=True)
+    (x * table(torch.device("cpu"))).sum().backward()  # the product saves the constant for x's gradient
+    assert torch.equal(x.grad, torch.linspace(0.5, 1.5, 4))

@@ -14,7 +14,8 @@ class DeviceConstant:
     No parameter and no buffer: a non-persistent buffer is left unset by ``to_empty()`` after a meta-device
     build, and ``load_state_dict`` does not restore one. Nothing is kept while a tracer or ``torch.compile``
     runs (they record the making as ops), nor a tensor without values (a FakeTensor made under
-    ``FakeTensorMode``, anything made while a dispatch mode runs): later calls would get it. ``make`` is a
+    ``FakeTensorMode``, anything made while a dispatch mode runs): later calls would get it. A first use under
+    ``torch.inference_mode`` makes an ordinary tensor, which autograd may record later. ``make`` is a
     tensor or a function of no arguments that makes one; the module pickles (``torch.save(model)``,
     ``copy.deepcopy``) where ``make`` does: a tensor, a module-level function or a ``functools.partial`` of
     one, not a lambda. The tensors made are not pickled.
@@ -27,13 +28,19 @@ class DeviceConstant:
     def __getstate__(self) -> dict:
         return {"_make": self._make, "_made": {}}
 
+    def _new(self, device: torch.device, dtype: torch.dtype | None) -> torch.Tensor:
+        return (self._make if isinstance(self._make, torch.Tensor) else self._make()).to(device=device, dtype=dtype)
+
     def __call__(self, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The tensor on ``device``, in ``dtype`` (None: ``make()``'s own)."""
         key = (device, dtype)
         made = self._made.get(key)
         if made is None:
-            made = (self._make if isinstance(self._make, torch.Tensor) else self._make()).to(device=device,
-                                                                                           dtype=dtype)
+            if torch.is_inference_mode_enabled():  # kept for later calls: an inference tensor would fail any
+                with torch.inference_mode(False):  # that autograd records (a compiled model's, after an evaluation)
+                    made = self._new(device, dtype)
+            else:
+                made = self._new(device, dtype)
             if not (torch.jit.is_tracing() or torch.compiler.is_compiling() or unreadable(made)):
                 self._made[key] = made
         return made
