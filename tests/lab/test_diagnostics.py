@@ -35,11 +35,12 @@ def test_pre_ln_grows_and_post_ln_does_not():
     assert "grad_attn" not in pre[0]
 
 
-@pytest.mark.parametrize("placement", ["pre", "post"])
-def test_branch_ratio_is_what_the_unit_adds(placement):
-    """The hooks see the unit's own ``x`` and ``F``: recomputed by hand for layer 0's FFN unit."""
+@pytest.mark.parametrize("placement, norm", [("pre", "layernorm"), ("post", "layernorm"), ("post", "batchnorm")])
+def test_branch_ratio_is_what_the_unit_adds(placement, norm):
+    """The hooks see the unit's own ``x`` and ``F``: recomputed by hand for layer 0's FFN unit (a post-norm that
+    cannot take ``residual``, batchnorm's, had no ratio: only its sum was seen)."""
     torch.manual_seed(0)
-    m = normlab.TransformerEncoder(16, 2, 2, 32, placement=placement, pos="none")
+    m = normlab.TransformerEncoder(16, 2, 2, 32, placement=placement, pos="none", norm=norm).eval()
     x = torch.randn(3, 6, 16)
     rows = diagnose(m, x, backward=False)
     attn, ffn = m.layers[0].attn, m.layers[0].ffn

@@ -1,8 +1,8 @@
 """Forward hooks fire on every block and every norm of every encoder, exactly once per call, fused kernels on.
 
-Every block and every norm is called as a module (``__call__``), the fused
-add+norm included: a norm that does the residual add is called with
-``residual=`` and runs ``add_layer_norm`` / ``add_rms_norm`` itself.
+Every block and every norm is called as a module (``__call__``). A norm that
+no hook watches does the pending residual add itself (``add_layer_norm`` /
+``add_rms_norm``); a watched one is called on the stream, as torch's are.
 """
 from __future__ import annotations
 
@@ -73,13 +73,81 @@ def test_a_hook_on_every_block_and_norm_fires_once_per_call(kind, placement, nor
         h.remove()
     silent = [n for n, m in model.named_modules() if m in blocks + norms and calls[m] != 2]
     assert not silent, f"{kind} {placement} {norm}: hooks that did not fire once per call: {silent}"
-    fused = sum(fused_calls.values())
-    if norm == "batchnorm":  # it cannot take residual=: the unit adds, then calls it on the sum
-        assert fused == 0 and not kernel_calls
-    else:  # the pending adds went into the norms, LayerNorm's and RMSNorm's through the fused kernel
-        assert fused > 0
-        kernel = {"layernorm": "add_layer_norm", "rmsnorm": "add_rms_norm"}.get(norm)
-        assert kernel_calls == (Counter({kernel: fused}) if kernel else Counter())
+    # a watched norm is called on the stream, as torch's LayerNorm is: never handed the pending add
+    assert sum(fused_calls.values()) == 0 and not kernel_calls, kernel_calls
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("kind", MODELS)
+def test_norms_no_hook_watches_take_the_pending_add_in_one_fused_kernel(kind, norm, monkeypatch):
+    model, shape = _build(kind, norm, "pre")
+    kernel_calls = Counter()
+
+    def counted(op):
+        def run(*args, **kw):
+            kernel_calls[op.__name__] += 1
+            return op(*args, **kw)
+        return run
+
+    monkeypatch.setattr(F, "add_layer_norm", counted(F.add_layer_norm))
+    monkeypatch.setattr(F, "add_rms_norm", counted(F.add_rms_norm))
+    blocks = [m for m in model.modules() if isinstance(m, Block)]
+    handles = [m.register_forward_hook(lambda *a: None) for m in blocks]  # hooks on the blocks only
+    with torch.no_grad():
+        model.eval()(torch.randn(shape))
+    for h in handles:
+        h.remove()
+    kernel = {"layernorm": "add_layer_norm", "rmsnorm": "add_rms_norm"}[norm]
+    assert set(kernel_calls) == {kernel} and kernel_calls[kernel] >= N_LAYERS, kernel_calls
+
+
+def _norm_first_pair():
+    """A torch ``TransformerEncoderLayer(norm_first=True)`` stack of 2 and normlab's copy of it."""
+    from normlab.interop import from_torch
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=True)
+    theirs = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    ours = torch.nn.ModuleList([from_torch(block) for block in theirs.layers]).eval()
+    return theirs, ours
+
+
+def _run(ours, x):
+    hidden, residual = x, None
+    for block in ours:
+        hidden, residual = block(hidden, residual)
+    return normlab.nn.materialize(hidden, residual)
+
+
+def test_hooks_on_a_norm_inside_a_model_see_and_change_what_they_would_on_torchs_norm():
+    """A norm that took the pending add was called as ``norm(branch, residual=stream)`` and returned ``(y, s)``: a
+    hook written for ``torch.nn.LayerNorm`` got a tuple (``o * 0.5`` raised TypeError), recorded the branch
+    instead of the stream (3.45 off), and a pre-hook changed the stream itself (0.79 off torch's output)."""
+    theirs, ours = _norm_first_pair()
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(_run(ours, x), theirs(x), atol=1e-5, rtol=1e-5)
+        seen = {}
+        for name, norm in (("theirs", theirs.layers[1].norm1), ("ours", ours[1].attn.pre_norm)):
+            norm.register_forward_pre_hook(lambda m, args, name=name: seen.__setitem__(name, args[0].clone()))
+            norm.register_forward_pre_hook(lambda m, args: (args[0] * 2,))  # LayerNorm ignores the scale
+            norm.register_forward_hook(lambda m, args, out: out * 0.5)
+        torch.testing.assert_close(_run(ours, x), theirs(x), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(seen["ours"], seen["theirs"], atol=1e-5, rtol=1e-5)  # the stream, not the branch
+
+
+def test_a_hook_on_a_units_add_sees_the_branch_and_the_stream_apart():
+    theirs, ours = _norm_first_pair()
+    x = torch.randn(2, 5, 16)
+    terms = []
+    ours[0].ffn.add.register_forward_hook(lambda m, args, out: terms.append((args, out)))
+    with torch.no_grad():
+        torch.testing.assert_close(_run(ours, x), theirs(x), atol=1e-5, rtol=1e-5)
+        (f, stream), s = terms[0]
+        h = x + theirs.layers[0]._sa_block(theirs.layers[0].norm1(x), None, None)  # the stream after attention
+        torch.testing.assert_close(stream, h, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(f, theirs.layers[0]._ff_block(theirs.layers[0].norm2(h)), atol=1e-5, rtol=1e-5)
+        assert torch.equal(s, f + stream)
 
 
 def test_a_global_forward_hook_sees_every_submodule_in_inference_too():

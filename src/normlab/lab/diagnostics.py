@@ -5,8 +5,7 @@ pass and returns one plain dict per layer, for the studies to tabulate/plot:
 
 * ``resid_norm``: mean L2 norm of the layer's output tokens; ``resid_norm2_per_d``: mean ``||x||^2 / d``;
 * ``token_mean`` / ``token_std``: per-token mean (absolute) and std of the output, averaged;
-* ``branch_ratio_<unit>``: ``Var[F(x)] / Var[alpha x + F(x)]`` for each residual unit (a post-style unit's
-  only where its norm takes ``residual``: every norm but ``batchnorm`` and ``none``);
+* ``branch_ratio_<unit>``: ``Var[F(x)] / Var[alpha x + F(x)]`` for each residual unit;
 * ``cos_prev``: mean cosine similarity between this layer's and the previous layer's output tokens;
 * ``grad_<group>``: L2 norm of the gradients of the layer's ``attn``/``ffn``/``norm`` parameters;
   ``grad_ffn_w2``: of the FFN's second weight matrix alone (Xiong et al.'s quantity).
@@ -22,7 +21,7 @@ from torch.utils.hooks import RemovableHandle
 
 from .._checks import BadValue
 from ..models.stack import Stack
-from ..nn.residual import ResidualUnit, materialize, takes_residual
+from ..nn.residual import ResidualUnit, materialize
 
 
 def _valid(t: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -50,23 +49,16 @@ def _group(name: str) -> str:
     return "attn" if name.startswith("attn") else "ffn" if name.startswith("ffn") else "other"
 
 
-def watch_branch(unit: ResidualUnit, fn: Callable[[torch.Tensor, torch.Tensor], None]) -> RemovableHandle | None:
+def watch_branch(unit: ResidualUnit, fn: Callable[[torch.Tensor, torch.Tensor], None]) -> RemovableHandle:
     """Call ``fn(x, f)`` on each run of ``unit`` with its (alpha-scaled) input stream ``x`` and branch output ``f``.
 
     A forward hook: on the unit where it leaves its add pending (it returns
-    ``(f, x)``), on its post-norm where that norm does the add
-    (``post_norm(f, residual=x)``). None where neither shows both: a post-norm
-    that cannot take ``residual`` (batchnorm, none) only sees the sum.
+    ``(f, x)``: the add stays fused into the next norm), else on its add
+    (:class:`~normlab.nn.residual.ResidualAdd`, called as a module while a hook watches it).
     """
     if unit.post_norm is None:
         return unit.register_forward_hook(lambda _m, _args, out: fn(out[1], out[0]))
-    if not takes_residual(unit.post_norm):
-        return None
-
-    def on_post_norm(_m, args, kwargs, _out):
-        if kwargs.get("residual") is not None:
-            fn(kwargs["residual"], args[0])
-    return unit.post_norm.register_forward_hook(on_post_norm, with_kwargs=True)
+    return unit.add.register_forward_hook(lambda _m, args, _out: fn(args[1], args[0]))
 
 
 def diagnose(model: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, *,
@@ -103,7 +95,7 @@ def diagnose(model: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor |
         for name, unit in layer.named_children():
             if isinstance(unit, ResidualUnit):
                 handles.append(watch_branch(unit, branch_ratio(i, name)))
-                watched += [(i, name)] if handles[-1] is not None else []
+                watched.append((i, name))
     # the layers' gradients of the probe loss, by autograd.grad: the caller's own .grad stay as they were (a
     # zero_grad and backward here wiped them, or replaced them with the probe's)
     params = [(i, name, p) for i, layer in enumerate(layers) for name, p in layer.named_parameters()

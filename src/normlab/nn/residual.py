@@ -18,7 +18,11 @@ residual=residual)``, which returns ``(normalized, stream)``; a unit that ends
 with a norm hands it its own ``alpha * x + F`` the same way and leaves nothing
 pending. Every norm is called as a module, so its forward hooks fire; norms
 whose ``forward`` takes ``residual`` (LayerNorm and RMSNorm: one fused kernel)
-add it themselves, whatever their class, and the others get the sum.
+add it themselves, whatever their class, and the others get the sum. A norm
+that a hook watches gets the sum too, as ``torch.nn.LayerNorm`` would: its
+hooks see the stream and return the normalized tensor. The add itself is the
+unit's ``add`` module (:class:`ResidualAdd`), called only while a hook watches
+it: a hook there sees the branch output and the stream apart.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from torch import nn
 
 from .._checks import BadType
 from ..registry import make_norm
-from .hooks import idle_dropout
+from .hooks import idle_dropout, watched
 
 #: ``(hidden, residual)``: the stream is ``hidden + residual``; ``residual`` None when no add is pending
 Carry = tuple[torch.Tensor, torch.Tensor | None]
@@ -68,12 +72,14 @@ def add_norm(hidden: torch.Tensor | None, residual: torch.Tensor | None, norm: n
     """``(norm(s), s)`` with ``s = hidden + residual`` (either None: the other alone).
 
     A norm that takes ``residual`` does the add itself (one fused kernel for
-    LayerNorm and RMSNorm); any other norm is called on the sum.
+    LayerNorm and RMSNorm), unless a hook watches it: then, as any other norm,
+    it is called on the sum, so its hooks see what they would see on
+    ``torch.nn.LayerNorm`` (the stream in, the normalized stream out).
     """
     if hidden is None or residual is None:
         s = residual if hidden is None else hidden
         return apply_norm(norm, s, mask), s
-    if norm is not None and takes_residual(norm):
+    if norm is not None and takes_residual(norm) and not watched(norm):
         return apply_norm(norm, hidden, mask, residual=residual)
     s = hidden + residual
     return apply_norm(norm, s, mask), s
@@ -112,6 +118,7 @@ class ResidualUnit(nn.Module):
         self.branch_norm = make_norm(norm, dim, **kw) if slots.branch else None
         self.post_norm = make_norm(norm, dim, **kw) if slots.post else None
         self.drop = nn.Dropout(dropout)
+        self.add = ResidualAdd()
 
     @property
     def alpha(self) -> float:
@@ -134,9 +141,21 @@ class ResidualUnit(nn.Module):
             f = f * self.scale
         if self.slots.alpha != 1.0:
             x = x * self.slots.alpha
+        if watched(self.add):  # the add as a module call, for its hooks (else left to a norm, or fused into it)
+            s = self.add(f, x)  # B, T, D
+            return (s, None) if self.post_norm is None else (apply_norm(self.post_norm, s, mask), None)
         if self.post_norm is None:
             return f, x  # the add is left to whoever norms next
         return add_norm(f, x, self.post_norm, mask)[0], None
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}, alpha={self.slots.alpha:.4g}" if self.slots.alpha != 1.0 else f"scale={self.scale}"
+
+
+class ResidualAdd(nn.Module):
+    """``branch + stream``: a unit's residual add. Called as a module only while a hook watches it (its inputs are
+    the branch output ``f`` and the alpha-scaled stream ``x``); otherwise the add is done by the norm after it,
+    in one fused kernel with that norm where it can."""
+
+    def forward(self, branch: torch.Tensor, stream: torch.Tensor) -> torch.Tensor:
+        return branch + stream

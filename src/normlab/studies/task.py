@@ -134,7 +134,7 @@ def init_cell(cfg: dict) -> dict:
         def norm2_per_d(x, f):
             sums.append(((x + f).pow(2).sum(-1) / x.shape[-1]).mean().item())
 
-        handles = [w for layer in model.encoder.layers if (w := watch_branch(layer.ffn, norm2_per_d)) is not None]
+        handles = [watch_branch(layer.ffn, norm2_per_d) for layer in model.encoder.layers]
         try:
             with torch.no_grad():
                 model.encoder(h.detach())
