@@ -596,11 +596,33 @@ def test_run_says_what_each_file_held_and_that_a_silent_one_has_no_speech(files,
                "--embedding", str(d / "enc.pt"), "--out", str(tmp_path / "out")])
     lines = capsys.readouterr().out.splitlines()
     talk = read_rttm(tmp_path / "out" / "talk.rttm")["talk"]
-    speakers, speech = len({t.speaker for t in talk}), sum(t.duration for t in talk)
+    speakers, speech = len({t.speaker for t in talk}), Diarization(talk).speech_seconds
     assert rc == 0 and talk and (tmp_path / "out" / "quiet.rttm").read_text() == ""
     assert lines == [f"{folder / 'talk.wav'}: wrote {tmp_path / 'out' / 'talk.rttm'} ({speakers} speaker"
                      f"{'s' * (speakers != 1)}, {speech:.1f} s of speech in 12.0 s)",
                      f"{folder / 'quiet.wav'}: wrote {tmp_path / 'out' / 'quiet.rttm'} (no speech found)"], lines
+
+
+def test_a_diarizations_speech_counts_overlapped_speech_once():
+    """`diarize run` said "20.0 s of speech in 15.7 s" where two speakers overlapped: it added up the turns."""
+    d = Diarization([Turn("m", 0.0, 10.0, "a"), Turn("m", 2.0, 3.0, "b"), Turn("m", 12.0, 1.5, "b")], duration=15.0)
+    assert d.speech_seconds == pytest.approx(11.5) and d.speakers == ["a", "b"]
+    assert Diarization([]).speech_seconds == 0.0
+
+
+def test_evaluate_refuses_a_format_it_would_not_score(files, tmp_path):
+    """evaluate_folder(format="json") wrote JSON files and then scored the RTTMs in --out: none (an error after
+    all the work) or a stale earlier run's, silently."""
+    from normlab.diarization.metrics.evaluate import evaluate_folder
+
+    d, audio = files
+    folder = tmp_path / "in"
+    folder.mkdir()
+    sf.write(folder / "talk.wav", audio, SR)
+    write_rttm([Turn("talk", 0.0, 2.0, "v0")], tmp_path / "ref.rttm")
+    with pytest.raises(UserError, match="evaluate writes and scores RTTM files: format='json'"):
+        evaluate_folder(folder, tmp_path / "ref.rttm", tmp_path / "out", format="json", model=d / "m.pt")
+    assert not (tmp_path / "out").exists()
 
 
 def test_evaluate_loads_the_model_and_the_encoder_once(files, tmp_path, monkeypatch, capsys):

@@ -142,9 +142,9 @@ def _found(result) -> str:
     """What a file's diarization found, in a few words: its speakers and their speech, or that there is none."""
     if not result.turns:
         return "no speech found"
-    speakers = len({t.speaker for t in result.turns})
-    speech = sum(t.duration for t in result.turns)
-    return f"{speakers} speaker{'s' * (speakers != 1)}, {speech:.1f} s of speech in {result.duration:.1f} s"
+    speakers = len(result.speakers)
+    return f"{speakers} speaker{'s' * (speakers != 1)}, {result.speech_seconds:.1f} s of speech in " \
+           f"{result.duration:.1f} s"
 
 
 def _cmd_diarize_evaluate(args: argparse.Namespace) -> int:

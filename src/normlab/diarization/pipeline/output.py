@@ -95,6 +95,18 @@ class Diarization(list):
     def turns(self) -> list[Turn]:
         return list(self)
 
+    @property
+    def speakers(self) -> list[str]:
+        """The speaker labels, in order of first speech."""
+        return list(dict.fromkeys(t.speaker for t in self))
+
+    @property
+    def speech_seconds(self) -> float:
+        """Seconds in which anyone speaks (overlapped speech counted once)."""
+        from ..metrics.der import merge
+
+        return float(sum(end - start for start, end in merge((t.start, t.end) for t in self)))
+
     def exclusive(self) -> "Diarization":
         """The same recording with one speaker at a time (``exclusive_turns``)."""
         return Diarization(exclusive_turns(self), uri=self.uri, duration=self.duration, settings=self.settings,
