@@ -32,8 +32,20 @@ def test_local_speakers_of_one_cluster_merge_by_maximum_not_sum():
     cfg = PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=0.0, offset_threshold=1.0)
     turns = stitch(seg, cfg)
     assert len(turns) == 1 and (turns[0].start, turns[0].end) == pytest.approx((0.0, 2.0))
-    # the voice heard at 0.6 is the one with 3 s of speech (not the merged pair's 6 s): spk1
-    assert turns[0].speaker == "spk1"
+    # the voice heard at 0.6 (3 s of embeddings against the merged pair's 6 s): spk0, the one who speaks
+    assert turns[0].speaker == "spk0"
+
+
+def test_speakers_are_labelled_by_decreasing_speech_in_the_output():
+    """Labels followed the clusters' embedding weight (seconds per piece capped): a speaker with 2 s of output could
+    be spk0 beside one with 8 s."""
+    probs = torch.zeros(1, 100, 2)
+    probs[0, :20, 0], probs[0, 20:, 1] = 0.9, 0.9  # voice A 2 s, voice B 8 s
+    emb = torch.tensor([[1.0, 0, 0, 0], [0, 1.0, 0, 0]])
+    seg = _seg(probs, [(0, 0, 0, 20, 0), (0, 1, 20, 100, 1)], [0], 100, emb, [6.0, 3.0])  # A weighs more
+    cfg = PipelineConfig(threshold=0.5, median=1, cluster_threshold=0.5, min_cluster=0.0, offset_threshold=1.0)
+    turns = stitch(seg, cfg)
+    assert [(t.speaker, round(t.start, 3), round(t.end, 3)) for t in turns] == [("spk1", 0.0, 2.0), ("spk0", 2.0, 10.0)]
 
 def test_hamming_average_is_a_weighted_mean_of_probabilities():
     """Windows 0 (frames 0-19) and 1 (10-29): the speaker at 0.9 on frames 0-9, 0.2 on 10-19 in both windows. The
