@@ -257,3 +257,35 @@ def test_a_wav_written_to_a_pipe_is_not_called_cut_short(tmp_path, size):
         warnings.simplefilter("always")
         read_mono(path, SR)
     assert not [str(w.message) for w in caught if "cut short" in str(w.message)]
+
+
+def test_a_file_name_that_is_not_utf8_is_read_and_named(tmp_path):
+    """libsndfile was given the name as text: a Latin-1 name (bytes Python holds as surrogates) failed with
+    "surrogates not allowed", and the recording's name could not be written to an RTTM."""
+    import os
+
+    sf.write(tmp_path / "plain.wav", _tone(200, 1.0), SR)
+    try:
+        os.rename(tmp_path / "plain.wav", os.fsencode(tmp_path) + b"/caf\xe9.wav")
+    except OSError as e:
+        pytest.skip(f"this file system refuses the name: {e}")
+    path = os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.wav")
+    assert read_mono(path, SR).numel() == SR
+    assert recording_uri(path) == "caf\ufffd"
+    "caf\ufffd".encode("utf-8")  # writable
+
+
+def test_an_empty_path_and_an_unreadable_file_say_so(tmp_path):
+    import os
+
+    from normlab.diarization.io.audio import AudioError
+
+    with pytest.raises(AudioError, match="^an empty path names no audio file$"):
+        read_mono("", SR)  # it read as ".", "a folder, not an audio file"
+    if os.geteuid() == 0:
+        pytest.skip("root reads any file: the permission case needs another user")
+    path = tmp_path / "locked.wav"
+    sf.write(path, _tone(200, 1.0), SR)
+    path.chmod(0)
+    with pytest.raises(AudioError, match="permission denied"):  # libsndfile said "System error."
+        read_mono(path, SR)

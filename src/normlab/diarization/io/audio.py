@@ -19,6 +19,7 @@ and in the output file's name.
 from __future__ import annotations
 
 import math
+import os
 import pathlib
 import re
 import warnings
@@ -61,7 +62,8 @@ def as_field(name: str) -> str:
 
 def recording_uri(path: str | pathlib.Path) -> str:
     """The recording's name in RTTM and output files: the file name without its suffix, white space as ``_``."""
-    return as_field(pathlib.Path(path).stem)
+    stem = pathlib.Path(path).stem  # a file name's bytes that are not UTF-8 (held as surrogates) as U+FFFD
+    return as_field("".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in stem))
 
 
 def remove_dc(mono: np.ndarray, sample_rate: int) -> np.ndarray:
@@ -161,11 +163,15 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
     """Mono float32 samples at ``sample_rate`` from a WAV/FLAC/Ogg (or headerless .gsm) file; errors name the file."""
     import soundfile as sf
 
+    if isinstance(path, (str, bytes)) and not path:  # pathlib reads "" as "."
+        raise AudioError("an empty path names no audio file")
     path = pathlib.Path(path)
     if not path.exists():
         raise AudioError(f"{path}: no such file")
     if path.is_dir():
         raise AudioError(f"{path}: a folder, not an audio file (give its files; diarize evaluate reads a folder)")
+    if not os.access(path, os.R_OK):  # libsndfile says only "System error"
+        raise AudioError(f"{path}: permission denied (this user cannot read it)")
     if path.suffix.lower() == ".gsm":
         mono = _read_gsm(path)
         if mono.size == 0:
@@ -173,7 +179,7 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
         return _finish(mono, 8000, sample_rate)
     finite, peak = True, 0.0
     try:
-        with sf.SoundFile(str(path)) as f:
+        with sf.SoundFile(os.fsencode(path)) as f:  # bytes: a name that is not UTF-8 opens too
             sr, n = f.samplerate, f.frames
             if not MIN_SAMPLE_RATE <= sr <= MAX_SAMPLE_RATE:
                 raise AudioError(f"{path}: its header gives {sr} Hz; {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz "
