@@ -72,7 +72,7 @@ bench-diarize: system-deps $(STAMP)
 # The segmentation model shipped in the package (assets/eend_real.pt): simulate conversations of real people and
 # synthesizer voices, train 6400 steps on 10 s windows (two cosine cycles) on one core, tune the window threshold
 # and then the whole pipeline on the dev set (the dev conversations and pyannote's sample), score the test sets
-# once (docs/diarization.md: about 3 h on a busy 2-core machine; re-running resumes at every stage). The
+# once (docs/diarization.md: 92 min on a shared 2-core machine; re-running resumes at every stage). The
 # asset is replaced only once the recipe has finished, by a rename: never half a file.
 ASSETS := src/normlab/diarization/assets
 model: system-deps $(STAMP) sample
