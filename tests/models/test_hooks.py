@@ -40,19 +40,9 @@ def _build(kind: str, norm: str, placement: str):
     return EENDModel(cfg), (2, 6, 5)
 
 
-@pytest.mark.parametrize("norm", HOOKED_NORMS)
-@pytest.mark.parametrize("placement", list(PLACEMENTS))
-@pytest.mark.parametrize("kind", MODELS)
-def test_a_hook_on_every_block_and_norm_fires_once_per_call(kind, placement, norm, monkeypatch):
-    model, shape = _build(kind, norm, placement)
-    blocks = [m for m in model.modules() if isinstance(m, Block)]
-    norms = [m for m in model.modules() if isinstance(m, NORM_TYPES)]
-    assert len(blocks) == N_LAYERS and len(norms) >= N_LAYERS
-    calls, fused_calls, kernel_calls = Counter(), Counter(), Counter()
-
-    def hook(m, _args, kwargs, _out):
-        calls[m] += 1
-        fused_calls[m] += kwargs.get("residual") is not None
+def _fused_kernel_calls(monkeypatch) -> Counter:
+    """Counts of the fused add+norm functions' calls from now on, by name."""
+    kernel_calls = Counter()
 
     def counted(op):
         def run(*args, **kw):
@@ -62,6 +52,23 @@ def test_a_hook_on_every_block_and_norm_fires_once_per_call(kind, placement, nor
 
     monkeypatch.setattr(F, "add_layer_norm", counted(F.add_layer_norm))
     monkeypatch.setattr(F, "add_rms_norm", counted(F.add_rms_norm))
+    return kernel_calls
+
+
+@pytest.mark.parametrize("norm", HOOKED_NORMS)
+@pytest.mark.parametrize("placement", list(PLACEMENTS))
+@pytest.mark.parametrize("kind", MODELS)
+def test_a_hook_on_every_block_and_norm_fires_once_per_call(kind, placement, norm, monkeypatch):
+    model, shape = _build(kind, norm, placement)
+    blocks = [m for m in model.modules() if isinstance(m, Block)]
+    norms = [m for m in model.modules() if isinstance(m, NORM_TYPES)]
+    assert len(blocks) == N_LAYERS and len(norms) >= N_LAYERS
+    calls, fused_calls, kernel_calls = Counter(), Counter(), _fused_kernel_calls(monkeypatch)
+
+    def hook(m, _args, kwargs, _out):
+        calls[m] += 1
+        fused_calls[m] += kwargs.get("residual") is not None
+
     handles = [m.register_forward_hook(hook, with_kwargs=True) for m in blocks + norms]
     x = torch.randn(shape)
     mask = torch.zeros(shape[:2], dtype=torch.bool)
@@ -81,16 +88,7 @@ def test_a_hook_on_every_block_and_norm_fires_once_per_call(kind, placement, nor
 @pytest.mark.parametrize("kind", MODELS)
 def test_norms_no_hook_watches_take_the_pending_add_in_one_fused_kernel(kind, norm, monkeypatch):
     model, shape = _build(kind, norm, "pre")
-    kernel_calls = Counter()
-
-    def counted(op):
-        def run(*args, **kw):
-            kernel_calls[op.__name__] += 1
-            return op(*args, **kw)
-        return run
-
-    monkeypatch.setattr(F, "add_layer_norm", counted(F.add_layer_norm))
-    monkeypatch.setattr(F, "add_rms_norm", counted(F.add_rms_norm))
+    kernel_calls = _fused_kernel_calls(monkeypatch)
     blocks = [m for m in model.modules() if isinstance(m, Block)]
     handles = [m.register_forward_hook(lambda *a: None) for m in blocks]  # hooks on the blocks only
     with torch.no_grad():
