@@ -122,9 +122,10 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     from ..io.uem import read_uem
     from ..pipeline.api import diarize_files, made_with
 
-    if diarize_kw.get("format", "rttm") != "rttm":  # the RTTMs are what is scored (another format wrote none,
+    # the RTTMs written are what is scored: another format wrote none, and stale RTTMs in out_dir were scored
+    if diarize_kw.get("format", "rttm") != "rttm":
         raise BadValue(f"evaluate writes and scores RTTM files: format={diarize_kw['format']!r} is not one "
-                       "(convert them afterwards)")  # and stale RTTMs in out_dir were scored)
+                       "(convert them afterwards)")
     wav_dir, out_dir = pathlib.Path(wav_dir), pathlib.Path(out_dir)
     if not wav_dir.is_dir():
         raise NotFound(f"{wav_dir} is not a folder")
