@@ -256,7 +256,36 @@ def test_a_file_beside_the_audio_is_never_replaced(tmp_path, capsys):
         assert len(err) == 1 and "exists beside its audio" in err[0]
     assert "alice" in (tmp_path / "x.rttm").read_text()
     assert main(["diarize", "run", str(tmp_path / "x.wav"), "--out", str(tmp_path / "rttm")]) == 1  # elsewhere: runs
-    assert "cannot read audio" in capsys.readouterr().err
+    assert "an empty file (0 bytes)" in capsys.readouterr().err
+
+
+def test_a_run_where_every_file_fails_leaves_no_folders_behind(tmp_path, capsys):
+    """`diarize nosuch.wav --out o1/` said why and exited 1, but left the empty folder o1/ it had made."""
+    from normlab.cli import main
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "text.wav").write_text("hello")
+    for out in (tmp_path / "new" / "deeper", tmp_path / "out"):
+        assert main(["diarize", "run", str(tmp_path / "nosuch.wav"), str(tmp_path / "text.wav"), "--out",
+                     str(out)]) == 1
+        assert "no such file" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "text.wav"]  # the user's own folder is kept
+
+
+def test_the_written_path_has_no_doubled_slash(tmp_path, capsys, monkeypatch):
+    """`--out out/` printed "wrote out//x.rttm"."""
+    from normlab.cli import main
+    from normlab.diarization.io.rttm import Turn
+    from normlab.diarization.pipeline import api
+    from normlab.diarization.pipeline.output import Diarization
+
+    def files(paths, out, on_result, **kw):
+        on_result(paths[0], Diarization([Turn("x", 0.0, 2.0, "spk0")], uri="x", duration=3.0))
+        return {paths[0]: "ok"}
+
+    monkeypatch.setattr(api, "diarize_files", files)
+    assert main(["diarize", "run", "x.wav", "--out", "out/"]) == 0
+    assert capsys.readouterr().out.strip() == "x.wav: wrote out/x.rttm (1 speaker, 2.0 s of speech in 3.0 s)"
 
 
 def test_train_never_replaces_a_model_it_did_not_make(tmp_path, capsys):

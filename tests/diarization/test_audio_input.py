@@ -2,6 +2,7 @@
 before anything reads the signal, PCM integers are scaled as PCM, and a file name with spaces is a valid
 recording name."""
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -289,3 +290,33 @@ def test_an_empty_path_and_an_unreadable_file_say_so(tmp_path):
     path.chmod(0)
     with pytest.raises(AudioError, match="permission denied"):  # libsndfile said "System error."
         read_mono(path, SR)
+
+
+def test_a_file_that_is_not_audio_is_named_once_and_an_empty_one_said_empty(tmp_path, monkeypatch):
+    """libsndfile names the path it opened as bytes: the message read "(Error opening b'the file': ...)"."""
+    from normlab.diarization.io.audio import AudioError
+
+    monkeypatch.chdir(tmp_path)
+    pathlib.Path("text.wav").write_text("hello")
+    pathlib.Path("empty.wav").write_bytes(b"")
+    with pytest.raises(AudioError) as e:
+        read_mono("text.wav", SR)
+    assert str(e.value) == "text.wav: cannot read audio (Error opening: Format not recognised.)"
+    with pytest.raises(AudioError, match=r"^empty.wav: an empty file \(0 bytes\), not audio$"):
+        read_mono("empty.wav", SR)
+
+
+def test_audio_narrower_than_the_telephone_band_is_read_with_a_warning(tmp_path):
+    """A 4 kHz file was diarized without a word, one speaker where its 8 kHz copy gave two."""
+    import warnings
+
+    sf.write(tmp_path / "lo.wav", _tone(300, 1.0)[::4], 4000)
+    sf.write(tmp_path / "tel.wav", _tone(300, 1.0)[::2], 8000)
+    with pytest.warns(UserWarning, match="lo.wav: 4000 Hz holds nothing above 2000 Hz"):
+        assert read_mono(tmp_path / "lo.wav", SR).numel() == SR
+    with pytest.warns(UserWarning, match="the waveform: 4000 Hz"):
+        as_mono(_tone(300, 1.0)[::4], 4000, SR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_mono(tmp_path / "tel.wav", SR)
+        as_mono(_tone(300, 1.0)[::2], 8000, SR)

@@ -129,7 +129,7 @@ def _cmd_diarize_run(args: argparse.Namespace) -> int:
                            progress=progress("diarize"), on_result=found.__setitem__, **_speaker_counts(args),
                            **_pipeline_options(args))
     for path, st in status.items():
-        stem = f"{args.out}/{recording_uri(path)}"
+        stem = pathlib.Path(args.out) / recording_uri(path)  # ("out/" + name, not "out//name")
         wrote = f"{stem}{FORMATS[args.format]}" + (f" and {stem}.png" if args.plot else "")
         if st == "ok":
             print(f"{path}: wrote {wrote} ({_found(found[path])})")

@@ -147,10 +147,19 @@ def _read_gsm(path: pathlib.Path) -> np.ndarray:
     return np.frombuffer(run.stdout, dtype="<f4").astype(np.float32)
 
 
+#: the narrowest audio the models were trained on (telephone band): lower rates are read, with a warning
+NARROWEST_RATE = 8000
+
 #: the largest sample magnitude read as audio: full scale is 1.0, or 2^31 where a float file holds the values of
 #: 32-bit integer PCM; beyond it the squares behind every level and filterbank overflow float32 (1e20 gave an
 #: empty result) and no recording is stored that way
 MAX_PEAK = float(2**31)
+
+
+def _warn_if_narrow(what: str, sr: int) -> None:
+    if sr < NARROWEST_RATE:
+        warnings.warn(f"{what}: {sr} Hz holds nothing above {sr / 2:g} Hz, and normlab's models heard "
+                      f"{NARROWEST_RATE} Hz audio or wider: expect more missed and confused speech", stacklevel=3)
 
 
 def _check_peak(peak: float, what: str) -> None:
@@ -172,6 +181,8 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
         raise AudioError(f"{path}: a folder, not an audio file (give its files; diarize evaluate reads a folder)")
     if not os.access(path, os.R_OK):  # libsndfile says only "System error"
         raise AudioError(f"{path}: permission denied (this user cannot read it)")
+    if path.is_file() and path.stat().st_size == 0:  # libsndfile says "Format not recognised"
+        raise AudioError(f"{path}: an empty file (0 bytes), not audio")
     if path.suffix.lower() == ".gsm":
         mono = _read_gsm(path)
         if mono.size == 0:
@@ -184,6 +195,7 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
             if not MIN_SAMPLE_RATE <= sr <= MAX_SAMPLE_RATE:
                 raise AudioError(f"{path}: its header gives {sr} Hz; {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz "
                                  "are read")
+            _warn_if_narrow(str(path), sr)
             mono = np.empty(n, dtype=np.float32)
             pos = 0
             for block in f.blocks(blocksize=BLOCK_SECONDS * sr, dtype="float32", always_2d=True):
@@ -199,7 +211,10 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
     except AudioError:
         raise
     except Exception as e:  # noqa: BLE001 - libsndfile raises several types
-        detail = str(e).replace(f" {str(path)!r}", "").replace(str(path), "the file")  # the path is said once
+        detail = str(e)  # the path is said once: libsndfile names it as opened (bytes) or as given
+        for named in (repr(os.fsencode(path)), repr(str(path))):
+            detail = detail.replace(f" {named}", "")
+        detail = detail.replace(str(path), "the file")
         raise AudioError(f"{path}: cannot read audio ({detail})") from None
     if mono.size == 0:
         raise EmptyAudio(f"{path}: no audio samples")
@@ -262,5 +277,6 @@ def as_mono(audio, sample_rate: int | None, target: int) -> tuple[torch.Tensor, 
     if not np.isfinite(audio).all():
         raise BadValue("waveform contains NaN or Inf")
     _check_peak(float(np.abs(audio).max()), "waveform")
+    _warn_if_narrow(f"a waveform of {uri!r}" if uri != "audio" else "the waveform", int(sample_rate))
     mono = audio.astype(np.float32, copy=False).mean(axis=0)  # a new array: the caller's is left as it was
     return _finish(mono, int(sample_rate), target), uri

@@ -19,6 +19,7 @@ timeline PNG with ``plot=True``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import math
 import os
@@ -240,7 +241,7 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
         raise BadValue(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     paths = [paths] if isinstance(paths, (str, pathlib.Path)) else list(paths)  # one file, not its characters
     if plot:
-        from ..plot import pyplot, timeline_png
+        from ..plot import pyplot
 
         pyplot()  # without matplotlib: one error before any work
     stems = collections.Counter(recording_uri(p) for p in paths)
@@ -263,8 +264,22 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
         raise BadValue(f"{kept[0]} exists beside its audio and would be replaced: diarize into another folder "
                        "(--out), or move it away first")
     written.check(outputs, overwrite=overwrite, hint="diarize into another folder (--out)")
+    made = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # the folders this call creates
     written.writable_folder(out_dir)  # a read-only folder: one line now, not an error per file after the work
-    m, enc, cfg, counts, prov = _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options)
+    try:
+        m, enc, cfg, counts, prov = _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options)
+        status = _write_each(paths, out_dir, m, enc, cfg, counts, prov, format, exclusive, plot, progress, on_result)
+    finally:  # where nothing was written (every file bad, a bad option), the folders it made are not left behind
+        for d in made:
+            with contextlib.suppress(OSError):  # (not empty: something was written there)
+                d.rmdir()
+    return status
+
+
+def _write_each(paths, out_dir, m, enc, cfg, counts, prov, format, exclusive, plot, progress, on_result) -> dict:
+    """:func:`diarize_files`' loop: each file diarized and written, its status kept."""
+    if plot:
+        from ..plot import timeline_png
     status = {}
     for i, p in enumerate(paths):
         try:
