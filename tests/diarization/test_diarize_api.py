@@ -85,6 +85,14 @@ def test_each_mode_reads_its_own_settings(files):
     # Silero alone deciding speech is a speech-mode reading: asked for alone it brings that mode, with eend it is
     # one clear error (it used to act as the gate, silently)
     assert PipelineConfig.for_model(m, vad="speech").speakers == "speech"
+    # with the settings chosen for Silero alone stored, vad="speech" reads at them (the docs' comparison), the
+    # speech mode with the model deciding speech keeps its own, and an explicit option still wins
+    m.postprocess = {**m.postprocess, "vad_speech": {"speakers": "speech", "vad": "speech", "threshold": 0.2,
+                                                 "cluster_threshold": 0.45, "min_cluster": 2.0}}
+    vad = PipelineConfig.for_model(m, vad="speech")
+    assert (vad.vad, vad.threshold, vad.cluster_threshold, vad.min_cluster) == ("speech", 0.2, 0.45, 2.0)
+    assert PipelineConfig.for_model(m, speakers="speech").threshold == mode["threshold"]
+    assert PipelineConfig.for_model(m, vad="speech", threshold=0.3).threshold == 0.3
     with pytest.raises(UserError, match="use vad 'gate'"):
         PipelineConfig.for_model(m, vad="speech", speakers="eend")
 

@@ -198,6 +198,10 @@ def test_cli_saves_the_choice_as_the_model_defaults(setup, tmp_path, capsys):
     loaded = EENDModel.load(model)
     cfg = PipelineConfig.for_model(loaded)
     assert {k: getattr(cfg, k) for k in out["readings"]["chosen"]} == out["readings"]["chosen"]
+    # --vad speech reads at the settings the dev set chose for it: what the results' vad_speech column states
+    assert loaded.postprocess["vad_speech"] == out["readings"]["vad_speech"]
+    vad = PipelineConfig.for_model(loaded, vad="speech")
+    assert {k: getattr(vad, k) for k in out["readings"]["vad_speech"]} == out["readings"]["vad_speech"]
     assert PipelineConfig.for_model(loaded, threshold=0.45).threshold == 0.45  # the caller still wins
     other = "speech" if out["speakers"] == "eend" else "eend"
     assert PipelineConfig.for_model(loaded, speakers=other).threshold == out["modes"][other]["threshold"]

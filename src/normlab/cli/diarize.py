@@ -273,7 +273,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     if args.save:
         write_pipeline(args.model, result["modes"], result["speakers"],
                        {k: v for k, v in result.items() if k != "grid"}, result["whitened"], result.get("ahc"),
-                       result.get("vbx"), result.get("encoders"))
+                       result.get("vbx"), result.get("encoders"), result["readings"].get("vad_speech"))
     print(format_tuning(result))
     print(f"wrote {args.out}" + (f"; stored the choice in {args.model}" if args.save else ""))
     return 0

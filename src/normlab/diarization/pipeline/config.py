@@ -150,8 +150,9 @@ class PipelineConfig:
         """The pipeline's defaults, the model file's ``postprocess``, the mode's, then ``overrides`` (None ignored).
 
         ``vad="speech"`` without ``speakers`` means ``speakers="speech"`` (the VAD's
-        speech, each piece's speaker from its embedding); with ``speakers="eend"``
-        it is an error. A model file carries two kinds of settings: the
+        speech, each piece's speaker from its embedding), at the settings the
+        file stores for that reading (``postprocess["vad_speech"]``) where it
+        has them; with ``speakers="eend"`` it is an error. A model file carries two kinds of settings: the
         window-level ones its recipe chose for its own local speakers
         (threshold, median), and, under
         ``postprocess["modes"][mode]``, the whole pipeline's settings chosen on
@@ -168,6 +169,12 @@ class PipelineConfig:
         # vad="speech" (Silero alone decides speech) is a speech-mode reading: asked for alone, it brings that mode
         mode = given.get("speakers", "speech" if given.get("vad") == "speech" else stored.get("speakers", cls.speakers))
         tuned = {k: v for k, v in post.get("modes", {}).get(mode, {}).items() if k in TUNABLE}
+        if given.get("vad") == "speech" and tuned.get("vad") != "speech":
+            # Silero alone deciding speech: the settings the dev set chose for that reading (the comparison the
+            # model file's results state), not the mode's settings chosen with the model deciding speech
+            alt = post.get("vad_speech")
+            if alt is not None and alt.get("speakers", mode) == mode:
+                tuned = {k: v for k, v in alt.items() if k in TUNABLE}
         if given.get("whiten") and not tuned.get("whiten") and getattr(model, "whitening", None) is not None:
             # whitened embeddings need their own cluster cut: the settings chosen with them on the dev set
             alt = post.get("whitened", {}).get(mode)

@@ -154,13 +154,14 @@ def _writable_model(path: str | pathlib.Path) -> pathlib.Path:
 
 def write_pipeline(path: str | pathlib.Path, modes: dict, speakers: str, tuning: dict,
                    whitened: dict | None = None, ahc: dict | None = None, vbx: dict | None = None,
-                   encoders: dict | None = None) -> None:
+                   encoders: dict | None = None, vad_speech: dict | None = None) -> None:
     """Store the pipeline settings chosen on a development set in the model file at ``path`` (atomically):
     ``postprocess["modes"][mode]`` for each mode in ``modes``, the default mode ``speakers``, each mode's best
     settings with whitened embeddings (``postprocess["whitened"]``, what ``whiten=True`` uses) and with VBx
     (``postprocess["vbx"]``, what ``clustering="vbx"`` uses), the tree-cut settings of modes whose choice is VBx
     (``postprocess["ahc"]``, what ``clustering="ahc"`` then uses), each speaker encoder's best settings
-    (``postprocess["encoders"][name]``, what ``speaker_encoder=name`` uses) and how they were chosen
+    (``postprocess["encoders"][name]``, what ``speaker_encoder=name`` uses), the best reading with Silero alone
+    deciding speech (``postprocess["vad_speech"]``, what ``vad="speech"`` uses) and how they were chosen
     (``meta["pipeline_tuning"]``: the dev set, its scores, the versions)."""
     path = _writable_model(path)
     blob = torch.load(path, map_location="cpu", weights_only=True)
@@ -174,6 +175,8 @@ def write_pipeline(path: str | pathlib.Path, modes: dict, speakers: str, tuning:
     if encoders:
         post["encoders"] = {name: {**post.get("encoders", {}).get(name, {}), **per_mode}
                             for name, per_mode in {**post.get("encoders", {}), **encoders}.items()}
+    if vad_speech:
+        post["vad_speech"] = vad_speech
     post["speakers"] = speakers
     blob.setdefault("meta", {})["pipeline_tuning"] = {**tuning, "versions": versions()}
     tmp = path.with_suffix(".pipeline.tmp")

@@ -361,7 +361,8 @@ def tune_recipe_pipeline(model_path: pathlib.Path, data: pathlib.Path, cfg: Reci
                            jobs=jobs, incumbent=model.postprocess.get("modes"))
     provenance.write_pipeline(model_path, result["modes"], result["speakers"],
                               {k: v for k, v in result.items() if k != "grid"}, result["whitened"],
-                              result.get("ahc"), result.get("vbx"), result.get("encoders"))
+                              result.get("ahc"), result.get("vbx"), result.get("encoders"),
+                              result["readings"].get("vad_speech"))
     return {k: v for k, v in result.items() if k != "grid"}
 
 
