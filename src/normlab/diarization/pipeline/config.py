@@ -49,11 +49,11 @@ _RANGES = (
 
 #: each speaker encoder's and speakers mode's defaults for a model file that holds no settings chosen for them
 #: (docs/diarization.md). A cut is a cosine distance in one encoder's space, so each encoder has its own (the
-#: shipped model's dev set chose 0.35 with GE2E and 0.6 with CAM++ in eend mode). GE2E's were tuned on its
+#: shipped model's dev set chose 0.6 with CAM++ in eend mode). GE2E's were tuned on its
 #: development data: speech at 0.5 in 1.5 s pieces judged by their embeddings, on real speech and the
 #: natural-voice dev conversations; the model's local speakers over a whole window (and the model file's
-#: threshold), on the dev conversations. CAM++'s are those the shipped model's dev set chose for it in each
-#: mode (its pieces, cut and small-cluster floor)
+#: threshold), on the dev conversations. CAM++'s are those an earlier shipped model's dev set chose for it in
+#: each mode (its pieces, cut and small-cluster floor); the shipped file stores its own choice, which wins
 MODE_DEFAULTS = {
     "ge2e": {"speech": {"threshold": 0.5, "piece": 1.5, "cluster_threshold": 0.3, "min_cluster": 3.0},
              "eend": {"piece": 10.0, "cluster_threshold": 0.25, "min_cluster": 2.0}},
