@@ -466,3 +466,25 @@ def test_ranks_of_a_run_refused_by_the_folder_lock_all_say_why_in_one_line(tmp_p
         assert p.returncode == 2 and len(lines) == 1 and held in lines[0], (r, err)
     assert "rank 0 did not start" in said[1]
     assert not (out / "ckpt" / "last.pt").exists()
+
+
+def test_ranks_of_a_run_whose_folder_cannot_be_locked_all_say_why_in_one_line(tmp_path):
+    """Rank 0 stopped with one line where the lock could not be made (an OS error, not a held lock), and rank 1
+    died at the broadcast with gloo's "Connection reset by peer" and a traceback."""
+    import subprocess
+    import sys
+
+    _noise_mixtures(tmp_path / "data")
+    out = tmp_path / "run"
+    (out / "ckpt" / ".normlab.lock").mkdir(parents=True)  # the lock's name taken by a folder: open() fails
+    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+           "OMP_NUM_THREADS": "1"}
+    ranks = [subprocess.Popen([sys.executable, "-m", "normlab", *_train_args(tmp_path / "data", out)],
+                              env={**env, "RANK": str(r)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    said = [p.communicate(timeout=120)[1] for p in ranks]
+    for r, (p, err) in enumerate(zip(ranks, said)):
+        lines = [line for line in err.splitlines() if "Warning" not in line and line.strip()]
+        assert p.returncode == ranks[0].returncode != 0 and len(lines) == 1, (r, err)
+        assert "Traceback" not in err and ".normlab.lock" in lines[0], (r, err)
+    assert "rank 0 did not start" in said[1]

@@ -168,22 +168,21 @@ def _leave_together(store, rank: int, world_size: int, wait_s: float = 60.0) -> 
 @contextlib.contextmanager
 def on_rank0(enter, rank: int, world: int):
     """Hold the context ``enter()`` on rank 0 alone (a folder lock) for the block, every rank learning whether it
-    could: where rank 0 stops with a user error (another run holds the lock), each other rank stops with the
-    same line rather than at its first collective ("Connection closed by peer", and "run the same command again
-    to resume", which would be refused again)."""
-    from ._checks import UserError
-
+    could: where rank 0 stops with a user error (another run holds the lock) or an OS error (the folder cannot be
+    made or locked), each other rank stops with the same line rather than at its first collective ("Connection
+    closed by peer", and "run the same command again to resume", which would be refused again). Any other
+    exception is a bug: rank 0 raises it as it is, the others stop naming it."""
     with contextlib.ExitStack() as stack:
         error = None
         if rank == 0:
             try:
                 stack.enter_context(enter())
-            except UserError as e:
+            except Exception as e:  # noqa: BLE001 - every rank must hear of it before any collective
                 error = e
         if world > 1:
             import torch.distributed as dist
 
-            said = [None if error is None else (type(error), str(error))]
+            said = [None if error is None else _as_said(error)]
             dist.broadcast_object_list(said, src=0)
             if rank != 0 and said[0] is not None:
                 kind, text = said[0]
@@ -191,6 +190,19 @@ def on_rank0(enter, rank: int, world: int):
         if error is not None:
             raise error
         yield
+
+
+def _as_said(error: Exception) -> tuple[type, str]:
+    """What the other ranks raise for rank 0's ``error``: a user error as it is; an OS error (a folder that cannot
+    be made or locked) as the user error the CLI makes of it, its path and reason in one line; a bug as a
+    RuntimeError naming it."""
+    from ._checks import UserError
+
+    if isinstance(error, UserError):
+        return type(error), str(error)
+    if isinstance(error, OSError):
+        return UserError, f"{error.filename}: {error.strerror}" if error.filename and error.strerror else str(error)
+    return RuntimeError, f"{type(error).__name__}: {error}"
 
 
 def shard(batch, rank: int, world: int):

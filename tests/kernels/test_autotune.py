@@ -161,7 +161,7 @@ def test_a_tie_goes_to_torch(tuner, monkeypatch, cpu_ms, chosen):
 
 
 @pytest.mark.parametrize("content", ["{not json", '{"format": 1, "machine": {}, "decisions": {}}', "[]",
-                                     '{"format": 99}', '{"format": 2, "configs": [{"machine": {}}]}',
+                                     '{"format": "99"}', '{"format": 2, "configs": [{"machine": {}}]}',
                                      '{"format": 2, "configs": [{"machine": [], "decisions": {}}]}',
                                      b"\xff\xfe{}", "[" * 100_000])  # not UTF-8; nested past Python's recursion limit
 @needs_two
@@ -174,6 +174,18 @@ def test_corrupt_cache_is_ignored_with_one_warning(content, tuner, monkeypatch):
         assert kernels.resolve("auto", "add_layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
     assert len([w for w in rec if "ignoring" in str(w.message)]) == 1 and calls == ["layer_norm", "add_layer_norm"]
     assert json.loads(tuner.path.read_text())["format"] == autotune.FORMAT  # rewritten whole
+
+
+@needs_two
+def test_a_newer_normlabs_cache_is_read_past_and_left_as_it_is(tuner, monkeypatch):
+    """Two normlab versions sharing the cache: the older one rewrote the newer one's file in its own format, each
+    erasing the other's decisions on every run."""
+    newer = json.dumps({"format": autotune.FORMAT + 1, "configs": [{"what": "a newer layout"}]})
+    tuner.path.write_text(newer)
+    calls = _rigged(monkeypatch, "cpu")
+    with pytest.warns(RuntimeWarning, match="newer normlab's: left as it is"):
+        assert kernels.resolve("auto", "layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
+    assert calls == ["layer_norm"] and tuner.path.read_text() == newer
 
 
 @pytest.mark.parametrize("entry", [{"impl": ["native"]}, {"impl": {"a": 1}}, {"impl": "native", "ms": {"cpu": "x"}},

@@ -136,3 +136,22 @@ def test_the_bench_reports_each_case_when_it_is_done(monkeypatch):
     bench.run(("rms_norm",), ((64, 32), (32, 32)), ("float32",), repeats=1,
               progress=lambda i, n, note: seen.append((i, n, len(done))))
     assert seen == [(0, 2, 1), (1, 2, 2)]
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"])
+def test_the_bytes_counted_are_the_tensors_a_step_reads_and_writes(op):
+    """The add ops' forward+backward counted 8 tensors (one gradient for both inputs), but each input's .grad is
+    a tensor of its own: 9, and their GB/s and floor shares read 8/9 of the truth."""
+    from normlab.lab.bench import TENSORS_MOVED, _calls
+
+    n, d = 64, 32
+    add = op.startswith("add")
+    x, r = torch.randn(n, d, requires_grad=True), torch.randn(n, d, requires_grad=True)
+    w, b = torch.ones(d, requires_grad=True), torch.zeros(d, requires_grad=True)
+    out = _calls(op, x, r if add else None, w, None if "rms" in op else b)[0]()
+    outs = out if isinstance(out, tuple) else (out,)
+    torch.autograd.backward(outs, [torch.randn_like(o) for o in outs])
+    written = {t.untyped_storage().data_ptr() for t in (*outs, x.grad, *((r.grad,) if add else ()))}
+    inputs = 1 + add  # x (and r) read by the forward
+    grads_in = len(outs) + 1  # dy (and ds), and what the backward rereads (x, or s)
+    assert TENSORS_MOVED[op] == (inputs + len(outs), inputs + len(written) + grads_in)

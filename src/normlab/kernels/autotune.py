@@ -299,9 +299,10 @@ class Tuner:
         kernels."""
         return self._path or pathlib.Path(os.environ.get(FILE_ENV) or build.cache_dir() / "dispatch.json")
 
-    def _read(self) -> tuple[dict[str, Decision], list[dict], str | None]:
+    def _read(self) -> tuple[dict[str, Decision], list[dict] | None, str | None]:
         """This configuration's saved decisions, the other configurations' sections (kept when the file is
-        rewritten), and why none of it is usable here (None if the file was fine or absent)."""
+        rewritten; None where the file is a newer normlab's, never rewritten), and why none of it is usable here
+        (None if the file was fine or absent)."""
         try:
             raw = self.path.read_bytes()
         except (FileNotFoundError, NotADirectoryError):  # nothing saved (or no usable cache: the build says so)
@@ -310,8 +311,10 @@ class Tuner:
             return {}, [], f"cannot be read ({e.strerror or e})"
         try:
             data = json.loads(raw.decode("utf-8"))  # (a UnicodeDecodeError is a ValueError)
-            if data.get("format") != FORMAT:
-                return {}, [], f"has format {data.get('format')!r}, not {FORMAT}"
+            if data.get("format") != FORMAT:  # an older format is replaced; a newer normlab's file is left alone
+                newer = type(data.get("format")) is int and data["format"] > FORMAT
+                return {}, None if newer else [], (f"has format {data.get('format')!r}, not {FORMAT}"
+                                                   + (" (a newer normlab's: left as it is)" if newer else ""))
             here, own, others = machine(), None, []
             for section in data["configs"]:
                 if not isinstance(section["machine"], dict) or not isinstance(section["decisions"], dict):
@@ -348,6 +351,8 @@ class Tuner:
             lock = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDONLY | os.O_CREAT, 0o666)
             with build._locked(lock, wait_s=LOCK_WAIT_S):
                 saved, others, _ = self._read()
+                if others is None:  # a newer normlab's file: this process's decisions live in it alone
+                    return
                 merged = {**saved, **self._decisions}
                 own = {"machine": machine(),
                        "decisions": {k: {**asdict(v), "why": "measured"} for k, v in sorted(merged.items())}}

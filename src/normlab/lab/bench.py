@@ -32,8 +32,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 TENSORS_MOVED = {
     "layer_norm": (2, 5),  # fwd: read x, write y; bwd: read dy, x, write dx
     "rms_norm": (2, 5),
-    "add_layer_norm": (4, 8),  # fwd: read x, r, write y, s; bwd: read dy, ds, s, write dsum
-    "add_rms_norm": (4, 8),
+    "add_layer_norm": (4, 9),  # fwd: read x, r, write y, s; bwd: read dy, ds, s, write dx and dr (two .grads)
+    "add_rms_norm": (4, 9),
 }
 
 
