@@ -55,6 +55,7 @@ def test_decision_is_measured_once_kept_and_saved(tuner):
     assert kernels.decide("auto", "layer_norm", torch.randn(5000, 256), 1e-5) is d  # another batch: same key
     (saved,) = json.loads(tuner.path.read_text())["configs"]
     assert saved["machine"] == autotune.machine()
+    assert tuner.path.stat().st_mode & 0o777 == 0o644  # others sharing the cache read it, as the kernels beside it
     (k,) = saved["decisions"]
     assert k == f"layer_norm|float32|d256|t{torch.get_num_threads()}|cpu|train"
     assert saved["decisions"][k]["impl"] == d.impl

@@ -358,6 +358,8 @@ class Tuner:
                        "decisions": {k: {**asdict(v), "why": "measured"} for k, v in sorted(merged.items())}}
                 data = {"format": FORMAT, "configs": [own, *others[: MAX_CONFIGS - 1]]}
                 fd, tmp = tempfile.mkstemp(suffix=".json", dir=self.path.parent)
+                if hasattr(os, "fchmod"):  # readable as the built kernels beside it (mkstemp's 0600 hid it from a team)
+                    os.fchmod(fd, 0o644)
                 with os.fdopen(fd, "w") as f:
                     json.dump(data, f, indent=1)
                 os.replace(tmp, self.path)
