@@ -178,6 +178,23 @@ def test_corrupt_cache_is_ignored_with_one_warning(content, tuner, monkeypatch):
 
 
 @needs_two
+def test_a_forward_autograd_does_not_record_is_decided_by_the_forwards_timing(tuner, monkeypatch):
+    """In grad mode with nothing requiring grad (a frozen encoder's forward) only the forward runs, but the
+    kernel was the one the forward and backward pair's timing chose."""
+    from normlab import functional as F
+
+    calls = _rigged(monkeypatch, "cpu")
+    x, w = torch.randn(4, 64), torch.ones(64)
+    y = F.layer_norm(x, 64, w)  # grad mode on, nothing to record
+    assert not y.requires_grad and calls == ["layer_norm fwd"]
+    F.layer_norm(x, 64, w.requires_grad_())  # recorded: the pair's decision, taken now
+    with torch.no_grad():
+        F.layer_norm(x, 64, w)  # the forward's, as decided above
+    assert calls == ["layer_norm fwd", "layer_norm"]
+    assert sorted(k.rsplit("|", 1)[1] for k in tuner.decisions()) == ["fwd", "train"]
+
+
+@needs_two
 def test_a_newer_normlabs_cache_is_read_past_and_left_as_it_is(tuner, monkeypatch):
     """Two normlab versions sharing the cache: the older one rewrote the newer one's file in its own format, each
     erasing the other's decisions on every run."""

@@ -112,9 +112,11 @@ def row_bucket(d: int) -> int:
     return 1 << max(d - 1, 0).bit_length()
 
 
-def mode() -> str:
-    """``train`` where autograd records (a backward may follow), else ``fwd``."""
-    return "train" if torch.is_grad_enabled() else "fwd"
+def mode(records: bool | None = None) -> str:
+    """``train`` where autograd records the call (a backward may follow), else ``fwd``. ``records``: whether it
+    does (grad mode on and an input that requires grad); None: grad mode alone decides (a call of unknown
+    inputs, such as :func:`normlab.kernels.decide`'s)."""
+    return "train" if (torch.is_grad_enabled() if records is None else records) else "fwd"
 
 
 def row_class(d: int, dtype: torch.dtype) -> str:
@@ -127,10 +129,10 @@ def row_class(d: int, dtype: torch.dtype) -> str:
     return f"d{row_bucket(d)}{'' if d % block == 0 else 't'}"
 
 
-def key(op: str, x: torch.Tensor, d: int) -> str:
+def key(op: str, x: torch.Tensor, d: int, records: bool | None = None) -> str:
     dev = str(x.device)
     return (f"{op}|{str(x.dtype).removeprefix('torch.')}|{row_class(d, x.dtype)}"
-            f"|t{torch.get_num_threads()}|{dev}|{mode()}")
+            f"|t{torch.get_num_threads()}|{dev}|{mode(records)}")
 
 
 def machine() -> dict:
@@ -377,16 +379,17 @@ class Tuner:
                 self._decisions = self._load()
             return dict(self._decisions)
 
-    def known(self, op: str, x: torch.Tensor, d: int, candidates) -> Decision | None:
+    def known(self, op: str, x: torch.Tensor, d: int, candidates, records: bool | None = None) -> Decision | None:
         """The decision already taken for this kind of call, if any (no lock: decisions are only ever added).
         Eager calls reach it once per route: dispatch remembers the answer in :attr:`routes`."""
-        dec = None if self._decisions is None else self._decisions.get(key(op, x, d))
+        dec = None if self._decisions is None else self._decisions.get(key(op, x, d, records))
         return dec if dec is not None and dec.impl in candidates else None
 
     def choose(self, op: str, x: torch.Tensor, d: int, eps: float, candidates: dict[str, Kernel],
-               fixed: str) -> Decision:
-        """The kernel for ``op`` on rows like ``x`` among ``candidates`` (names in the fixed table's order)."""
-        k = key(op, x, d)
+               fixed: str, records: bool | None = None) -> Decision:
+        """The kernel for ``op`` on rows like ``x`` among ``candidates`` (names in the fixed table's order), for
+        calls autograd records (``records``; None: grad mode decides) or not."""
+        k = key(op, x, d, records)
         with self._lock:
             if self._decisions is None:
                 self._decisions = self._load()
@@ -394,9 +397,9 @@ class Tuner:
             if known is not None and known.impl in candidates:
                 return known
             t0 = time.perf_counter()
-            ms, sample = _time(candidates, op, x, d, eps, backward=mode() == "train")
+            ms, sample = _time(candidates, op, x, d, eps, backward=mode(records) == "train")
             if len(ms) > 1 and _close(ms):
-                again, _ = _time(candidates, op, x, d, eps, backward=mode() == "train")
+                again, _ = _time(candidates, op, x, d, eps, backward=mode(records) == "train")
                 ms = {n: min(t, again[n]) for n, t in ms.items()}
             best = min(ms, key=ms.get)
             kept = "native" if "native" in ms else fixed  # a tie goes to torch's own kernel: never slower than it

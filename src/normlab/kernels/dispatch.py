@@ -177,8 +177,10 @@ def _check_op(op: str) -> None:
         raise BadValue(f"unknown op {op!r}; valid: {', '.join(OP_SPECS)}")
 
 
-def decide(impl: str, op: str, x: Tensor, eps: float, d: int | None = None) -> autotune.Decision:
-    """Which kernel runs ``op`` on ``x`` eagerly, and why (see :func:`resolve`)."""
+def decide(impl: str, op: str, x: Tensor, eps: float, d: int | None = None,
+           records: bool | None = None) -> autotune.Decision:
+    """Which kernel runs ``op`` on ``x`` eagerly, and why (see :func:`resolve`); ``records``: whether autograd
+    records the call (None: grad mode decides), which picks the forward's or the forward and backward's timing."""
     _check_op(op)
     d = x.shape[-1] if d is None else d
     if impl != "auto":
@@ -191,13 +193,13 @@ def decide(impl: str, op: str, x: Tensor, eps: float, d: int | None = None) -> a
         return autotune.Decision(_fixed(op, x, eps, d), "fixed table (no timer while tracing, exporting or compiling)")
     timed = {n: _KERNELS[n] for n in _order(op, x, d) if n in autotune.TIMED and _KERNELS[n].supports(op, x, eps)}
     if len(timed) >= 2:
-        known = autotune.TUNER.known(op, x, d, timed)  # decided before: in this process or in the saved file
+        known = autotune.TUNER.known(op, x, d, timed, records)  # decided before: in this process or the saved file
         if known is not None:
             return known
     fixed = _fixed(op, x, eps, d)
     if len(timed) < 2 or fixed not in timed:
         return autotune.Decision(fixed, "only candidate")
-    return autotune.TUNER.choose(op, x, d, eps, timed, fixed)
+    return autotune.TUNER.choose(op, x, d, eps, timed, fixed, records)
 
 
 def resolve(impl: str, op: str, x: Tensor, eps: float, d: int | None = None) -> str:
@@ -211,17 +213,19 @@ def resolve(impl: str, op: str, x: Tensor, eps: float, d: int | None = None) -> 
     return decide(impl, op, x, eps, d).impl
 
 
-def _eager(impl: str, op: str, x: Tensor, eps: float, d: int) -> str:
+def _eager(impl: str, op: str, x: Tensor, eps: float, d: int, records: bool) -> str:
     """:func:`resolve` for :func:`dispatch`, which has ruled out export, tracing and compiling: once ``auto`` has
-    decided a kind of call, the answer is one dictionary lookup (a decision never changes within a process)."""
+    decided a kind of call, the answer is one dictionary lookup (a decision never changes within a process).
+    ``records``: whether autograd records this call (a forward alone runs where nothing requires grad, even in
+    grad mode: a frozen encoder's forward gets the forward's decision, not the training pair's)."""
     if impl != "auto" or not autotune.enabled():
         return resolve(impl, op, x, eps, d)
-    route = (op, x.dtype, x.device, d, eps_vanishes(eps, x.dtype), torch.is_grad_enabled(), torch.get_num_threads(),
+    route = (op, x.dtype, x.device, d, eps_vanishes(eps, x.dtype), records, torch.get_num_threads(),
              _allow_compiled.get())
     routes = autotune.TUNER.routes
     name = routes.get(route)
     if name is None:
-        name = routes[route] = decide(impl, op, x, eps, d).impl
+        name = routes[route] = decide(impl, op, x, eps, d, records).impl
     return name
 
 
@@ -265,20 +269,21 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
             return out.reshape_as(x) if residual is None else (out[0].reshape_as(x), out[1].reshape_as(x))
         out = traceable(op, rows(x), rows(residual), w, b, eps, s_dtype)
     else:
+        records = torch.is_grad_enabled() and (x.requires_grad or any(t is not None and t.requires_grad
+                                                                        for t in (residual, w, b)))
         if torch.compiler.is_compiling():
             # dynamo cannot trace a ctypes call; it inlines the fused math into the user's graph instead
             _check_forced(impl, op, x, eps)
             kernel = get_kernel("compiled" if impl in ("auto", "cpu") else impl)
         else:
-            kernel = get_kernel(_eager(impl, op, x, eps, d))
+            kernel = get_kernel(_eager(impl, op, x, eps, d, records))
         spec, s_dt = OP_SPECS[op], s_dtype or x.dtype
         # torch's kernel pair on the caller's shapes, under torch's own autograd node; except for a bias without
         # a weight where autograd records: torch's second derivative then leaves out the bias (it reads 0), so
         # the same kernel pair runs under normlab's Function, whose double backward is the reference's
         if kernel is _NATIVE and not (weight is None and bias is not None and torch.is_grad_enabled()):
             return _NATIVE.run(x, residual, shape, weight, bias, eps, s_dt)
-        if torch.is_grad_enabled() and (x.requires_grad or any(t is not None and t.requires_grad
-                                                               for t in (residual, w, b))):
+        if records:
             out = NormFunction.apply(rows(x), rows(residual), w, b, eps, spec.rms, s_dt, kernel)
         else:  # nothing for autograd to record: the kernel alone (an autograd Function costs ~50 µs a call)
             y, s = kernel.infer(rows(x), rows(residual), w, b, eps, rms=spec.rms, s_dtype=s_dt)
