@@ -25,10 +25,13 @@ def folder_lock(folder: pathlib.Path, doing: str, hint: str, shown: pathlib.Path
     with open(folder / LOCK, "a+") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+            locked = True
+        except BlockingIOError:  # another process holds it
             f.seek(0)
             holder = f.read().strip() or "another process"
             raise BadValue(f"{shown or folder} is being {doing} by {holder}: {hint}") from None
+        except OSError:  # a file system that takes no locks (ENOLCK, EINVAL): the folder is used without one
+            locked = False
         f.seek(0)
         f.truncate()
         f.write(f"process {os.getpid()} on {platform.node()}")
@@ -36,4 +39,5 @@ def folder_lock(folder: pathlib.Path, doing: str, hint: str, shown: pathlib.Path
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            if locked:
+                fcntl.flock(f, fcntl.LOCK_UN)

@@ -434,3 +434,28 @@ def test_a_resumed_report_finds_its_diarization_cells_however_out_is_spelled(tmp
     computed = [run_studies(out, scale="quick", jobs=1, only=["diarization"], progress=False)["cells_computed"]
                 for out in ("rep", str(tmp_path / "rep"))]
     assert computed[0] > 0 and computed[1] == 0, computed
+
+
+def test_a_folder_on_a_file_system_without_locks_is_used_without_one(tmp_path, monkeypatch):
+    """flock's ENOLCK (a file system that takes no locks) read as "is being written by ...": whoever wrote the
+    lock file last was named as a running holder, and the folder could never be used."""
+    import errno
+    import fcntl
+
+    from normlab.locks import folder_lock
+
+    real = fcntl.flock
+
+    def no_locks(f, op):
+        if op & fcntl.LOCK_EX:
+            raise OSError(errno.ENOLCK, "No locks available")
+        return real(f, op)
+
+    (tmp_path / ".normlab.lock").write_text("process 1 on elsewhere")
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with folder_lock(tmp_path, "written", "wait"):
+        pass
+    monkeypatch.setattr(fcntl, "flock", lambda f, op: (_ for _ in ()).throw(BlockingIOError(errno.EAGAIN, "busy")))
+    with pytest.raises(ValueError, match="is being written by process .* on "):
+        with folder_lock(tmp_path, "written", "wait"):
+            pass
