@@ -488,3 +488,35 @@ def test_ranks_of_a_run_whose_folder_cannot_be_locked_all_say_why_in_one_line(tm
         assert p.returncode == ranks[0].returncode != 0 and len(lines) == 1, (r, err)
         assert "Traceback" not in err and ".normlab.lock" in lines[0], (r, err)
     assert "rank 0 did not start" in said[1]
+
+
+def _barrier_lost(rank, world, port, out):
+    import torch.distributed as dist
+
+    from normlab import distributed
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+    def lost():
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer\nmore lines")
+
+    dist.barrier = lost  # the peer vanished after its part, before the last barrier
+    try:
+        with distributed.process_group("cpu"):
+            pass
+        said = "no error"
+    except Exception as e:  # noqa: BLE001 - the test reads what was raised
+        said = f"{type(e).__name__}: {e}"
+    pathlib.Path(out, f"{rank}.json").write_text(json.dumps({"said": said, "initialized": dist.is_initialized()}))
+
+
+def test_a_rank_lost_at_the_last_barrier_is_one_line_and_the_group_is_torn_down(tmp_path):
+    """A rank killed after its part made the others' final barrier raise gloo's RuntimeError (a traceback as
+    "internal error"), and their process group was never destroyed."""
+    tmp_mp.spawn(_barrier_lost, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    for rank in range(2):
+        got = json.loads((tmp_path / f"{rank}.json").read_text())
+        said = got["said"]
+        assert said.startswith(f"Unavailable: rank {rank} of 2 finished its part, but another rank stopped "
+                               "before the end (") and "Connection reset by peer" in said and "more lines" not in said
+        assert got["initialized"] is False

@@ -138,7 +138,7 @@ def process_group(device, timeout_s: float = 600.0):
     store = _join(settings, _join_timeout(), timeout_s)
     dist.init_process_group(backend, store=store, rank=settings["rank"], world_size=settings["world"],
                             timeout=datetime.timedelta(seconds=timeout_s))
-    done = False
+    done, lost = False, None
     try:
         yield dist.get_rank(), dist.get_world_size()
         done = True
@@ -146,10 +146,17 @@ def process_group(device, timeout_s: float = 600.0):
         if done:
             # every rank finished (rank 0 writes the last checkpoint after the others stop) before any tears down
             # its connections: a rank that left while rank 0 still worked aborted once in a full test run
-            dist.barrier()
+            try:
+                dist.barrier()
+            except RuntimeError as e:  # another rank stopped (killed) after its part: one line, not gloo's trace
+                lost = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         dist.destroy_process_group()
-        if done:
+        if done and lost is None:
             _leave_together(store, settings["rank"], settings["world"])
+    if lost is not None:
+        raise Unavailable(f"rank {settings['rank']} of {settings['world']} finished its part, but another rank "
+                          f"stopped before the end ({lost[:160]}; the launcher names it): run the same command "
+                          "again to finish from the last checkpoint")
 
 
 def _leave_together(store, rank: int, world_size: int, wait_s: float = 60.0) -> None:
