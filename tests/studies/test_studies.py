@@ -343,11 +343,16 @@ def test_report_writes_html_and_json(tmp_path):
     # its own figures are replaced on that rerun; a picture of the user's under a figure's name is not
     from normlab._checks import BadValue
 
-    figure = sorted((tmp_path / "figures").glob("*.png"))[0]
+    figure = tmp_path / "figures" / "lesson_stats.png"
     figure.write_bytes(b"my picture")
     with pytest.raises(BadValue, match=f"{figure.name} exists and normlab did not write it"):
         run_studies(tmp_path, scale="test", only=["lesson_stats"], progress=False)
     assert figure.read_bytes() == b"my picture"
+    # a picture under a name no study draws (or of a study this run does not draw) is no reason to refuse: it
+    # stopped every report into the folder ("my_plot.png exists and normlab did not write it")
+    (tmp_path / "figures" / "my_plot.png").write_bytes(b"mine too")
+    run_studies(tmp_path, scale="test", only=["invariance"], progress=False)
+    assert (tmp_path / "figures" / "my_plot.png").read_bytes() == b"mine too"
 
 
 def test_the_diarization_study_simulates_one_folder_per_recipe(tmp_path):
@@ -377,3 +382,26 @@ def test_d1_never_passes_a_diverged_pre_ln():
     assert no_worse(0.20, 0.195, 0.01) and not no_worse(0.30, 0.20, 0.01)
     assert not no_worse(math.inf, math.inf, 0.01) and not no_worse(math.inf, 0.2, 0.01)
     assert no_worse(0.25, math.inf, 0.01)
+
+
+def test_a_diverged_diarization_run_reads_der_inf_instead_of_failing_the_report(monkeypatch, tmp_path):
+    """The recipe stops a diverged training with one line (right for its user), and the study's cell let that
+    error through: the report stopped ("1 of 1 cell of diarization failed"), and a rerun diverged again, where
+    the docs promise a diverged run reads DER = inf (a result: D2's no-norm seeds may diverge)."""
+    import math
+    import pickle
+
+    from normlab.diarization.training import recipe
+    from normlab.studies.diarization import der_cell
+
+    def diverges(data, out, rc):
+        raise recipe.TrainingDiverged("training diverged at step 3", 3, math.nan, [0.9, 0.8])
+
+    monkeypatch.setattr(recipe, "train_model", diverges)
+    monkeypatch.setattr(recipe, "score_model", lambda *a: pytest.fail("a diverged model was scored"))
+    got = der_cell({"data": str(tmp_path), "recipe": {}, "placement": "pre", "norm": "none", "seed": 0,
+                    "sets": {"synthetic": "test"}})
+    assert got["der"] == got["der_collar0"] == math.inf and math.isnan(got["final_loss"])
+    assert got["losses"] == [pytest.approx(0.85)]  # the curve up to the divergence
+    again = pickle.loads(pickle.dumps(recipe.TrainingDiverged("m", 3, 1.0, [0.5])))  # crosses worker processes
+    assert (str(again), again.step, again.losses) == ("m", 3, [0.5]) and isinstance(again, ValueError)

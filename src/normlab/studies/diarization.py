@@ -29,15 +29,18 @@ PLACEMENTS = {"pre": ("pre", "layernorm"), "post": ("post", "layernorm"), "none"
 
 def der_cell(cfg: dict) -> dict:
     """Train one placement on ``cfg["data"]`` and score it; a diverged run reads DER = inf."""
-    from ..diarization.training.recipe import RecipeConfig, score_model, train_model
+    from ..diarization.training.recipe import RecipeConfig, TrainingDiverged, score_model, train_model
 
     data = pathlib.Path(cfg["data"])
     rc = RecipeConfig(**cfg["recipe"], placement=cfg["placement"], norm=cfg["norm"], seed=cfg["seed"])
     with tempfile.TemporaryDirectory() as tmp:
-        model, losses = train_model(data, pathlib.Path(tmp), rc)
-    final = mean(losses[-20:])
+        try:
+            model, losses = train_model(data, pathlib.Path(tmp), rc)
+            final = mean(losses[-20:])
+        except TrainingDiverged as e:  # a result, not a failed cell (a rerun would diverge the same way)
+            model, losses, final = None, e.losses, e.loss  # the finite steps' losses, the step that diverged
     curve = [mean(losses[i : i + 10]) for i in range(0, len(losses), 10)]  # 10-step means
-    if not math.isfinite(final):
+    if model is None or not math.isfinite(final):
         return {"der": math.inf, "der_collar0": math.inf, "final_loss": final, "losses": curve}
     res = score_model(model, data)
     sets = {name: res[split] for name, split in cfg["sets"].items()}

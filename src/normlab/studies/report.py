@@ -32,8 +32,9 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
         from .ray_executor import check_ready
 
         check_ready(address)
-    written.check([out / "results.json", out / "index.html", *sorted((out / "figures").glob("*.png"))],
-                  overwrite=overwrite, hint="give --out another folder")
+    figures = [out / "figures" / f"{name}.png" for name in dict.fromkeys(only or STUDIES)]  # what this run draws
+    written.check([out / "results.json", out / "index.html", *figures], overwrite=overwrite,
+                  hint="give --out another folder")
     # one report at a time in a folder: two wrote results.json from what each read at its start (one's claims
     # lost), and one could find the other's store half made
     with folder_lock(out, "written", "wait for that report to finish, or give --out another folder"):

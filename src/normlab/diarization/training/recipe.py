@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from ..._checks import BadValue
 from ..data.dataset import MixtureSet
 from ..data.simulate import SimConfig, simulate
 from ..metrics.evaluate import evaluate, tune
@@ -273,20 +274,31 @@ def train_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig,
     losses = train(model, staged, tc, out / "ckpt",
                    (lambda s, n, loss: progress(s - 1, n, f"train loss {loss:.4f}")) if progress else None,
                    config=_resume_settings(cfg, tc, [data / n for n in names], first=True))
-    _stop_if_diverged(out / "ckpt" / "last.pt")
+    _stop_if_diverged(out / "ckpt" / "last.pt", losses)
     return model.eval(), losses
 
 
-def _stop_if_diverged(last: pathlib.Path) -> None:
+class TrainingDiverged(BadValue):
+    """A training stage that diverged: one line for the recipe's user; ``step``, ``loss`` and the finite steps'
+    ``losses`` for a caller to whom a diverged run is a result (the report's diarization study: DER = inf)."""
+
+    def __init__(self, message: str, step: int, loss: float, losses: list[float]):
+        super().__init__(message)
+        self.step, self.loss, self.losses = step, loss, losses
+
+    def __reduce__(self):  # (raised in a worker process, it is rebuilt in the caller's)
+        return type(self), (str(self), self.step, self.loss, self.losses)
+
+
+def _stop_if_diverged(last: pathlib.Path, losses: list[float] | None = None) -> None:
     """A stage whose training diverged ends the recipe with one line: its checkpoint keeps the last finite
     weights and says where (a rerun reports it again); nothing is tuned or scored on them."""
     d = read_checkpoint(last).get("diverged")
     if d:
-        from ..._checks import BadValue
-
-        raise BadValue(f"training diverged at step {d['step']} (loss {d['loss']:.4g}, gradient norm "
-                       f"{d['grad_norm']:.4g}); {last} keeps the weights of step {d['step'] - 1}: run the recipe "
-                       "again with a lower learning rate into another --out")
+        raise TrainingDiverged(f"training diverged at step {d['step']} (loss {d['loss']:.4g}, gradient norm "
+                               f"{d['grad_norm']:.4g}); {last} keeps the weights of step {d['step'] - 1}: run the "
+                               "recipe again with a lower learning rate into another --out", d["step"], d["loss"],
+                               list(losses or []))
 
 
 def finetune_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig, model: EENDModel,
@@ -305,7 +317,7 @@ def finetune_model(data: pathlib.Path, out: pathlib.Path, cfg: RecipeConfig, mod
     losses = train(model, every.batches(cfg.batch, cfg.frames), tc, out / "ckpt_finetune",
                    (lambda s, n, loss: progress(s - 1, n, f"finetune loss {loss:.4f}")) if progress else None,
                    config={**_resume_settings(cfg, tc, [data / n for n in names]), "start": start})
-    _stop_if_diverged(out / "ckpt_finetune" / "last.pt")
+    _stop_if_diverged(out / "ckpt_finetune" / "last.pt", losses)
     return model.eval(), losses
 
 
