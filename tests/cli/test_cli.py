@@ -428,3 +428,19 @@ def test_an_out_that_is_a_file_is_said_the_same_way_everywhere(argv, tmp_path, c
     assert main([*argv, "--out", str(tmp_path / "f.txt")]) == 2
     assert "f.txt is a file; this takes a folder" in capsys.readouterr().err
     assert (tmp_path / "f.txt").read_text() == "mine\n"
+
+
+def test_report_only_given_twice_runs_both(monkeypatch, tmp_path):
+    """`--only lesson_stats --only invariance` ran invariance alone: argparse kept the last --only."""
+    from normlab.cli import main
+    from normlab.studies import report
+
+    asked = {}
+
+    def run_studies(out, **kw):
+        asked.update(kw)
+        raise KeyboardInterrupt  # stop before any work: the call's arguments are what this test reads
+
+    monkeypatch.setattr(report, "run_studies", run_studies)
+    main(["report", "--only", "lesson_stats", "--only", "invariance", "structure", "--out", str(tmp_path / "r")])
+    assert asked["only"] == ["lesson_stats", "invariance", "structure"]

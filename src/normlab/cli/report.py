@@ -60,7 +60,8 @@ def add_parsers(sub, name: str) -> None:
     if name == "report":
         p = sub.add_parser("report", help=HELP["report"], description=HELP["report"])
         _common(p)
-        p.add_argument("--only", nargs="+", choices=STUDIES, help="run only these studies (default: all)")
+        p.add_argument("--only", nargs="+", action="extend", choices=STUDIES,
+                       help="run only these studies (default: all; --only may be given more than once)")
         p.set_defaults(func=_report, resumes=True)
     elif name == "study":
         p = sub.add_parser("study", help=HELP["study"], description=HELP["study"])
