@@ -53,6 +53,11 @@ class Unreachable(UserError, ConnectionError):
     """A network address the caller gave does not answer."""
 
 
+def path_refused(e: OSError) -> str:
+    """An OSError naming a path, as the one line a user reads: the path and the system's reason."""
+    return f"{e.filename}: {e.strerror or type(e).__name__}"
+
+
 def check_choice(value, choices, what: str) -> None:
     """Raise ``BadValue("unknown <what> <value>; valid: a, b, c")`` unless ``value`` is one of ``choices``."""
     if value not in choices:

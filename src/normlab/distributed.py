@@ -203,12 +203,12 @@ def _as_said(error: Exception) -> tuple[type, str]:
     """What the other ranks raise for rank 0's ``error``: a user error as it is; an OS error (a folder that cannot
     be made or locked) as the user error the CLI makes of it, its path and reason in one line; a bug as a
     RuntimeError naming it."""
-    from ._checks import UserError
+    from ._checks import UserError, path_refused
 
     if isinstance(error, UserError):
         return type(error), str(error)
     if isinstance(error, OSError):
-        return UserError, f"{error.filename}: {error.strerror}" if error.filename and error.strerror else str(error)
+        return UserError, path_refused(error) if error.filename else str(error)
     return RuntimeError, f"{type(error).__name__}: {error}"
 
 

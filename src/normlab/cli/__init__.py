@@ -151,10 +151,10 @@ def _run(args) -> int:
 
 def _failed(args, e: Exception) -> int:
     """A command's exception as an exit status: one line for what the user can mend, a traceback for a bug."""
-    from .._checks import UserError  # imports torch: only once something has gone wrong
+    from .._checks import UserError, path_refused  # imports torch: only once something has gone wrong
 
     if _a_path_the_system_refused(e):  # a folder that cannot be made, a file where a folder goes, no permission
-        e = UserError(f"{e.filename}: {e.strerror or type(e).__name__}")
+        e = UserError(path_refused(e))
     elif _out_of_memory(e) and not isinstance(e, UserError):  # sizes the machine cannot hold: the request, not a bug
         # (normlab's own one-line errors, a failed study cell or a lost worker among them, are said as they are)
         e = UserError(f"out of memory ({str(e).strip().splitlines()[0][:160] if str(e).strip() else 'MemoryError'})"
