@@ -41,7 +41,12 @@ class Context:
 
     def figure(self, name: str) -> pathlib.Path:
         self.out.mkdir(parents=True, exist_ok=True)
-        return self.out / f"{name}.png"
+        return self.out / figure_file(name)
+
+
+def figure_file(study: str) -> str:
+    """The file name of a study's figure (in the report's ``figures`` folder)."""
+    return f"{study}.png"
 
 
 class Criterion:
@@ -144,4 +149,4 @@ def finish(ctx: Context, fig, name: str, title: str, claims: list[dict]) -> dict
     # first); saved in place, a kill mid-save left half a figure that the next run refused as the user's
     written.write_with(ctx.figure(name), lambda tmp: fig.savefig(tmp, bbox_inches="tight", format="png"))
     plt.close(fig)
-    return {"name": name, "title": title, "claims": claims, "figure": f"{name}.png"}
+    return {"name": name, "title": title, "claims": claims, "figure": figure_file(name)}

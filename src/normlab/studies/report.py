@@ -12,7 +12,7 @@ from .._checks import BadValue, CellsFailed
 from ..locks import folder_lock
 from ..progress import Progress
 from . import STUDIES, load
-from .base import Context, pyplot
+from .base import Context, figure_file, pyplot
 from .runner import Runner, Store
 
 
@@ -32,7 +32,7 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
         from .ray_executor import check_ready
 
         check_ready(address)
-    figures = [out / "figures" / f"{name}.png" for name in dict.fromkeys(only or STUDIES)]  # what this run draws
+    figures = [out / "figures" / figure_file(name) for name in dict.fromkeys(only or STUDIES)]  # what this run draws
     written.check([out / "results.json", out / "index.html", *figures], overwrite=overwrite,
                   hint="give --out another folder")
     # one report at a time in a folder: two wrote results.json from what each read at its start (one's claims
