@@ -27,6 +27,16 @@ def test_a_whole_file_reads_every_row(tmp_path):
     assert [r["step"] for r in tracking.read(path)] == [1, 2, 3]
 
 
+def test_an_empty_file_has_no_rows_and_the_run_resumes(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_bytes(b"")  # a crash after the file was made, before its header reached the disk
+    assert tracking.read(path) == []
+    with tracking.MetricsLog(path, resume_step=4) as log:  # refused before: "not a normlab metrics file"
+        log.log(5, 0.5, 0.1, 1.0, 1.5)
+    assert [r["step"] for r in tracking.read(path)] == [5]
+    assert path.read_text().splitlines()[0] == ",".join(tracking.COLUMNS)
+
+
 def test_a_file_that_is_not_text_is_one_line_not_a_traceback(tmp_path):
     path = tmp_path / "metrics.csv"
     path.write_bytes(bytes(range(256)))  # someone else's file under the name

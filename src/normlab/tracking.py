@@ -95,7 +95,10 @@ def read(path: str | os.PathLike) -> list[dict]:
 
 
 def _parse(raw: str, path) -> list[dict]:
-    """``read``'s rows of a metrics file's text ``raw`` (``path`` names it in the error)."""
+    """``read``'s rows of a metrics file's text ``raw`` (``path`` names it in the error). An empty file has no
+    rows: a crash (a power loss after the file was made, before its header reached the disk) can leave one."""
+    if not raw:
+        return []
     rows = csv.DictReader(_whole_rows(raw).splitlines(keepends=True))
     try:
         if not set(COLUMNS) <= set(rows.fieldnames or ()):
