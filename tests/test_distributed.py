@@ -79,6 +79,39 @@ def test_two_gloo_processes_match_one_and_resume_with_one(tmp_path):
     assert [r["step"] for r in tracking.read(ckpt / "metrics.csv")] == list(range(1, 9))
 
 
+def _own_folder_rank(rank: int, world: int, port: int, base: str) -> None:
+    """A rank whose checkpoint folder is its own (as on a machine's local disk); what train said, in a file."""
+    from normlab.distributed import process_group
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    try:
+        with process_group(torch.device("cpu"), timeout_s=20):
+            train(tiny_model(), tiny_batches(), TrainConfig(steps=4, lr=3e-3, warmup=2, ckpt_every=2),
+                  pathlib.Path(base, f"node{rank}"), config={"tiny": True})
+        said = "finished"
+    except Exception as e:  # noqa: BLE001   (the test reads what each rank said)
+        said = f"{type(e).__name__}: {e}"
+    pathlib.Path(base, f"said{rank}.txt").write_text(said)
+
+
+def test_ranks_that_find_different_checkpoints_are_refused_before_a_step(tmp_path):
+    """Each rank reads the checkpoint folder on its own machine: rank 0's holds step 2, rank 1's none. Trained
+    on, rank 0 resumed at step 2 and rank 1 at 0, averaging gradients of other batches into rank 0's checkpoint."""
+    torch.set_num_threads(1)
+    cfg = TrainConfig(steps=2, lr=3e-3, warmup=2, ckpt_every=2)
+    train(tiny_model(), tiny_batches(), cfg, tmp_path / "node0", config={"tiny": True})
+    before = (tmp_path / "node0" / "last.pt").read_bytes()
+    tmp_mp.spawn(_own_folder_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    for rank in range(2):
+        said = (tmp_path / f"said{rank}.txt").read_text()
+        assert said.startswith("BadValue: the ranks found different checkpoints at "), said
+        assert "(rank 0: step 2, rank 1: none)" in said and "\n" not in said
+    assert (tmp_path / "node0" / "last.pt").read_bytes() == before  # nothing trained into it
+    assert not (tmp_path / "node1" / "last.pt").exists()
+
+
 def test_resume_with_other_settings_is_refused(tmp_path):
     cfg = TrainConfig(steps=2, ckpt_every=1)
     train(tiny_model(), tiny_batches(), cfg, tmp_path, config={"model": {"d_model": 16}, "batch": 4})

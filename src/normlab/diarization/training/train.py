@@ -169,8 +169,10 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
     gen = torch.Generator().manual_seed(cfg.seed)  # the global batch stream: the same on every rank
     torch.manual_seed(cfg.seed)
     step, losses, seconds, diverged = 0, [], 0.0, None
-    if last.exists():
-        state = read_checkpoint(last)
+    state = read_checkpoint(last) if last.exists() else None
+    if size > 1:
+        _same_checkpoint(last, state, rank, size)
+    if state is not None:
         if config is not None and state.get("config") is None:
             raise BadValue(f"{last} does not record the settings it was trained with (an older normlab, or the "
                            "Python API without config=): a resume cannot be checked; move it away to start over, "
@@ -256,6 +258,25 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
         if metrics is not None:
             metrics.close()
     return losses
+
+
+def _same_checkpoint(last: pathlib.Path, state: dict | None, rank: int, size: int) -> None:
+    """Refuse a start where the ranks found different checkpoints (or some none): each reads ``last`` on the
+    machine it runs on, so with a folder of each machine's own they would train on from different steps, DDP
+    averaging gradients of other batches at other learning rates into the weights rank 0 saves."""
+    import torch.distributed as dist
+
+    step = 0 if state is None else state["step"]
+    mine = (None if state is None else hashlib.sha256(last.read_bytes()).hexdigest(), step)
+    seen: list = [None] * size
+    try:
+        dist.all_gather_object(seen, mine)
+    except RuntimeError as e:
+        raise _peer_lost(e, rank, size, step, step) from e
+    if len({digest for digest, _ in seen}) > 1:
+        found = ", ".join(f"rank {r}: {f'step {s}' if d else 'none'}" for r, (d, s) in enumerate(seen))
+        raise BadValue(f"the ranks found different checkpoints at {last} ({found}): each reads that folder on its "
+                       "own machine; give every rank the same checkpoint (an --out that all machines share)")
 
 
 def data_digest(folders: list[pathlib.Path]) -> str:
