@@ -187,3 +187,44 @@ def test_a_folder_that_cannot_be_locked_is_written_without_the_lock(tmp_path, mo
     monkeypatch.setattr(fcntl, "flock", refuse)
     written.write_text(tmp_path / "a.rttm", "x\n")
     written.check([tmp_path / "a.rttm"])  # listed: normlab's own
+
+
+def test_a_killed_report_leaves_the_figures_of_the_report_it_did_not_replace(tmp_path, monkeypatch):
+    """A report killed after a study drew its figure (before results.json was written) replaced that figure;
+    a later ``--only`` run then showed it beside the verdicts of the run before."""
+    pytest.importorskip("matplotlib")
+    import base64
+    import re
+
+    from normlab.studies import invariance, lesson_stats
+    from normlab.studies import report as rep
+
+    monkeypatch.setattr(rep, "STUDIES", ("lesson_stats", "invariance"))
+    out, fig = tmp_path / "rep", tmp_path / "rep" / "figures" / "lesson_stats.png"
+    run_studies(out, scale="test", progress=False)
+    first = fig.read_bytes()
+    real_finish = lesson_stats.finish
+
+    def other_figure(ctx, figure, *args):  # a later version of the study draws something else
+        figure.suptitle("drawn by the killed run")
+        return real_finish(ctx, figure, *args)
+
+    def killed(ctx):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lesson_stats, "finish", other_figure)
+    monkeypatch.setattr(invariance, "run", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_studies(out, scale="test", progress=False)
+    assert fig.read_bytes() == first
+    monkeypatch.undo()
+    monkeypatch.setattr(rep, "STUDIES", ("lesson_stats", "invariance"))
+    run_studies(out, scale="test", only=["invariance"], progress=False)
+    page = (out / "index.html").read_text()
+    shown = {m[1]: base64.b64decode(m[2]) for m in re.finditer(r'alt="([^"]+)" src="data:image/png;base64,([^"]+)"',
+                                                                page)}
+    assert shown["lesson_stats"] == first
+    assert not (out / "figures" / rep.STAGING).exists()
+    fig.write_bytes(b"\x89PNG not the study's")  # replaced by hand: the page says so instead of showing it
+    result = rep._previous(out / "results.json")
+    assert "is not the figure of this run of the study" in rep.render_html(result, out / "figures")

@@ -23,7 +23,8 @@ from .provenance import PACKAGE
 LIST = ".normlab-written.json"
 
 
-def _digest(path: pathlib.Path) -> str:
+def digest(path: pathlib.Path) -> str:
+    """The SHA-256 of a file's bytes (hex)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -31,7 +32,7 @@ def _digest(path: pathlib.Path) -> str:
     return h.hexdigest()
 
 
-def _listed(folder: pathlib.Path) -> dict[str, str]:
+def listed(folder: pathlib.Path) -> dict[str, str]:
     """``{file name: sha256}`` of what normlab wrote in ``folder`` (empty where it wrote nothing, or the list
     cannot be read: then nothing there counts as normlab's)."""
     try:
@@ -66,7 +67,7 @@ def check(paths, *, overwrite: bool = False, hint: str = "write into another fol
     for p in paths:
         if not (p.exists() or p.is_symlink()):
             continue
-        if p.is_file() and not p.is_symlink() and _listed(p.parent).get(p.name) == _digest(p):
+        if p.is_file() and not p.is_symlink() and listed(p.parent).get(p.name) == digest(p):
             continue
         raise BadValue(f"{p} exists and normlab did not write it (or it was changed since): {hint}, move it away, "
                        "or pass --overwrite to replace it")
@@ -113,10 +114,10 @@ def _list_locked(folder: pathlib.Path):
 def record(path) -> None:
     """Note in its folder's list that normlab has just written ``path`` (call after writing it)."""
     path = pathlib.Path(path)
-    digest = _digest(path)
+    sha = digest(path)
     with _list_locked(path.parent):
-        files = _listed(path.parent)
-        files[path.name] = digest
+        files = listed(path.parent)
+        files[path.name] = sha
         tmp = path.parent / f"{LIST}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps({"files": dict(sorted(files.items()))}, indent=1) + "\n", encoding="utf-8")
         os.replace(tmp, path.parent / LIST)

@@ -405,3 +405,37 @@ def test_a_diverged_diarization_run_reads_der_inf_instead_of_failing_the_report(
     assert got["losses"] == [pytest.approx(0.85)]  # the curve up to the divergence
     again = pickle.loads(pickle.dumps(recipe.TrainingDiverged("m", 3, 1.0, [0.5])))  # crosses worker processes
     assert (str(again), again.step, again.losses) == ("m", 3, [0.5]) and isinstance(again, ValueError)
+
+
+def _init_cell_result(cfg):
+    """init_depth's cells without computing: rows per layer, gradients per layer."""
+    if "batches" in cfg:  # grad_cell
+        return {"last_per_position_rms": 1.0, "w2_one_batch": [1.0] * cfg["layers"], "last_x_norm2_per_d": 1.0,
+                "w2_expected": [1.0] * cfg["layers"]}
+    return {"rows": [{"resid_norm2_per_d": 1.0, "ffn_sum_norm2_per_d": 1.5, "branch_ratio_ffn": 0.5,
+                      "cos_prev": 0.9}] * cfg["layers"]}
+
+
+def test_each_init_claim_runs_at_its_own_settings(monkeypatch, tmp_path):
+    """Claims 3, 10 and 11 read their depth and seeds from their own entries, not from claims 4 and 2 (equal
+    today: an edit of one claim moved another silently)."""
+    monkeypatch.setitem(CRITERIA, "3", CRITERIA["3"].at(seeds=5, top=12))
+    monkeypatch.setitem(CRITERIA, "10", CRITERIA["10"].at(layers=12))
+    monkeypatch.setitem(CRITERIA, "11", CRITERIA["11"].at(layers=18))
+    fake = _FakeRunner(_init_cell_result)
+    c = {r["id"]: r for r in load("init_depth").run(Context(fake, "full", tmp_path))["claims"]}
+    assert "per-position g12/g6" in c["3"]["measured"] and "over 5 seeds" in c["3"]["uncertainty"]
+    assert "pre layer 18" in c["11"]["measured"]
+    grads = {(g["layers"], g["seed"]) for g in fake.seen if "batches" in g}
+    assert {n for n, _ in grads} == {6, 12, 24}  # claim 4's depths and claim 3's top
+    rows = {g["layers"] for g in fake.seen if "batches" not in g and "zero_qk" not in g}
+    assert rows == {12, 18}  # claim 10's and claim 11's task models
+
+
+def test_claim_9_reads_its_own_limit(monkeypatch, tmp_path):
+    """Claim 9 decided "plain Post-LN fails" with claim 6's limit while printing its own."""
+    monkeypatch.setitem(CRITERIA, "9", CRITERIA["9"].at(post_fail=1.0))
+    stuck = _trained_to(lambda cfg: 1.5 if cfg["placement"] == "post" and cfg["warmup"] == 0 else 0.001)
+    c = {r["id"]: r for r in load("training").run(Context(stuck, "quick", tmp_path))["claims"]}
+    assert c["6"]["verdict"] == "FAIL"  # 1.5 is not above claim 6's 2.0
+    assert c["9"]["verdict"] == "PASS" and "stays above 1 in a majority" in c["9"]["criterion"]

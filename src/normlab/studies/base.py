@@ -25,6 +25,7 @@ class Context:
     scale: str  # "test" (make test), "quick" (normlab report --quick), "full"
     out: pathlib.Path  # folder for figures
     seed_offset: int = 0
+    root: pathlib.Path | None = None  # the report's folder (studies keep their data there); None: out's parent
 
     def pick(self, test, quick, full):
         return {"test": test, "quick": quick, "full": full}[self.scale]
@@ -38,6 +39,11 @@ class Context:
     def init_seeds(self) -> list[int]:
         """Claims measured at initialization are cheap: 20 seeds (8 in tests)."""
         return [self.seed_offset + s for s in range(self.pick(8, 20, 20))]
+
+    @property
+    def folder(self) -> pathlib.Path:
+        """The report's folder, where a study keeps what it makes besides cells and its figure."""
+        return self.out.parent if self.root is None else self.root
 
     def figure(self, name: str) -> pathlib.Path:
         self.out.mkdir(parents=True, exist_ok=True)

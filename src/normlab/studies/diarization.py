@@ -123,7 +123,7 @@ def run(ctx: Context) -> dict:
 
     real = real_persons()
     sets, recipe = TEST_SETS[real], _recipe(ctx, real)
-    data = data_folder(ctx.out.parent, ctx.scale, real, recipe)
+    data = data_folder(ctx.folder, ctx.scale, real, recipe)
     simulate_splits(data, RecipeConfig(**recipe), jobs=ctx.runner.jobs)  # the same data for every cell
     for split in ("train", "dev", *sets.values()):  # feature caches written once, here, before the cells read them
         MixtureSet(data / split, n_speakers=RecipeConfig(**recipe).n_speakers)

@@ -67,10 +67,13 @@ def gradient_claim_holds(ratio: dict, c3) -> bool:
 
 def run(ctx: Context) -> dict:
     seeds = ctx.init_seeds
+    # each claim reads its own entry; cells two claims share (claims 3 and 4's gradient cells, 10 and 11's task
+    # model) are the same configurations, which the runner computes once
     c2, c10, c11 = CRITERIA["2"], CRITERIA["10"], CRITERIA["11"]
-    c4 = CRITERIA["4"] if ctx.scale != "test" else CRITERIA["4"].at(depths=(6, 12))
-    depths, top = list(c4["depths"]), c4["depths"][-1]
-    c3 = CRITERIA["3"].at(top=top)
+    c3, c4 = CRITERIA["3"], CRITERIA["4"]
+    if ctx.scale == "test":
+        c3, c4 = c3.at(top=12), c4.at(depths=(6, 12))
+    depths, top, deepest = list(c4["depths"]), c3["top"], c4["depths"][-1]
     L = c2["layers"]
 
     # claim 2: Lemma 2's setting (d_ff = d, W_Q = W_K = 0, x_0 ~ N(0, I), no positions)
@@ -81,16 +84,20 @@ def run(ctx: Context) -> dict:
     pre_ok = all(1 + i / 2 <= v <= 1 + 3 * i / 2 for i, v in enumerate(pre_growth, start=1))
     post_ok = all(abs(v - c2["post_pred"]) <= c2["post_tol"] for v in post_in)
 
-    # claims 3 and 4: the gradient cells, 20 seeds, 16 batches
-    gseeds = [ctx.seed_offset + s for s in range(c4["seeds"])]
-    cfgs = [{"placement": p, "layers": n, "seed": s, "activation": "relu", "batches": c4["batches"]}
-            for p in ("pre", "post", "deepnorm") for n in depths for s in gseeds]
-    res = iter(ctx.runner.map(NAME, grad_cell, cfgs))
-    g = {(p, n): [next(res) for _ in gseeds] for p in ("pre", "post", "deepnorm") for n in depths}
-    pos = {p: list(zip(*[[r["last_per_position_rms"] for r in g[(p, n)]] for n in (6, top)])) for p in ("pre", "post")}
-    bat = {p: list(zip(*[[r["w2_one_batch"][-1] for r in g[(p, n)]] for n in (6, top)])) for p in ("pre", "post")}
+    # claims 3 and 4: the gradient cells (claim 3 reads one position of the first of claim 4's batches)
+    def grads(placements, layers, n_seeds):
+        seeds_ = [ctx.seed_offset + s for s in range(n_seeds)]
+        cfgs = [{"placement": p, "layers": n, "seed": s, "activation": "relu", "batches": c4["batches"]}
+                for p in placements for n in layers for s in seeds_]
+        res = iter(ctx.runner.map(NAME, grad_cell, cfgs))
+        return {(p, n): [next(res) for _ in seeds_] for p in placements for n in layers}, seeds_
+
+    g, gseeds = grads(("pre", "post", "deepnorm"), depths, c4["seeds"])
+    g3, g3seeds = grads(("pre", "post"), (6, top), c3["seeds"])
+    pos = {p: list(zip(*[[r["last_per_position_rms"] for r in g3[(p, n)]] for n in (6, top)])) for p in ("pre", "post")}
+    bat = {p: list(zip(*[[r["w2_one_batch"][-1] for r in g3[(p, n)]] for n in (6, top)])) for p in ("pre", "post")}
     ratio = {p: _ratio(pos[p]) for p in pos}
-    xnorm = {n: mean(r["last_x_norm2_per_d"] for r in g[("pre", n)]) for n in (6, top)}
+    xnorm = {n: mean(r["last_x_norm2_per_d"] for r in g3[("pre", n)]) for n in (6, top)}
     predicted = (xnorm[6] / xnorm[top]) ** 0.5  # Thm 1: the gradient scales like 1/||x_L||
     profile = {k: [r["w2_expected"] for r in v] for k, v in g.items()}
     tb = {f"{p}/L{n}": _tb_of_seeds(profile[(p, n)]) for (p, n) in profile}
@@ -99,12 +106,14 @@ def run(ctx: Context) -> dict:
     pre_tb = all(flat(tb[f"pre/L{n}"]) for n in depths)
     deep_tb = all(flat(tb[f"deepnorm/L{n}"]) for n in depths)
     one_batch_tb = {f"post/L{n}": _tb_of_seeds([r["w2_one_batch"] for r in g[("post", n)]]) for n in depths}
-    per_seed_tb = [_top_bottom(p) for p in profile[("post", top)]]
+    per_seed_tb = [_top_bottom(p) for p in profile[("post", deepest)]]
 
     # claims 10 and 11: the task model (d_ff = 128, ReLU, learned positions)
-    diag = {p: _rows(ctx, p, L, seeds) for p in ("pre", "post")}
+    diag = {p: _rows(ctx, p, c10["layers"], seeds) for p in ("pre", "post")}
     branch = {p: _avg(diag[p], "branch_ratio_ffn") for p in diag}
-    cos = {p: _avg(diag[p], "cos_prev") for p in diag}
+    L11 = c11["layers"]
+    diag11 = {p: _rows(ctx, p, L11, seeds) for p in ("pre", "post")}
+    cos = {p: _avg(diag11[p], "cos_prev") for p in diag11}
     post_branch = mean(branch["post"])
 
     lemma_note = "Lemma 2: E||x^(post,5)||^2/d = 3/2 (LN input); the LN output is 1 by construction"
@@ -126,20 +135,20 @@ def run(ctx: Context) -> dict:
                                                  for p in pos},
                f"batch-mean gradient g{top}/g6 (not the theorem's quantity)": {p: _ratio(bat[p]) for p in bat}},
               c3, gradient_claim_holds(ratio, c3),
-              f"90% bootstrap over {len(gseeds)} seeds: " + interval(f"pre g{top}/g6", pos["pre"], _ratio) + "; "
+              f"90% bootstrap over {len(g3seeds)} seeds: " + interval(f"pre g{top}/g6", pos["pre"], _ratio) + "; "
               + interval(f"post g{top}/g6", pos["post"], _ratio)),
         claim("4", "Per-layer FFN-W2 expected gradient at init: Post-LN larger near the output; Pre-LN and "
                    "DeepNorm flat", "Xiong et al. 2020, Fig. 3; Wang et al. 2022",
               {"expected gradient, mean(top third)/mean(bottom third)": tb,
                "one batch, post": one_batch_tb,
-               f"post/L{top} per seed, min, max": [min(per_seed_tb), max(per_seed_tb)],
+               f"post/L{deepest} per seed, min, max": [min(per_seed_tb), max(per_seed_tb)],
                **({"note": SHALLOW} if tb["post/L6"] <= c4["post_min"] else {}),
                **({"pre note": PRE_FALLS} if not pre_tb else {})},
               c4, post_tb and pre_tb and deep_tb,
               f"90% bootstrap over {len(gseeds)} seeds: "
               + "; ".join(interval(f"post/L{n}", profile[("post", n)], _tb_of_seeds) for n in depths) + "; "
-              + interval(f"pre/L{top}", profile[("pre", top)], _tb_of_seeds) + "; "
-              + interval(f"deepnorm/L{top}", profile[("deepnorm", top)], _tb_of_seeds)),
+              + interval(f"pre/L{deepest}", profile[("pre", deepest)], _tb_of_seeds) + "; "
+              + interval(f"deepnorm/L{deepest}", profile[("deepnorm", deepest)], _tb_of_seeds)),
         claim("10", "Dependence on the residual branch Var[F]/Var[x+F]: Post-LN constant in depth "
                     f"(predicted {branch_ratio_prediction(D, D_FF):.3f} for Xavier + ReLU, d_ff = {D_FF}; "
                     "the paper's ~0.5 assumes Var[F] = Var[x]), Pre-LN decays ~1/l", "Liu et al. 2020",
@@ -155,13 +164,13 @@ def run(ctx: Context) -> dict:
               + interval("pre last", [r[-1]["branch_ratio_ffn"] for r in diag["pre"]], mean)),
         claim("11", "Deep Pre-LN layers approach the identity: cos(x_l, x_(l+1)) -> 1",
               "Li et al. 2024 (Mix-LN); Sun et al. 2025",
-              {"pre layer 24": cos["pre"][-1], "post layer 24": cos["post"][-1]},
+              {f"pre layer {L11}": cos["pre"][-1], f"post layer {L11}": cos["post"][-1]},
               c11, cos["pre"][-1] > c11["pre_min"] and cos["post"][-1] < c11["post_max"],
               f"90% bootstrap over {len(seeds)} seeds: "
-              + interval("pre", [r[-1]["cos_prev"] for r in diag["pre"]], mean) + "; "
-              + interval("post", [r[-1]["cos_prev"] for r in diag["post"]], mean)),
+              + interval("pre", [r[-1]["cos_prev"] for r in diag11["pre"]], mean) + "; "
+              + interval("post", [r[-1]["cos_prev"] for r in diag11["post"]], mean)),
     ]
-    return finish(ctx, _plot(pre_growth, post_in, profile, branch, cos, top, c2), NAME, TITLE, claims)
+    return finish(ctx, _plot(pre_growth, post_in, profile, branch, cos, deepest, c2), NAME, TITLE, claims)
 
 
 def _plot(pre_growth, post_in, profile, branch, cos, top, c2):

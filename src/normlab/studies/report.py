@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import json
+import os
 import pathlib
 import time
 
@@ -59,7 +61,10 @@ def _run_studies(out: pathlib.Path, scale: str, jobs: int, only: list[str] | Non
                     address=address, device=device)
     prov = provenance.record()
     store.add_session(dict(prov, executor=executor, jobs=jobs, device=str(device)))
-    ctx = Context(runner, scale, out / "figures", seed_offset=seed_offset)
+    # figures are drawn into a staging folder and moved beside results.json only when it is written: a run
+    # killed (or with failed cells) after some studies drew theirs left figures that the next report's page
+    # showed beside the verdicts of the run before
+    ctx = Context(runner, scale, out / "figures" / STAGING, seed_offset=seed_offset, root=out)
     studies, failed, t0 = [], [], time.time()
     try:
         for name in dict.fromkeys(only or STUDIES):  # each once, however often it was named
@@ -79,7 +84,12 @@ def _run_studies(out: pathlib.Path, scale: str, jobs: int, only: list[str] | Non
         raise CellsFailed(failed[0] if len(failed) == 1 else
                           f"{len(failed)} studies had failed cells; {'; '.join(failed)}")
     claims = [dict(c, study=s["name"]) for s in studies for c in s["claims"]]
-    summaries = [{k: s.get(k) for k in ("name", "title", "figure", "seconds", "table", "run")} for s in studies]
+    for s in studies:
+        if s.get("figure"):
+            s["figure_sha256"] = _publish(out / "figures", s["figure"])
+    _unstage(out / "figures")
+    summaries = [{k: s.get(k) for k in ("name", "title", "figure", "figure_sha256", "seconds", "table", "run")}
+                 for s in studies]
     if old:  # some studies re-run: keep the others' claims, in report order
         fresh = {s["name"] for s in studies}
         summaries += [s for s in old.get("studies", []) if s["name"] not in fresh]
@@ -93,6 +103,30 @@ def _run_studies(out: pathlib.Path, scale: str, jobs: int, only: list[str] | Non
     written.write_text(out / "results.json", json.dumps(result, indent=2) + "\n")
     written.write_text(out / "index.html", render_html(result, out / "figures"))
     return result
+
+
+#: the folder under ``figures`` where a run's studies draw until the report is written
+STAGING = ".drawing"
+
+
+def _publish(figures: pathlib.Path, name: str) -> str:
+    """Move a figure this run drew from the staging folder into ``figures``; returns its SHA-256."""
+    staged = figures / STAGING / name
+    written.write_with(figures / name, lambda tmp: os.replace(staged, tmp))
+    return written.digest(figures / name)
+
+
+def _unstage(figures: pathlib.Path) -> None:
+    """Remove the staging folder once this run's figures are published, with what killed runs drew there (files
+    normlab wrote and nobody changed since; anything else stays, and the folder with it)."""
+    staging = figures / STAGING
+    for name in written.listed(staging):
+        with contextlib.suppress(BadValue, OSError):
+            written.check([staging / name])
+            (staging / name).unlink(missing_ok=True)
+    (staging / written.LIST).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        staging.rmdir()
 
 
 def _previous(path: pathlib.Path) -> dict:
@@ -127,9 +161,13 @@ def study_tables(result: dict) -> str:
     return "\n".join(out)
 
 
-def _img(path: pathlib.Path) -> str:
+def _img(path: pathlib.Path, sha256: str | None = None) -> str:
+    """The figure embedded, unless it is not the one its study's run drew (``sha256``, where recorded)."""
     if not path.exists():
         return "<p><em>(no figure)</em></p>"
+    if sha256 is not None and written.digest(path) != sha256:
+        return (f"<p><em>({html.escape(path.name)} is not the figure of this run of the study: run it again, "
+                "with --only, to draw it)</em></p>")
     data = base64.b64encode(path.read_bytes()).decode()
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
 
@@ -173,6 +211,6 @@ def render_html(result: dict, figures: pathlib.Path) -> str:
         parts.append(f"<h2>{e(s['title'])}</h2><p>claims {e(ids)} &middot; {s['seconds']} s</p>")
         if s.get("table"):
             parts.append(_table(s["table"]))
-        parts.append(_img(figures / s["figure"]) if s.get("figure") else "")
+        parts.append(_img(figures / s["figure"], s.get("figure_sha256")) if s.get("figure") else "")
     parts.append("</body></html>")
     return "\n".join(parts)
