@@ -228,3 +228,15 @@ def test_a_killed_report_leaves_the_figures_of_the_report_it_did_not_replace(tmp
     fig.write_bytes(b"\x89PNG not the study's")  # replaced by hand: the page says so instead of showing it
     result = rep._previous(out / "results.json")
     assert "is not the figure of this run of the study" in rep.render_html(result, out / "figures")
+
+
+def test_an_output_whose_name_fits_is_written_however_long_its_temporary_name_would_be(tmp_path):
+    """A 245-character recording's RTTM (250 bytes: a legal name) failed with "File name too long": the
+    temporary name beside it added the process id."""
+    out = tmp_path / ("b" * 245 + ".rttm")
+    written.write_text(out, "SPEAKER x 1 0 1 <NA> <NA> A <NA> <NA>\n")
+    assert out.read_text().startswith("SPEAKER")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, written.LIST])  # no temporary left
+    written.check([out])  # recorded as normlab's own
+    assert len(written.temporary(out, 123456).name) <= written.NAME_MAX
+    assert written.temporary(tmp_path / "a.rttm", 7).name == ".a.rttm.7.tmp"  # short names keep theirs

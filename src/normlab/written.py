@@ -134,13 +134,29 @@ def write_with(path, write: Callable[[pathlib.Path], object]) -> None:
     record(path)
 
 
+#: the longest file name (bytes) most file systems take (ext4, XFS, btrfs, tmpfs; NAME_MAX)
+NAME_MAX = 255
+
+
+def temporary(path, tag: object = "") -> pathlib.Path:
+    """A temporary file's name beside ``path``: ``.NAME.TAG.tmp``, or ``.SHA.TAG.tmp`` (a digest of the name)
+    where that would be longer than a file name may be (a 245-character recording's output refused as "File
+    name too long", when the output's own name fitted)."""
+    path = pathlib.Path(path)
+    suffix = f".{tag}.tmp" if tag != "" else ".tmp"
+    name = f".{path.name}{suffix}"
+    if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX:
+        name = f".{hashlib.sha256(path.name.encode('utf-8', 'surrogateescape')).hexdigest()[:32]}{suffix}"
+    return path.with_name(name)
+
+
 def replace_whole(path, write: Callable[[pathlib.Path], object]) -> None:
     """``write(tmp)`` into a temporary file beside ``path``, renamed over it (a kill mid-write leaves the old
     file, not half a new one that the next run would take for the user's)."""
     path = pathlib.Path(path)
     if path.is_symlink():  # never write through a link into a file elsewhere
         path.unlink()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temporary(path, os.getpid())
     try:
         write(tmp)
         os.replace(tmp, path)

@@ -22,6 +22,7 @@ import re
 
 import torch
 
+from .. import written
 from .._checks import BadValue
 from .placement import slots
 
@@ -101,7 +102,7 @@ def upgrade_file(path: str | pathlib.Path, out: str | pathlib.Path | None = None
     new = upgrade_state_dict(state, placement, config.get("n_layers"))
     blob = {**blob, "state_dict": new} if "state_dict" in blob else new
     target = pathlib.Path(out) if out is not None else path
-    tmp = target.with_name(f".{target.name}.tmp")
+    tmp = written.temporary(target)
     torch.save(blob, tmp)
     tmp.replace(target)
     return target

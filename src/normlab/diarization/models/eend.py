@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from ... import written
 from ..._checks import BadValue, NotFound, check_choice, check_count, check_rate
 from ...models.conformer import ConformerEncoder
 from ...models.transformer import TransformerEncoder
@@ -116,7 +117,7 @@ class EENDModel(nn.Module):
         from ...provenance import record
 
         path = pathlib.Path(path)
-        tmp = path.with_name(f".{path.name}.tmp")
+        tmp = written.temporary(path)
         torch.save({"config": asdict(self.cfg), "postprocess": self.postprocess, "features": asdict(self.features),
                     "state_dict": self.state_dict(), "provenance": record(),
                     **({"whitening": self.whitening} if self.whitening is not None else {})}, tmp)

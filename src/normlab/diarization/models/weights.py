@@ -19,6 +19,7 @@ import sys
 
 import torch
 
+from ... import written
 from ..._checks import BadValue, NotFound
 
 #: the package's asset folder (models, weights and their licences)
@@ -138,7 +139,7 @@ def write_safetensors(path: str | pathlib.Path, tensors: dict[str, torch.Tensor]
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)
     path = pathlib.Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = written.temporary(path)
     tmp.write_bytes(struct.pack("<Q", len(head)) + head + b"".join(chunks))
     tmp.replace(path)
 
