@@ -288,6 +288,22 @@ def test_the_written_path_has_no_doubled_slash(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().out.strip() == "x.wav: wrote out/x.rttm (1 speaker, 2.0 s of speech in 3.0 s)"
 
 
+def test_the_written_path_is_the_file_written(tmp_path, capsys, monkeypatch):
+    """`..wav` printed "wrote out.rttm" (a folder joined with "." is the folder) for the file out/..rttm."""
+    from normlab.cli import main
+    from normlab.diarization.pipeline import api
+    from normlab.diarization.pipeline.output import Diarization
+
+    def files(paths, out, on_result, **kw):
+        on_result(paths[0], Diarization([], uri=".", duration=3.0))
+        return {paths[0]: "ok"}
+
+    monkeypatch.setattr(api, "diarize_files", files)
+    assert main(["diarize", "run", "..wav", "--out", "out", "--plot"]) == 0
+    assert capsys.readouterr().out.strip() == "..wav: wrote out/..rttm and out/..png (no speech found)"
+    assert api.outputs("..wav", "out", "json") == [pathlib.Path("out/..json")]
+
+
 def test_train_never_replaces_a_model_it_did_not_make(tmp_path, capsys):
     """`train --out` into a folder holding someone's model.pt (no checkpoint there) replaced it."""
     from normlab.cli import main

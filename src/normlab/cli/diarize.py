@@ -119,9 +119,7 @@ def _model_on_device(args: argparse.Namespace):
 
 
 def _cmd_diarize_run(args: argparse.Namespace) -> int:
-    from ..diarization.io.audio import recording_uri
-    from ..diarization.pipeline.api import diarize_files
-    from ..diarization.pipeline.output import FORMATS
+    from ..diarization.pipeline.api import diarize_files, outputs
 
     found = {}
     status = diarize_files(args.audio, args.out, model=_model_on_device(args), embedding=args.embedding,
@@ -129,8 +127,7 @@ def _cmd_diarize_run(args: argparse.Namespace) -> int:
                            progress=progress("diarize"), on_result=found.__setitem__, **_speaker_counts(args),
                            **_pipeline_options(args))
     for path, st in status.items():
-        stem = pathlib.Path(args.out) / recording_uri(path)  # ("out/" + name, not "out//name")
-        wrote = f"{stem}{FORMATS[args.format]}" + (f" and {stem}.png" if args.plot else "")
+        wrote = " and ".join(map(str, outputs(path, args.out, args.format, args.plot)))
         if st == "ok":
             print(f"{path}: wrote {wrote} ({_found(found[path])})")
         else:  # the other files are written; this one's error goes where errors go (its path said once)

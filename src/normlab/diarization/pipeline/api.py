@@ -213,9 +213,9 @@ def _ending_at(t: Turn, end: float) -> Turn:
     return Turn(t.uri, t.start, duration, t.speaker)
 
 
-def _outputs(path, out_dir: pathlib.Path, format: str, plot: bool) -> list[pathlib.Path]:
-    """What ``diarize_files`` writes for one input."""
-    uri = recording_uri(path)
+def outputs(path, out_dir: str | pathlib.Path, format: str = "rttm", plot: bool = False) -> list[pathlib.Path]:
+    """What :func:`diarize_files` writes for the input ``path``: its result, then its timeline (``plot``)."""
+    uri, out_dir = recording_uri(path), pathlib.Path(out_dir)
     return [out_dir / f"{uri}{FORMATS[format]}"] + ([out_dir / f"{uri}.png"] if plot else [])
 
 
@@ -253,17 +253,17 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
     blocked = next((d for d in (out_dir, *out_dir.parents) if d.exists() and not d.is_dir()), None)
     if blocked is not None:  # before any work: the outputs go into a folder
         raise BadValue(f"--out {out_dir}: {blocked} is a file, and the outputs go into a folder: give another --out")
-    outputs = [w for p in paths for w in _outputs(p, out_dir, format, plot)]
-    taken = next((w for w in outputs if w.is_dir()), None)
+    targets = [w for p in paths for w in outputs(p, out_dir, format, plot)]
+    taken = next((w for w in targets if w.is_dir()), None)
     if taken is not None:
         raise BadValue(f"{taken} is a folder where an output would go: move it away or give another --out")
     # the audio's folder as given and where a link to it leads
     beside = {d for p in paths for d in (pathlib.Path(p).absolute().parent.resolve(), pathlib.Path(p).resolve().parent)}
-    kept = [w for w in map(pathlib.Path.resolve, outputs) if w.exists() and w.parent in beside]
+    kept = [w for w in map(pathlib.Path.resolve, targets) if w.exists() and w.parent in beside]
     if kept:  # the user's own file beside the audio (a reference RTTM) would be replaced
         raise BadValue(f"{kept[0]} exists beside its audio and would be replaced: diarize into another folder "
                        "(--out), or move it away first")
-    written.check(outputs, overwrite=overwrite, hint="diarize into another folder (--out)")
+    written.check(targets, overwrite=overwrite, hint="diarize into another folder (--out)")
     made = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # the folders this call creates
     written.writable_folder(out_dir)  # a read-only folder: one line now, not an error per file after the work
     try:
@@ -285,7 +285,7 @@ def _write_each(paths, out_dir, m, enc, cfg, counts, prov, format, exclusive, pl
         try:
             result = _diarize(p, None, m, enc, cfg, None, counts, prov)
             result = result.exclusive() if exclusive else result
-            files = _outputs(p, out_dir, format, plot)
+            files = outputs(p, out_dir, format, plot)
             written.write_text(files[0], render(result, format))
             if plot:
                 timeline_png(result, files[1], duration=result.duration)
