@@ -3,6 +3,7 @@ before anything reads the signal, PCM integers are scaled as PCM, and a file nam
 recording name."""
 import math
 import pathlib
+import warnings
 
 import numpy as np
 import pytest
@@ -320,3 +321,22 @@ def test_audio_narrower_than_the_telephone_band_is_read_with_a_warning(tmp_path)
         warnings.simplefilter("error")
         read_mono(tmp_path / "tel.wav", SR)
         as_mono(_tone(300, 1.0)[::2], 8000, SR)
+
+
+def test_channels_that_cancel_in_the_mix_are_read_as_the_loudest_one(tmp_path):
+    """A stereo file whose second channel is the first inverted mixed to silence: "no speech found"."""
+    t = np.arange(16000) / 16000
+    voice = (0.3 * np.sin(2 * math.pi * 220 * t) * np.sin(2 * math.pi * 3 * t)).astype(np.float32)
+    path = tmp_path / "inverted.wav"
+    sf.write(path, np.stack([0.8 * voice, -voice], axis=1), 16000, subtype="FLOAT")
+    with pytest.warns(UserWarning, match=r"inverted.wav: its channels cancel when mixed to mono .* channel 2 alone"):
+        mono = read_mono(path, 16000).numpy()
+    assert np.corrcoef(mono, -voice)[0, 1] > 0.99 and np.abs(mono).max() > 0.25
+    with pytest.warns(UserWarning, match=r"the waveform: its channels cancel .* channel 2 alone"):
+        wave, _ = as_mono(np.stack([0.8 * voice, -voice]), 16000, 16000)
+    assert np.corrcoef(wave.numpy(), -voice)[0, 1] > 0.99
+    with warnings.catch_warnings():  # channels that add up (one louder, a little apart) are mixed as before
+        warnings.simplefilter("error")
+        sf.write(path, np.stack([voice, 0.5 * np.roll(voice, 40)], axis=1), 16000, subtype="FLOAT")
+        mixed = read_mono(path, 16000).numpy()
+    assert np.corrcoef(mixed, voice)[0, 1] > 0.9

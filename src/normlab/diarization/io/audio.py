@@ -168,6 +168,25 @@ def _check_peak(peak: float, what: str) -> None:
                          f"{MAX_PEAK:.3g}, 32-bit integer full scale, is read)")
 
 
+#: a mix of a recording's channels this far below the channels' mean energy (10 dB) means they cancel: one
+#: channel's polarity is inverted (a mis-wired microphone, a "wide stereo" effect), and the mono mix holds little
+#: of the speech (a phase-inverted copy mixed to silence and read "no speech found"). Channels that do not
+#: cancel mix at most 3 dB below them where they are unrelated (two voices, two microphones), above where alike
+CANCELLED = 0.1
+
+
+def _cancelling(mixed: float, each: np.ndarray, what: str) -> int | None:
+    """The loudest channel, where the channels cancel when mixed (energies: ``mixed`` of the mix, ``each`` of
+    each channel), said in a warning; else None (one channel, silence, or channels that add up)."""
+    if len(each) < 2 or not each.max() > 0 or mixed >= CANCELLED * each.mean():
+        return None
+    loudest = int(each.argmax())
+    level = 10 * math.log10(max(mixed, 1e-300) / each.mean())
+    warnings.warn(f"{what}: its channels cancel when mixed to mono (the mix is {-level:.0f} dB below them: one "
+                  f"channel's polarity inverted?): diarizing channel {loudest + 1} alone", stacklevel=3)
+    return loudest
+
+
 def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
     """Mono float32 samples at ``sample_rate`` from a WAV/FLAC/Ogg (or headerless .gsm) file; errors name the file."""
     import soundfile as sf
@@ -197,13 +216,24 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
                                  "are read")
             _warn_if_narrow(str(path), sr)
             mono = np.empty(n, dtype=np.float32)
-            pos = 0
+            pos, mixed, each = 0, 0.0, np.zeros(f.channels)  # energies: of the mix, of each channel
             for block in f.blocks(blocksize=BLOCK_SECONDS * sr, dtype="float32", always_2d=True):
-                mono[pos : pos + block.shape[0]] = block.mean(axis=1)
-                finite = finite and bool(np.isfinite(mono[pos : pos + block.shape[0]]).all())
+                part = mono[pos : pos + block.shape[0]]
+                part[:] = block.mean(axis=1)
+                finite = finite and bool(np.isfinite(part).all())
                 peak = max(peak, float(np.abs(block).max(initial=0.0)))
+                if finite:
+                    mixed += float(np.dot(part, part))
+                    each += np.einsum("tc,tc->c", block, block, dtype=np.float64)
                 pos += block.shape[0]
             mono = mono[:pos]
+            channel = _cancelling(mixed, each, str(path))
+            if channel is not None and finite:  # read again, that channel alone
+                f.seek(0)
+                pos = 0
+                for block in f.blocks(blocksize=BLOCK_SECONDS * sr, dtype="float32", always_2d=True):
+                    mono[pos : pos + block.shape[0]] = block[:, channel]
+                    pos += block.shape[0]
         told = _wav_header_frames(path)
         if told is not None and 0 < pos < told:  # a copy cut short: diarized as what it holds, said once
             warnings.warn(f"{path}: its header gives {told / sr:.1f} s, the file holds {pos / sr:.1f} s (cut "
@@ -279,4 +309,8 @@ def as_mono(audio, sample_rate: int | None, target: int) -> tuple[torch.Tensor, 
     _check_peak(float(np.abs(audio).max()), "waveform")
     _warn_if_narrow(f"a waveform of {uri!r}" if uri != "audio" else "the waveform", int(sample_rate))
     mono = audio.astype(np.float32, copy=False).mean(axis=0)  # a new array: the caller's is left as it was
+    channel = _cancelling(float(np.dot(mono, mono)), np.einsum("ct,ct->c", audio, audio, dtype=np.float64),
+                          "the waveform" if uri == "audio" else f"the waveform of {uri!r}")
+    if channel is not None:
+        mono = audio[channel].astype(np.float32)  # (a copy: the caller's array is left as it was)
     return _finish(mono, int(sample_rate), target), uri
