@@ -618,6 +618,32 @@ def test_a_diarizations_speech_counts_overlapped_speech_once():
     assert Diarization([]).speech_seconds == 0.0
 
 
+def test_evaluate_reads_every_kind_of_audio_file_diarize_reads(tmp_path, monkeypatch):
+    """A folder's .ogg, .mp3 and .WAV files were skipped by evaluate (diarize reads them), then reported as
+    "in the reference without an audio file in the folder"."""
+    import pathlib
+
+    from normlab.diarization.metrics.evaluate import evaluate_folder
+    from normlab.diarization.pipeline import api
+
+    (tmp_path / "set").mkdir()
+    for name in ("a.ogg", "b.mp3", "c.WAV", "d.flac", "notes.txt"):
+        (tmp_path / "set" / name).write_bytes(b"")
+    write_rttm([Turn(u, 0.0, 0.5, "A") for u in "abcd"], tmp_path / "ref.rttm")
+    seen = []
+
+    def written(paths, out, **kwargs):
+        seen.extend(paths)
+        pathlib.Path(out).mkdir(exist_ok=True)
+        for p in paths:
+            write_rttm([Turn(p.stem, 0.0, 0.5, "x")], pathlib.Path(out) / f"{p.stem}.rttm")
+        return {str(p): "ok" for p in paths}
+
+    monkeypatch.setattr(api, "diarize_files", written)
+    result = evaluate_folder(tmp_path / "set", tmp_path / "ref.rttm", tmp_path / "out")
+    assert [p.name for p in seen] == ["a.ogg", "b.mp3", "c.WAV", "d.flac"] and not result["no_audio"]
+
+
 def test_evaluate_refuses_a_format_it_would_not_score(files, tmp_path):
     """evaluate_folder(format="json") wrote JSON files and then scored the RTTMs in --out: none (an error after
     all the work) or a stale earlier run's, silently."""

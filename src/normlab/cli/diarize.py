@@ -525,7 +525,8 @@ def add_parsers(sub, name: str) -> None:
 
     ev = dsub.add_parser("evaluate", help="diarize a folder of audio and print per-file and total DER "
                          "at collars 0 and 0.25 (as `diarize score` on the written RTTMs)")
-    ev.add_argument("wav_dir", help="folder of .wav/.flac files; each file's stem is its uri")
+    ev.add_argument("wav_dir", help="folder of audio files (.wav, .flac, .ogg, .opus, .mp3, .aiff, .gsm); each "
+                    "file's stem is its uri")
     ev.add_argument("ref", help="reference RTTM file")
     ev.add_argument("--uem", type=a_path, default=None, help="UEM file: score only these regions (default: per "
                     "recording, from the first turn to the last, of reference and hypothesis)")

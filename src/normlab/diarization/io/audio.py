@@ -147,6 +147,10 @@ def _read_gsm(path: pathlib.Path) -> np.ndarray:
     return np.frombuffer(run.stdout, dtype="<f4").astype(np.float32)
 
 
+#: the file kinds a folder of recordings is read for (``diarize evaluate``, ``tune``): what libsndfile reads (WAV,
+#: FLAC, Ogg Vorbis and Opus, MP3, AIFF) and headerless GSM through sox; a single file of another kind is tried too
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".opus", ".mp3", ".aiff", ".aif", ".gsm")
+
 #: the narrowest audio the models were trained on (telephone band): lower rates are read, with a warning
 NARROWEST_RATE = 8000
 

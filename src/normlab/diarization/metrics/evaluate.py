@@ -95,13 +95,16 @@ COLLARS = (0.0, 0.25)
 
 
 def _audio_in(folder: pathlib.Path) -> list[pathlib.Path]:
-    return sorted(p for p in folder.iterdir() if p.suffix.lower() in (".wav", ".flac"))
+    from ..io.audio import AUDIO_SUFFIXES
+
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in AUDIO_SUFFIXES)
 
 
 def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, out_dir: str | pathlib.Path, *,
                     uem: str | pathlib.Path | None = None, html: str | pathlib.Path | None = None,
                     overwrite: bool = False, progress=None, **diarize_kw) -> dict:
-    """Diarize every ``*.wav``/``*.flac`` of ``wav_dir`` into ``out_dir``, then score the written RTTMs.
+    """Diarize every audio file of ``wav_dir`` (``io.audio.AUDIO_SUFFIXES``: WAV, FLAC, Ogg, MP3, AIFF, GSM) into
+    ``out_dir``, then score the written RTTMs.
 
     Returns ``{"files": [{"uri", "collars": {"0": {...}, "0.25": {...}}, "speakers": {"reference": n,
     "hypothesis": m}}], "total": {...}, "count_right": k, "errors": {...}}`` with DER components in seconds
@@ -118,7 +121,7 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     checked before any work.
     """
     from ...provenance import record
-    from ..io.audio import recording_uri
+    from ..io.audio import AUDIO_SUFFIXES, recording_uri
     from ..io.uem import read_uem
     from ..pipeline.api import diarize_files, made_with
 
@@ -134,7 +137,7 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
         wav_dir = wav_dir / "wav"
         paths = _audio_in(wav_dir)
     if not paths:
-        raise NotFound(f"{wav_dir} has no .wav or .flac files")
+        raise NotFound(f"{wav_dir} has no audio files ({', '.join(AUDIO_SUFFIXES)})")
     reference = read_rttm(ref_rttm)
     uris = {recording_uri(p) for p in paths}
     if not set(reference) & uris:  # before any work: audio and reference do not meet
