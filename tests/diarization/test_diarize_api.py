@@ -431,6 +431,20 @@ def test_evaluate_refuses_a_reference_that_names_none_of_the_audio(tmp_path, cap
     assert len(err) == 1 and "none of the 1 audio files" in err[0] and "other" in err[0]
 
 
+def test_evaluate_says_a_reference_without_turns_has_none(tmp_path, capsys, monkeypatch):
+    """An empty (or comments-only) reference read "none of the 1 audio files ... (its recordings: none)"."""
+    from normlab.cli import main
+    from normlab.diarization.pipeline import api
+
+    (tmp_path / "wavs").mkdir()
+    (tmp_path / "wavs" / "talk.wav").write_bytes(b"")
+    (tmp_path / "ref.rttm").write_text(";; nothing here\n\n")
+    monkeypatch.setattr(api, "diarize_files", lambda *a, **k: pytest.fail("diarized before checking"))
+    assert main(["diarize", "evaluate", str(tmp_path / "wavs"), str(tmp_path / "ref.rttm")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("ref.rttm has no speaker turns (no SPEAKER line)"), err
+
+
 def test_evaluate_refuses_a_uem_without_reference_speech_before_any_work(tmp_path, capsys, monkeypatch):
     """A UEM past the end of the speech printed DER 0.00% and exited 0, where `diarize score` refuses."""
     from normlab.cli import main

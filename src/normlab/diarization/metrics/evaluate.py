@@ -139,6 +139,8 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     if not paths:
         raise NotFound(f"{wav_dir} has no audio files ({', '.join(AUDIO_SUFFIXES)})")
     reference = read_rttm(ref_rttm)
+    if not reference:  # (as diarize score says it)
+        raise BadValue(f"nothing to score: {ref_rttm} has no speaker turns (no SPEAKER line)")
     uris = {recording_uri(p) for p in paths}
     if not set(reference) & uris:  # before any work: audio and reference do not meet
         some = ", ".join(sorted(reference)[:5]) or "none"
