@@ -33,7 +33,7 @@ def _prepare(x: Tensor, normalized_shape: ShapeLike, weight, bias, eps, *, rms: 
 
 
 def layer_norm(
-    x: Tensor,
+    input: Tensor,  # noqa: A002   (torch's name: callers pass input=)
     normalized_shape: ShapeLike,
     weight: Tensor | None = None,
     bias: Tensor | None = None,
@@ -41,7 +41,7 @@ def layer_norm(
     *,
     impl: str = "auto",
 ) -> Tensor:
-    r"""Layer normalization over the trailing ``normalized_shape`` dims of ``x``.
+    r"""Layer normalization over the trailing ``normalized_shape`` dims of ``input`` (``x`` below).
 
     .. math::
         y = \frac{x - \mathrm{E}[x]}{\sqrt{\mathrm{Var}[x] + \epsilon}} \cdot \gamma + \beta
@@ -52,7 +52,7 @@ def layer_norm(
     (float64 for float64) by two passes; ``y`` has the dtype of ``x``.
 
     Args:
-        x: input of shape ``(*, *normalized_shape)``, floating point.
+        input: ``x``, of shape ``(*, *normalized_shape)``, floating point (torch's name for it).
         normalized_shape: int or sequence of ints, the trailing dims to normalize.
         weight: ``gamma`` of shape ``normalized_shape``, or None.
         bias: ``beta`` of shape ``normalized_shape``, or None.
@@ -69,12 +69,12 @@ def layer_norm(
         >>> y.mean(-1).abs().max() < 1e-6
         tensor(True)
     """
-    shape, eps = _prepare(x, normalized_shape, weight, bias, eps, rms=False)
-    return kernels.dispatch("layer_norm", x, None, shape, weight, bias, eps, impl=impl)
+    shape, eps = _prepare(input, normalized_shape, weight, bias, eps, rms=False)
+    return kernels.dispatch("layer_norm", input, None, shape, weight, bias, eps, impl=impl)
 
 
 def rms_norm(
-    x: Tensor,
+    input: Tensor,  # noqa: A002   (torch's name: callers pass input=)
     normalized_shape: ShapeLike,
     weight: Tensor | None = None,
     eps: float | None = None,
@@ -93,8 +93,8 @@ def rms_norm(
 
     Args and shapes as :func:`layer_norm`, without ``bias``.
     """
-    shape, eps = _prepare(x, normalized_shape, weight, None, eps, rms=True)
-    return kernels.dispatch("rms_norm", x, None, shape, weight, None, eps, impl=impl)
+    shape, eps = _prepare(input, normalized_shape, weight, None, eps, rms=True)
+    return kernels.dispatch("rms_norm", input, None, shape, weight, None, eps, impl=impl)
 
 
 def _add_norm(x, residual, normalized_shape, weight, bias, eps, residual_in_fp32, impl, *, rms):

@@ -94,11 +94,12 @@ class LayerNorm(nn.Module):
     def reset_parameters(self) -> None:
         _reset_affine(self)
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
-        """``layer_norm(x)``; with ``residual``: ``(layer_norm(x + residual), x + residual)``, one fused kernel."""
+    def forward(self, input: torch.Tensor, residual: torch.Tensor | None = None):  # noqa: A002   (torch's name)
+        """``layer_norm(input)``; with ``residual``: ``(layer_norm(input + residual), input + residual)``, one
+        fused kernel."""
         if residual is None:
-            return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
-        return F.add_layer_norm(x, residual, self.normalized_shape, self.weight, self.bias, self.eps)
+            return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+        return F.add_layer_norm(input, residual, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return (

@@ -21,6 +21,20 @@ def test_constructor_signature_matches_torch(ours, theirs):
 
 
 @pytest.mark.parametrize("ours,theirs", PAIRS)
+def test_forward_takes_its_input_by_torch_s_name(ours, theirs):
+    """``LayerNorm(8)(input=x)`` and ``F.layer_norm(input=x, ...)``, as torch names them, were a TypeError."""
+    first = lambda f: next(iter(inspect.signature(f).parameters))  # noqa: E731
+    name = first(theirs(8).forward)  # input (LayerNorm), x (RMSNorm)
+    assert first(ours(8).forward) == name
+    x = torch.randn(3, 8)
+    assert torch.equal(ours(8)(**{name: x}), ours(8)(x))
+    fn = {normlab.LayerNorm: "layer_norm", normlab.RMSNorm: "rms_norm"}[ours]
+    ours_f, theirs_f = getattr(normlab.functional, fn), getattr(torch.nn.functional, fn)
+    assert first(ours_f) == first(theirs_f) == "input"
+    assert torch.equal(ours_f(input=x, normalized_shape=(8,)), ours_f(x, 8))
+
+
+@pytest.mark.parametrize("ours,theirs", PAIRS)
 @pytest.mark.parametrize("kwargs", [{}, {"elementwise_affine": False}, {"bias": False}])
 def test_state_dict_both_directions(ours, theirs, kwargs):
     if "bias" in kwargs and ours is normlab.RMSNorm:
