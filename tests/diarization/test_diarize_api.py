@@ -658,6 +658,35 @@ def test_evaluate_reads_every_kind_of_audio_file_diarize_reads(tmp_path, monkeyp
     assert [p.name for p in seen] == ["a.ogg", "b.mp3", "c.WAV", "d.flac"] and not result["no_audio"]
 
 
+def test_evaluate_says_where_the_reference_speaks_after_the_audio_ends(tmp_path, monkeypatch):
+    """A reference turn at 100-105 s of a 4 s file was scored as missed without a word."""
+    import pathlib
+
+    from normlab.diarization.metrics.evaluate import evaluate_folder, format_evaluation
+    from normlab.diarization.pipeline import api
+    from normlab.diarization.pipeline.output import Diarization
+
+    (tmp_path / "set").mkdir()
+    for name in ("cut.wav", "whole.wav"):
+        (tmp_path / "set" / name).write_bytes(b"")
+    write_rttm([Turn("cut", 0.0, 2.0, "A"), Turn("cut", 100.0, 5.0, "A"), Turn("whole", 0.0, 4.5, "A")],
+               tmp_path / "ref.rttm")
+
+    def written(paths, out, on_result, **kwargs):
+        pathlib.Path(out).mkdir(exist_ok=True)
+        for p in paths:
+            turns = [Turn(p.stem, 0.0, 2.0, "x")]
+            write_rttm(turns, pathlib.Path(out) / f"{p.stem}.rttm")
+            on_result(str(p), Diarization(turns, uri=p.stem, duration=4.0))
+        return {str(p): "ok" for p in paths}
+
+    monkeypatch.setattr(api, "diarize_files", written)
+    result = evaluate_folder(tmp_path / "set", tmp_path / "ref.rttm", tmp_path / "out")
+    assert result["past_end"] == {"cut": "105.0 s, audio 4.0 s"}  # whole: 0.5 s past, within rounding
+    assert ("reference speech after the audio's end, scored as missed: 1 recordings (cut (reference to 105.0 s, "
+            "audio 4.0 s))") in format_evaluation(result)
+
+
 def test_evaluate_refuses_a_format_it_would_not_score(files, tmp_path):
     """evaluate_folder(format="json") wrote JSON files and then scored the RTTMs in --out: none (an error after
     all the work) or a stale earlier run's, silently."""

@@ -92,6 +92,9 @@ def reference_of(folder: str | pathlib.Path) -> dict[str, list[Turn]]:
 
 
 COLLARS = (0.0, 0.25)
+#: reference speech ending this much after its audio (seconds) is said: it is scored as missed, and the
+#: reference may be another recording's, or the audio a cut copy
+PAST_END_S = 1.0
 
 
 def _audio_in(folder: pathlib.Path) -> list[pathlib.Path]:
@@ -195,8 +198,12 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     effect = lambda k: "scored as all missed" if reference.get(recording_uri(k)) else "not in the reference"  # noqa: E731
     errors = {k: f"{v.removeprefix(f'{k}: ')} ({effect(k)})" for k, v in status.items() if v != "ok"}
     right = sum(f["speakers"]["reference"] == f["speakers"]["hypothesis"] for f in files)
+    # reference speech after the audio ends (another recording's reference, or a cut copy): scored as missed
+    ends = {recording_uri(k): d.duration for k, d in results.items()}
+    past = {u: f"{max(t.end for t in ref[u]):.1f} s, audio {ends[u]:.1f} s" for u in sorted(ref)
+            if u in ends and ref[u] and max(t.end for t in ref[u]) > ends[u] + PAST_END_S}
     result = {"files": files, "total": total, "count_right": right, "unscored": unscored,
-              "no_audio": sorted(set(reference) - uris), "errors": errors, "out": str(out_dir),
+              "no_audio": sorted(set(reference) - uris), "past_end": past, "errors": errors, "out": str(out_dir),
               "settings": made["settings"], "provenance": {**record(), "pipeline": made["provenance"]}}
     if html is not None:
         from .report_html import write_evaluation_page
@@ -239,6 +246,11 @@ def format_evaluation(result: dict) -> str:
         some = result.get(key)
         if some:
             lines.append(f"{what}: {len(some)} recordings ({', '.join(some[:5])}{' ...' if len(some) > 5 else ''})")
+    past = result.get("past_end") or {}
+    if past:
+        some = [f"{u} (reference to {v})" for u, v in list(past.items())[:5]]
+        lines.append(f"reference speech after the audio's end, scored as missed: {len(past)} recordings "
+                     f"({', '.join(some)}{' ...' if len(past) > 5 else ''})")
     return "\n".join(lines)
 
 

@@ -162,6 +162,9 @@ def evaluation_page(result: dict, reference: dict[str, list[Turn]], hypothesis: 
                if result.get("unscored") else "")
             + (f"<p>In the reference without an audio file, not scored: "
                f"{html.escape(', '.join(result['no_audio']))}.</p>" if result.get("no_audio") else "")
+            + (f"<p>Reference speech after the audio's end, scored as missed: "
+               f"{html.escape(', '.join(f'{u} (reference to {v})' for u, v in result['past_end'].items()))}.</p>"
+               if result.get("past_end") else "")
             + "<h2>Timelines</h2><p>Per recording: the reference speakers, the hypothesis speakers (coloured as "
             "the reference speaker DER maps them to), and where the errors are, per 10 ms frame at collar 0.</p>"
             f"{_legend()}{''.join(sections)}{_made(result)}</main></body></html>\n")
