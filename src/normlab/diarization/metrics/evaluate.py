@@ -115,7 +115,9 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     reference (over the whole file, whatever the UEM; a file that failed has none); ``unscored``: the
     recordings the reference does not name, diarized but not scored (as ``diarize score`` skips them);
     ``no_audio``: the reference's recordings without an audio file in ``wav_dir``, not scored (``diarize
-    score`` would count them as all missed). The RTTMs are read back before scoring, so the numbers are those
+    score`` would count them as all missed); ``past_end``: ``{uri: "reference end, audio length"}`` where the
+    reference speaks more than :data:`PAST_END_S` after the audio ends (scored as missed). The RTTMs are read
+    back before scoring, so the numbers are those
     of ``normlab diarize score REF OUT_DIR --collar C`` on the recordings that have audio; ``der`` is None
     where a recording has no reference speech to score. A reference without speech in the scored regions
     is refused before any work, as ``diarize score`` refuses it.
