@@ -148,6 +148,9 @@ def test_speaker_count_errors():
             check_speaker_counts(**bad)
     assert check_speaker_counts() == (1, None)
     assert check_speaker_counts(min_speakers=2, max_speakers=2) == (2, 2)  # equal bounds: exactly that many
+    # the contradiction names what was given ("min_speakers=None, max_speakers=1" named an option not given)
+    with pytest.raises(ValueError, match=r"^num_speakers=2 \(exactly that many\) contradicts max_speakers=1: "):
+        check_speaker_counts(num_speakers=2, max_speakers=1)
 
 
 @pytest.mark.parametrize("k", [2, 3])

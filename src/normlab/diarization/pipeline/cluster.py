@@ -24,8 +24,10 @@ def check_speaker_counts(num_speakers: int | None = None, min_speakers: int | No
     if num_speakers is not None:
         if (min_speakers is not None and min_speakers != num_speakers) or \
                 (max_speakers is not None and max_speakers != num_speakers):
-            raise BadValue(f"num_speakers={num_speakers} contradicts min_speakers={min_speakers}, "
-                             f"max_speakers={max_speakers}")
+            given = ", ".join(f"{n}={v}" for n, v in (("min_speakers", min_speakers), ("max_speakers", max_speakers))
+                              if v is not None and v != num_speakers)
+            raise BadValue(f"num_speakers={num_speakers} (exactly that many) contradicts {given}: give one or the "
+                           "other")
         return int(num_speakers), int(num_speakers)
     lo = 1 if min_speakers is None else int(min_speakers)
     if max_speakers is not None and lo > max_speakers:
