@@ -178,6 +178,26 @@ def test_corrupt_cache_is_ignored_with_one_warning(content, tuner, monkeypatch):
 
 
 @needs_two
+def test_a_file_the_environment_names_that_is_not_a_dispatch_cache_is_left_as_it_is(tmp_path, monkeypatch):
+    """NORMLAB_DISPATCH_FILE naming the user's own JSON: it was replaced by the decisions; a path under a folder
+    that does not exist made the folders."""
+    mine = tmp_path / "mine.json"
+    mine.write_text('{"mine": 1, "notes": "my settings"}')
+    monkeypatch.setenv(autotune.FILE_ENV, str(mine))
+    monkeypatch.setattr(autotune, "TUNER", autotune.Tuner())
+    monkeypatch.setattr(autotune, "_enabled", True)
+    _rigged(monkeypatch, "cpu")
+    with pytest.warns(RuntimeWarning, match="mine.json: it is not a valid dispatch cache .* left as it is"):
+        assert kernels.resolve("auto", "layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
+    assert mine.read_text() == '{"mine": 1, "notes": "my settings"}'
+    assert autotune.TUNER.unsaved.startswith(f"{mine} is not a valid dispatch cache")
+    monkeypatch.setenv(autotune.FILE_ENV, str(tmp_path / "no" / "such" / "d.json"))
+    monkeypatch.setattr(autotune, "TUNER", autotune.Tuner())
+    assert kernels.resolve("auto", "layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
+    assert not (tmp_path / "no").exists() and "No such file or directory" in autotune.TUNER.unsaved
+
+
+@needs_two
 def test_a_forward_autograd_does_not_record_is_decided_by_the_forwards_timing(tuner, monkeypatch):
     """In grad mode with nothing requiring grad (a frozen encoder's forward) only the forward runs, but the
     kernel was the one the forward and backward pair's timing chose."""

@@ -291,6 +291,8 @@ class Tuner:
         self._path = path
         self._lock = threading.Lock()
         self._decisions: dict[str, Decision] | None = None
+        #: why the last save did not write the file (None: it did, or nothing was saved yet)
+        self.unsaved: str | None = None
         #: dispatch's memo of what ``auto`` runs for each kind of eager call (op, dtype, device, row length,
         #: whether eps counts as 0, grad mode, threads, compiled allowed): filled as decisions are taken, never changed
         self.routes: dict[tuple, str] = {}
@@ -300,6 +302,13 @@ class Tuner:
         """The decision file: the one given, else ``$NORMLAB_DISPATCH_FILE``, else ``dispatch.json`` beside the built
         kernels."""
         return self._path or pathlib.Path(os.environ.get(FILE_ENV) or build.cache_dir() / "dispatch.json")
+
+    @property
+    def chosen(self) -> bool:
+        """Whether the file is the one ``$NORMLAB_DISPATCH_FILE`` names, not normlab's own beside its kernels (or
+        the one this tuner was made for): there a file that is not a dispatch cache may be the user's, and is left
+        as it is, and no folder is made for it."""
+        return self._path is None and bool(os.environ.get(FILE_ENV))
 
     def _read(self) -> tuple[dict[str, Decision], list[dict] | None, str | None]:
         """This configuration's saved decisions, the other configurations' sections (kept when the file is
@@ -314,7 +323,10 @@ class Tuner:
         try:
             data = json.loads(raw.decode("utf-8"))  # (a UnicodeDecodeError is a ValueError)
             if data.get("format") != FORMAT:  # an older format is replaced; a newer normlab's file is left alone
-                newer = type(data.get("format")) is int and data["format"] > FORMAT
+                known = type(data.get("format")) is int and "configs" in data  # a normlab dispatch file
+                if not known:
+                    raise ValueError(f"format {data.get('format')!r}, not {FORMAT}")
+                newer = data["format"] > FORMAT
                 return {}, None if newer else [], (f"has format {data.get('format')!r}, not {FORMAT}"
                                                    + (" (a newer normlab's: left as it is)" if newer else ""))
             here, own, others = machine(), None, []
@@ -326,7 +338,10 @@ class Tuner:
                 else:
                     others.append(section)
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:  # (RecursionError: nesting)
-            return {}, [], f"is not a valid dispatch cache ({type(e).__name__}: {str(e)[:80]})"
+            # in normlab's own cache folder it is replaced; a file the user named may be theirs: left alone
+            return {}, None if self.chosen else [], (
+                f"is not a valid dispatch cache ({type(e).__name__}: {str(e)[:80]})"
+                + ("; it is left as it is, and this process's decisions are not saved" if self.chosen else ""))
         if own is None and others:
             return {}, others, ("holds decisions of another machine, torch, normlab or kernel build only "
                                 f"({others[0]['machine']})")
@@ -347,13 +362,15 @@ class Tuner:
         the cache is read-only (the decisions then live for this process only)."""
         tmp = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.chosen:  # normlab's own cache folder (a folder of a path the user gave is theirs to make)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             # opened read-only (flock needs no write access: a lock file another user made still locks); a holder
             # that never lets go (a stopped process) delays a save by LOCK_WAIT_S, then it goes on
             lock = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDONLY | os.O_CREAT, 0o666)
             with build._locked(lock, wait_s=LOCK_WAIT_S):
-                saved, others, _ = self._read()
-                if others is None:  # a newer normlab's file: this process's decisions live in it alone
+                saved, others, problem = self._read()
+                if others is None:  # a newer normlab's file, or a user's: this process's decisions live in it alone
+                    self.unsaved = f"{self.path} {problem}"
                     return
                 merged = {**saved, **self._decisions}
                 own = {"machine": machine(),
@@ -366,8 +383,9 @@ class Tuner:
                     json.dump(data, f, indent=1)
                 os.replace(tmp, self.path)
                 tmp = None
-        except OSError:
-            pass
+                self.unsaved = None
+        except OSError as e:
+            self.unsaved = f"{self.path}: {e.strerror or e}"
         finally:
             if tmp is not None:  # written but not renamed (the path is a folder, the disk is full): not left behind
                 with contextlib.suppress(OSError):

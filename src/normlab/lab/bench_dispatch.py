@@ -31,13 +31,15 @@ def run(ops=OPS, shapes=SHAPES, dtypes=DTYPES, progress: Callable | None = None)
                      "why": dec.why, "ms": dec.ms, "sample": dec.sample, "cost_ms": dec.cost_ms})
         if progress:  # decision i is made (counted from 0)
             progress(i, len(grid), f"{op} {n}x{d} {dtype} {mode}")
-    return {"machine": machine(), "autotune": autotune.enabled(), "cache": str(autotune.TUNER.path), "rows": rows}
+    return {"machine": machine(), "autotune": autotune.enabled(), "cache": str(autotune.TUNER.path),
+            "unsaved": autotune.TUNER.unsaved, "rows": rows}
 
 
 def markdown(result: dict) -> str:
     state = "on" if result["autotune"] else "off (NORMLAB_AUTOTUNE=0 or set_autotune(False))"
     lines = [f"Dispatch on {result['machine']['cpu']}, {result['machine']['threads']} threads: autotune {state}; "
-             f"decisions cached in {result['cache']}.", "",
+             (f"decisions not saved ({result['unsaved']}): they held for that process only." if result.get("unsaved")
+              else f"decisions cached in {result['cache']}."), "",
              "| op | shape | dtype | mode | runs | why | candidates: ms on the sample (train: fwd+bwd, fwd: forward) "
              "| sample | measuring cost ms |",
              "|---|---|---|---|---|---|---|---|---:|"]
