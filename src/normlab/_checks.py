@@ -9,6 +9,7 @@ one line (exit status 2) and anything else, a bug, with its traceback.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import operator
@@ -199,9 +200,24 @@ def check_padding_mask(mask, x: torch.Tensor, *, prefix: bool = False) -> None:
         raise BadValue(f"the padding mask is on {mask.device}, the input on {x.device}")
 
 
+_OFF, _ON = ("0", "false", "no", "off"), ("1", "true", "yes", "on", "")
+
+
 def env_on(name: str) -> bool:
-    """A switch in the environment: on unless ``name`` is set to 0, false, no or off (any case, spaces ignored)."""
-    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
+    """A switch in the environment: on unless ``name`` is set to 0, false, no or off (any case, spaces ignored).
+    Any other value than those and 1, true, yes, on (or empty) is taken as on, with a warning once per value."""
+    value = os.environ.get(name, "1").strip().lower()
+    if value not in _OFF + _ON:
+        _warn_switch(name, os.environ[name])
+    return value not in _OFF
+
+
+@functools.cache
+def _warn_switch(name: str, value: str) -> None:
+    import warnings
+
+    warnings.warn(f"{name}={value!r} is not a switch (1, true, yes, on, or 0, false, no, off): taken as on",
+                  RuntimeWarning, stacklevel=4)
 
 
 def env_whole(name: str, default: str | None = None, *, least: int = 0, most: int | None = None) -> int:

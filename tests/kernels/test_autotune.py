@@ -291,6 +291,15 @@ def test_no_timer_or_switched_off_uses_the_fixed_table(tuner, monkeypatch):
     monkeypatch.setenv("NORMLAB_AUTOTUNE", "0")
     autotune.set_autotune(None)
     assert kernels.decide("auto", "layer_norm", x, 1e-5).why == "fixed table (autotune off)"
+    for value in ("banana", "Off "):  # not a switch: on, said once; a switch in any case and spacing: read
+        monkeypatch.setenv("NORMLAB_AUTOTUNE", value)
+        autotune.set_autotune(None)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            assert autotune.enabled() == (value == "banana")
+        assert [str(w.message) for w in seen] == (
+            ["NORMLAB_AUTOTUNE='banana' is not a switch (1, true, yes, on, or 0, false, no, off): taken as on"]
+            if value == "banana" else [])
     monkeypatch.setenv("NORMLAB_AUTOTUNE", "1")
     autotune.set_autotune(False)
     assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "cpu" and calls == []

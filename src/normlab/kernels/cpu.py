@@ -147,10 +147,13 @@ def _stream_override() -> int | None:
     if given is None:
         return None
     try:
-        return max(0, int(given))
+        value = int(given)
     except ValueError:
+        value = -1
+    if value < 0:  # (a negative count read as 0: every output streamed, without a word)
         _warn(f"{STREAM_ENV}={given!r} is not a byte count; using the cores' own caches")
         return None
+    return value
 
 
 def stream_bytes(threads: int | None = None) -> int:
