@@ -106,6 +106,12 @@ def test_a_kill_inside_a_figure_save_leaves_the_figure_normlab_saved_before(tmp_
     fig.add_subplot().plot([0, 1])
     finish(ctx, fig, "demo", "a demo", [])
     first = (tmp_path / "figures" / "demo.png").read_bytes()
+    from PIL import Image
+
+    from normlab import __version__
+
+    text = Image.open(tmp_path / "figures" / "demo.png").text  # what made it, inside the file (it said matplotlib)
+    assert text["Software"] == f"normlab {__version__}" and "torch" in text["Source"] and "demo" in text["Title"]
     real = Figure.savefig
 
     def killed_halfway(self, fname, *args, **kw):

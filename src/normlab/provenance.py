@@ -93,3 +93,11 @@ def describe(prov: dict) -> str:
             + (f", commit {commit[:12]}{'-dirty' if commit.endswith('-dirty') else ''}" if commit else "")
             + f", {prov.get('threads')} threads on {m.get('cpu', '?')} ({m.get('cpus', '?')} CPUs)"
             + (f", {m['cuda']}" if m.get("cuda") else ""))
+
+
+def png_metadata(prov: dict | None = None, **more: str) -> dict:
+    """Text chunks for a PNG figure (matplotlib's ``savefig(metadata=...)``): what made it, as :func:`describe`
+    says it, with its command line and the caller's own fields (a study's name, a recording's settings)."""
+    prov = record() if prov is None else prov
+    return {"Software": f"normlab {prov.get('normlab')}", "Source": describe(prov),
+            "Comment": prov.get("argv") or "", **{k: str(v) for k, v in more.items()}}

@@ -61,6 +61,9 @@ def test_the_png_draws_each_speaker_on_its_row_and_the_overlap(tmp_path):
     import matplotlib.image
 
     lay = timeline_png(REF, tmp_path / "r.png", duration=12.0)
+    from PIL import Image
+
+    assert Image.open(tmp_path / "r.png").text["Software"].startswith("normlab ")  # what made it, in the file
     img = matplotlib.image.imread(tmp_path / "r.png")[..., :3]  # rows, columns, RGB in [0, 1]
     assert img.shape[:2] == (lay.height, lay.width) and lay.rows == 3  # A, B, overlap
 

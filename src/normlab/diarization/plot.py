@@ -74,8 +74,9 @@ def pyplot():
 
 
 def timeline_png(turns: list[Turn], path: str | pathlib.Path, *, duration: float | None = None,
-                 title: str | None = None) -> Layout:
-    """Draw the turns (speakers as rows, an overlap row) to ``path`` (PNG); the layout it used."""
+                 title: str | None = None, metadata: dict | None = None) -> Layout:
+    """Draw the turns (speakers as rows, an overlap row) to ``path`` (PNG); the layout it used. ``metadata``:
+    the PNG's text chunks (default: what made it, :func:`normlab.provenance.png_metadata`)."""
     plt = pyplot()
     speakers = speakers_in_order(turns)
     end = max([t.end for t in turns] + [duration or 0.0])
@@ -104,6 +105,8 @@ def timeline_png(turns: list[Turn], path: str | pathlib.Path, *, duration: float
     fig.suptitle(title or f"{turns[0].uri if turns else 'recording'}: {n} speaker{'' if n == 1 else 's'}, "
                  f"{talk:.1f} s of "
                  f"speech, {sum(b - a for a, b in ov):.1f} s overlapped", x=lay.left / w, ha="left", fontsize=10)
-    fig.savefig(path, dpi=DPI, facecolor="white")
+    from ..provenance import png_metadata
+
+    fig.savefig(path, dpi=DPI, facecolor="white", metadata=png_metadata() if metadata is None else metadata)
     plt.close(fig)
     return lay

@@ -8,7 +8,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .. import plotting, written
+from .. import plotting, provenance, written
 from .runner import Runner
 
 SCALES = ("test", "quick", "full")
@@ -153,6 +153,8 @@ def finish(ctx: Context, fig, name: str, title: str, claims: list[dict]) -> dict
     fig.tight_layout()
     # whole or not at all, and recorded: the report's next run may replace it (run_studies checks the folder
     # first); saved in place, a kill mid-save left half a figure that the next run refused as the user's
-    written.write_with(ctx.figure(name), lambda tmp: fig.savefig(tmp, bbox_inches="tight", format="png"))
+    meta = provenance.png_metadata(Title=f"normlab study {name}: {title}")  # what made it, inside the file
+    written.write_with(ctx.figure(name), lambda tmp: fig.savefig(tmp, bbox_inches="tight", format="png",
+                                                                 metadata=meta))
     plt.close(fig)
     return {"name": name, "title": title, "claims": claims, "figure": figure_file(name)}

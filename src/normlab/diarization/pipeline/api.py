@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import json
 import math
 import os
 import pathlib
@@ -279,6 +280,7 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
 def _write_each(paths, out_dir, m, enc, cfg, counts, prov, format, exclusive, plot, progress, on_result) -> dict:
     """:func:`diarize_files`' loop: each file diarized and written, its status kept."""
     if plot:
+        from ...provenance import png_metadata
         from ..plot import timeline_png
     status = {}
     for i, p in enumerate(paths):
@@ -288,7 +290,9 @@ def _write_each(paths, out_dir, m, enc, cfg, counts, prov, format, exclusive, pl
             files = outputs(p, out_dir, format, plot)
             written.write_text(files[0], render(result, format))
             if plot:
-                timeline_png(result, files[1], duration=result.duration)
+                timeline_png(result, files[1], duration=result.duration,
+                             metadata=png_metadata(Description=json.dumps({"settings": result.settings,
+                                                                           "pipeline": result.provenance})))
                 written.record(files[1])
             status[str(p)] = "ok"
         except (ValueError, OSError) as e:  # AudioError and friends: reported per file
