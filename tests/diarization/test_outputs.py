@@ -143,6 +143,10 @@ def test_cli_writes_json_exclusive_and_a_timeline(files, tmp_path, capsys):
     assert blob["provenance"]["embedding"]["sha256"] == sha256(d / "enc.pt")
     img = matplotlib.image.imread(tmp_path / "j" / "talk.png")
     assert img.shape[1] == 1200 and img.shape[0] > 100
+    from PIL import Image
+
+    made = json.loads(Image.open(tmp_path / "j" / "talk.png").text["Description"])  # the timeline says what made it
+    assert made["settings"] == blob["settings"] and made["pipeline"] == blob["provenance"]
     assert main([*argv, "--out", str(tmp_path / "r")]) == 0  # the default: RTTM
     rttm = read_rttm(tmp_path / "r" / "talk.rttm")["talk"]
     assert [(round(t.start, 3), round(t.end, 3)) for t in exclusive_turns(rttm)] == \
