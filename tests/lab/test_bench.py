@@ -52,6 +52,34 @@ def test_gpu_section_is_skipped_with_a_message_without_cuda(monkeypatch, tmp_pat
     assert not (tmp_path / "new").exists()  # the folder was made before the device was found missing
 
 
+def test_bench_writes_a_figure_and_what_changed_its_timings(monkeypatch, tmp_path, capsys):
+    """bench wrote a table and JSON but no figure; a value given twice was timed twice; the JSON said nothing of
+    the environment that moves the timings, and named the kernels' flags where no kernel had been built."""
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from normlab.cli import main
+    from normlab.kernels import cpu
+
+    monkeypatch.setenv("NORMLAB_STREAM_BYTES", "0")
+    cpu._stream_override.cache_clear()
+    try:
+        assert main(["bench", "--ops", "rms_norm", "rms_norm", "--shapes", "64x32", "64x32", "--dtypes", "float32",
+                     "float32", "--repeats", "1", "--threads", "1", "--out", str(tmp_path)]) == 0
+    finally:
+        cpu._stream_override.cache_clear()
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert [(r["op"], r["shape"], r["mode"]) for r in saved["rows"]] == [("rms_norm", "64x32", "fwd"),
+                                                                         ("rms_norm", "64x32", "fwd+bwd")]
+    assert saved["environment"]["NORMLAB_STREAM_BYTES"] == "0" and saved["kernels"]["available"] == cpu.available()
+    md = (tmp_path / "bench.md").read_text()
+    assert "Environment: " in md and "NORMLAB_STREAM_BYTES=0" in md and "Made by normlab " in md
+    assert Image.open(tmp_path / "bench.png").text["Software"].startswith("normlab ")
+    monkeypatch.setattr(cpu, "available", lambda: False)  # no kernels built here: said, not their flags
+    assert bench.machine()["kernel_flags"] is None and "C++ kernels unavailable" in bench.kernels_note(
+        bench.machine())
+
+
 def test_half_precision_rows_count_their_own_bytes():
     """The floor and GB/s of a float16 case use 2 bytes per element (4 would double both)."""
     (fwd, both) = bench.bench_one("rms_norm", (64, 32), "float16", copy_speed=10.0, repeats=3, warmup=1)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import pathlib
 import sys
 
 from ..devices import check_spec
@@ -71,14 +70,12 @@ def _count(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     import torch
 
-    from .. import provenance
+    from .._checks import BadValue
     from ..devices import resolve
-    from ..lab import bench, bench_gpu
+    from ..lab import bench_files
     from ..lab.bench import DTYPES, OPS, SHAPES
 
     torch.set_num_threads(args.threads)
-    from .._checks import BadValue
-
     for name, on in (("--profile", args.profile), ("--compile", args.compile)):
         if on and not args.model:
             raise BadValue(f"{name} needs --model (it times the whole encoder)")
@@ -96,71 +93,31 @@ def _bench(args: argparse.Namespace) -> int:
     if args.dispatch and (args.cold_start or typed("repeats")):
         raise BadValue("--dispatch reports auto's decisions, each timed on its own sample: --cold-start and "
                        "--repeats are for the norms' table")
-    for name, default in (("ops", list(OPS)), ("shapes", list(SHAPES)), ("dtypes", list(DTYPES)),
-                          ("repeats", REPEATS)):
-        if getattr(args, name) is None:
-            setattr(args, name, default)
+    # each value once, in the order given (a value given twice was timed twice)
+    for name, default in (("ops", list(OPS)), ("shapes", list(SHAPES)), ("dtypes", list(DTYPES))):
+        setattr(args, name, default if getattr(args, name) is None else list(dict.fromkeys(getattr(args, name))))
+    args.repeats = REPEATS if args.repeats is None else args.repeats
     device = resolve(args.device)  # before the folder is made: a missing GPU leaves nothing behind
-    _check_out(args)
-    if args.model:
-        return _bench_model(args)
-    if args.dispatch:
-        from ..lab import bench_dispatch
-
-        result = bench_dispatch.run(args.ops, args.shapes, args.dtypes, progress=progress("bench --dispatch"))
-        result["provenance"] = provenance.record()
-        return _write(args, result, bench_dispatch.markdown(result))
-    # auto: the CPU table, and the GPU section when CUDA is present
-    if args.device in ("cpu", "auto"):
-        result = bench.run(args.ops, args.shapes, args.dtypes, repeats=args.repeats, progress=progress("bench"))
-        result["cold_start_s"] = bench.cold_start_seconds() if args.cold_start else None
-    else:
-        result = {"rows": []}
-    if device.type == "cuda":
-        result["gpu"] = bench_gpu.run(device, progress=progress("bench gpu"))
-    else:
-        result["gpu"] = {"skipped": bench_gpu.available() or "--device cpu: GPU section skipped"}
-    result["provenance"] = provenance.record()
-    table = "\n\n".join(([bench.markdown(result)] if result["rows"] else []) + [bench_gpu.markdown(result["gpu"])])
-    return _write(args, result, table)
+    kind = "model" if args.model else "dispatch" if args.dispatch else "norms"
+    _check_out(args, kind)
+    result, table = bench_files.measure(
+        kind, ops=args.ops, shapes=args.shapes, dtypes=args.dtypes, repeats=args.repeats, cold_start=args.cold_start,
+        cpu_table=args.device in ("cpu", "auto"), device=device, compiled=args.compile, profile=args.profile,
+        progress=progress({"model": "bench --model", "dispatch": "bench --dispatch", "norms": "bench"}[kind]))
+    print(table)
+    files = bench_files.write(args.out, kind, result, table)
+    print(f"wrote {', '.join(map(str, files))}", file=sys.stderr)
+    return 0
 
 
-def _bench_model(args: argparse.Namespace) -> int:
-    from .. import provenance
-    from ..lab import bench_model
-
-    result = bench_model.run(repeats=args.repeats, compiled=args.compile, profile=args.profile,
-                             progress=progress("bench --model"))
-    result["provenance"] = provenance.record()
-    table = bench_model.markdown(result)
-    return _write(args, result, table)
-
-
-def _outputs(args: argparse.Namespace) -> list[pathlib.Path]:
-    """``OUT/<stem>.json`` and ``OUT/<stem>.md`` of this bench."""
-    stem = "bench-model" if args.model else "bench-dispatch" if args.dispatch else "bench"
-    return [pathlib.Path(args.out) / f"{stem}{ext}" for ext in (".json", ".md")]
-
-
-def _check_out(args: argparse.Namespace) -> None:
+def _check_out(args: argparse.Namespace, kind: str) -> None:
     """Before any measuring: the folder can be made and written to, and no file there that normlab did not write
     is replaced."""
     from .. import written
+    from ..lab.bench_files import outputs
 
-    written.check(_outputs(args), overwrite=args.overwrite, hint="give another --out")
+    written.check(outputs(args.out, kind), overwrite=args.overwrite, hint="give another --out")
     written.writable_folder(args.out)
-
-
-def _write(args: argparse.Namespace, result: dict, table: str) -> int:
-    """Print ``table``; write ``OUT/<stem>.json`` (the result) and ``OUT/<stem>.md`` (the table)."""
-    from .. import written
-
-    print(table)
-    data, md = _outputs(args)
-    written.write_text(data, json.dumps(result, indent=2))
-    written.write_text(md, table + "\n")
-    print(f"wrote {data} and {md}", file=sys.stderr)
-    return 0
 
 
 def add_parsers(sub, name: str) -> None:
@@ -202,13 +159,13 @@ def add_parsers(sub, name: str) -> None:
         flag(p, "--model", "instead: a 6-layer Pre-LN encoder's training step and inference against "
                        "torch.nn.TransformerEncoder(norm_first=True) and against itself on torch's norm kernels, "
                        "after checking that the outputs agree within 1e-5; three rounds, their spread reported "
-                       "(writes bench-model.json/.md)")
+                       "(writes bench-model.json/.md/.png)")
         flag(p, "--compile", "with --model: also time compile_blocks(model)")
         flag(p, "--profile", "with --model: also print the training step's split (GEMMs, attention, norms and adds, "
              "activation, optimizer, other) from torch.profiler")
         flag(p, "--dispatch", "instead: which kernel auto runs for each case here, and why (measuring first where "
-             "a case is new; writes bench-dispatch.json/.md)")
+             "a case is new; writes bench-dispatch.json/.md/.png)")
         p.add_argument("--out", type=a_folder, default="bench-out",
-                       help="folder for bench.json and bench.md (default: %(default)s)")
+                       help="folder for bench.json, bench.md and bench.png (default: %(default)s)")
         flag(p, OVERWRITE, OVERWRITE_HELP)
         p.set_defaults(func=_bench)

@@ -70,12 +70,15 @@ def _load() -> tuple[ctypes.CDLL | None, frozenset]:
     A fact about the machine, computed once (so each failure is warned once); never changed by what a
     caller is doing (tracing, exporting, compiling).
     """
+    global _why_unavailable
     if platform.system() != "Linux":
+        _why_unavailable = f"normlab builds its C++ kernels on Linux, not {platform.system()}"
         return None, frozenset()
     try:
         path, note = build.build()
         lib = ctypes.CDLL(str(path))
     except (build.BuildError, OSError) as e:
+        _why_unavailable = str(e)
         _warn(f"CPU kernels unavailable ({e}); using the other implementations")
         return None, frozenset()
     dtypes = declare(lib)
@@ -85,6 +88,14 @@ def _load() -> tuple[ctypes.CDLL | None, frozenset]:
     if notes:
         _warn("CPU kernels: " + "; ".join(notes))
     return lib, frozenset(dtypes)
+
+
+_why_unavailable: str | None = None  # what stopped the kernels' build or load (None: they loaded, or not tried)
+
+
+def unavailable_reason() -> str | None:
+    """Why there are no C++ kernels here (None where they loaded)."""
+    return None if available() else _why_unavailable
 
 
 def library() -> ctypes.CDLL | None:

@@ -24,6 +24,7 @@ import torch.nn.functional as TF
 
 from .. import functional as F
 from ..kernels import build, fused
+from ..kernels import cpu as cpu_kernels
 
 OPS = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
 SHAPES = ((8192, 768), (32768, 768), (4096, 4096), (65536, 80), (16384, 256))
@@ -230,13 +231,16 @@ def machine() -> dict:
         pass
     return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
             "python": platform.python_version(), "load": [round(v, 2) for v in os.getloadavg()],
-            "torch_isa": torch.backends.cpu.get_cpu_capability(), "kernel_flags": " ".join(build.flags())}
+            "torch_isa": torch.backends.cpu.get_cpu_capability(),
+            "kernel_flags": " ".join(build.flags()) if cpu_kernels.available() else None}  # None: not run
 
 
 def kernels_note(m: dict) -> str:
     """The header's note of which instruction sets ran (``machine()``'s record): torch's, normlab's build."""
     if not m.get("torch_isa"):
         return ""
+    if m.get("kernel_flags") is None and "kernel_flags" in m:
+        return f"; torch's CPU kernels for {m['torch_isa']}, normlab's C++ kernels unavailable (its fallbacks ran)"
     return f"; torch's CPU kernels for {m['torch_isa']}, normlab's compiled with `{m['kernel_flags']}`"
 
 
