@@ -246,3 +246,12 @@ def test_an_output_whose_name_fits_is_written_however_long_its_temporary_name_wo
     written.check([out])  # recorded as normlab's own
     assert len(written.temporary(out, 123456).name) <= written.NAME_MAX
     assert written.temporary(tmp_path / "a.rttm", 7).name == ".a.rttm.7.tmp"  # short names keep theirs
+
+
+def test_a_report_into_a_folder_it_cannot_make_says_how_out(tmp_path):
+    """`--out afile/x` (or a read-only mount) read "afile/x: Not a directory" from the lock, no way out given."""
+    pytest.importorskip("matplotlib")
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(ValueError, match=r"--out .*afile/x: cannot write there \(Not a directory\): give another"):
+        run_studies(tmp_path / "afile" / "x", scale="test", only=["lesson_stats"], progress=False)
+    assert (tmp_path / "afile").read_text() == "mine"

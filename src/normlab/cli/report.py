@@ -38,10 +38,10 @@ def _study(args: argparse.Namespace) -> int:
     return _report(args)
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, quick: str) -> None:
     p.add_argument("--out", type=a_folder, default="report", help="output folder; re-running resumes from its store "
                    "(default: %(default)s)")
-    flag(p, "--quick", "small sweep, about 8 to 21.5 minutes on 2 idle cores by host (--no-quick: the full sweep)")
+    flag(p, "--quick", quick)
     p.add_argument("--jobs", type=jobs, default=2, help="worker processes for the cells, or the CPUs of the local "
                    "Ray instance (with --address the cluster's own CPUs decide) (default: %(default)s)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
@@ -59,12 +59,13 @@ def add_parsers(sub, name: str) -> None:
 
     if name == "report":
         p = sub.add_parser("report", help=HELP["report"], description=HELP["report"])
-        _common(p)
+        _common(p, "small sweep, about 8 to 21.5 minutes on 2 idle cores by host (--no-quick: the full sweep)")
         p.add_argument("--only", nargs="+", action="extend", choices=STUDIES,
                        help="run only these studies (default: all; --only may be given more than once)")
         p.set_defaults(func=_report, resumes=True)
     elif name == "study":
         p = sub.add_parser("study", help=HELP["study"], description=HELP["study"])
         p.add_argument("name", choices=STUDIES, help="the study to run")
-        _common(p)
+        _common(p, "the report's small sweep for this study, from about a second (lesson_stats) to minutes (the "
+                "trained studies) (--no-quick: the full sweep)")
         p.set_defaults(func=_study, resumes=True)

@@ -37,6 +37,7 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
     figures = [out / "figures" / figure_file(name) for name in dict.fromkeys(only or STUDIES)]  # what this run draws
     written.check([out / "results.json", out / "index.html", *figures], overwrite=overwrite,
                   hint="give --out another folder")
+    written.writable_folder(out)  # a read-only folder: one line with a way out, not the lock file's OS error
     # one report at a time in a folder: two wrote results.json from what each read at its start (one's claims
     # lost), and one could find the other's store half made
     with folder_lock(out, "written", "wait for that report to finish, or give --out another folder"):
