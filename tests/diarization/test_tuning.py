@@ -97,6 +97,25 @@ def test_dev_choice_is_the_minimum_and_tests_are_scored_with_it(setup):
     assert direct.pop("_files") and r["test:held"]["chosen"] == pytest.approx(direct, nan_ok=True)
 
 
+def test_a_test_set_that_cannot_be_scored_is_refused_before_any_work(setup, tmp_path, monkeypatch):
+    """A test set without reference speech failed with ZeroDivisionError after the whole grid had run; the dev
+    set given as a test set was scored as "held out"."""
+    import shutil
+
+    from normlab.diarization.pipeline import tuning
+
+    root, dev, test = setup
+    model, encoder = EENDModel.load(root / "m.pt"), SpeakerEncoder.load(root / "enc.pt")
+    silent = tmp_path / "silent"
+    shutil.copytree(test, silent)
+    (silent / "ref.rttm").write_text("SPEAKER r3 1 0.000 0.000 <NA> <NA> s0 <NA> <NA>\n")  # named, no speech
+    monkeypatch.setattr(tuning, "Segmenter", lambda *a, **k: pytest.fail("segmented before checking"))
+    with pytest.raises(UserError, match=r"^test set held: no recordings with reference speech in .*silent"):
+        tune_pipeline(model, encoder, [dev], {"held": [silent]}, segment_grid=SEG, stitch_grid=STITCH)
+    with pytest.raises(UserError, match=r"dev.? is both a dev and a test folder"):
+        tune_pipeline(model, encoder, [dev], {"held": [test, dev]}, segment_grid=SEG, stitch_grid=STITCH)
+
+
 def test_vbx_settings_are_chosen_beside_the_trees_and_by_the_grid_only_where_it_tries_them(setup, monkeypatch):
     """With a PLDA model in the file, each mode's chosen segmentation is clustered at every ``VBX_GRID``
     setting and the best is kept for ``clustering="vbx"``, the mode's choice unchanged; a grid with the

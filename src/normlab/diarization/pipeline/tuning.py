@@ -150,6 +150,14 @@ def files_of(dirs: list) -> list[tuple[pathlib.Path, list[Turn]]]:
     return out
 
 
+def _scorable(files: list, what: str, dirs) -> list:
+    """``files`` (of :func:`files_of`), where some of their references hold speech; else one line naming them."""
+    if not any(t.duration > 0 for _, ref in files for t in ref):
+        raise NotFound(f"{what}: no recordings with reference speech in {[str(d) for d in dirs]} (each wav named "
+                       "in its folder's ref.rttm, with SPEAKER turns)")
+    return files
+
+
 def overlap_precision(ref: list[Turn], hyp: list[Turn], step: float = 0.01) -> tuple[float, float]:
     """(frames the hypothesis calls overlap that are reference overlap, frames it calls overlap)."""
     end = max([t.start + t.duration for t in ref + hyp], default=0.0)
@@ -397,6 +405,13 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
     dev_files = files_of(dev)
     if not dev_files:
         raise NotFound(f"no dev recordings with references in {[str(d) for d in dev]}")
+    # the test sets are read before any work: one without speech to score failed after the whole grid had run
+    test_sets = {name: _scorable(files_of(dirs), f"test set {name}", dirs) for name, dirs in (tests or {}).items()}
+    held = {pathlib.Path(d).resolve() for dirs in (tests or {}).values() for d in dirs}
+    same = sorted({pathlib.Path(d).resolve() for d in dev} & held)
+    if same:  # a test set the settings were chosen on is no test
+        raise BadValue(f"{same[0]} is both a dev and a test folder: a test set must be held out from the dev set "
+                       "the settings are chosen on")
     refs = {recording_uri(w): ref for w, ref in dev_files}
     run = Segmenter(model, encoders, jobs)
     rows, t0 = [], time.time()
@@ -488,8 +503,7 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
                   "incumbent": {m: {k: v for k, v in kept[m].items() if k != "settings"} for m in kept},
                   "dev_scores": {name: _public(_row(rows, kw, keys))
                                  for name, kw in readings.items()}}
-        for name, dirs in (tests or {}).items():  # scored once per reading, with the dev choice
-            files = files_of(dirs)
+        for name, files in test_sets.items():  # scored once per reading, with the dev choice
             test_refs = {recording_uri(w): ref for w, ref in files}
             result[f"test:{name}"] = {}
             for reading, kw in readings.items():
