@@ -293,8 +293,12 @@ def test_one_training_per_folder_and_a_resume_checks_the_data(tmp_path, monkeypa
     assert err.count("\n") == 1 and f"{out} is being trained by process {os.getpid()}" in err, err
     assert main(_train_args(tmp_path / "data", out)) == 0
     capsys.readouterr()
+    provenance.write_pipeline(out / "model.pt", {"eend": {"threshold": 0.45}}, "eend", {"note": "tuned"})
+    tuned = (out / "model.pt").read_bytes()  # a choice stored since (diarize tune --save)
     assert main(_train_args(tmp_path / "data", out)) == 0  # run again: nothing left (it said "0.0 sequences/s")
-    assert "no step left to train: the checkpoint had reached --steps" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "no step left to train: the checkpoint had reached --steps" in said and "left as it is" in said
+    assert (out / "model.pt").read_bytes() == tuned  # the rerun rewrote it, erasing the stored choice
     meta = provenance.read(out / "model.pt")  # what made the model file, in the file
     assert meta["steps"] == 2 and meta["training"]["batch"] == 2 and meta["world_size"] == 1
     assert meta["training"]["data"] == [str(tmp_path / "data")] and meta["versions"]["torch"] == torch.__version__

@@ -211,10 +211,11 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
         losses = r["losses"]
         speed = (f"{r['samples_per_s']:.1f} sequences/s" if r["steps"] else
                  "no step left to train: the checkpoint had reached --steps")
+        model = (f"wrote {out / 'model.pt'} and" if r.get("model_written", True) else
+                 f"{out / 'model.pt'} left as it is (what was stored in it since is kept); wrote")
         print(f"trained {len(losses)} steps on {r['mixtures']} mixtures ({r['world_size']} process"
               f"{'es' if r['world_size'] > 1 else ''}, {r['device']}; {speed}); "
-              f"final loss {sum(losses[-20:]) / len(losses[-20:]):.4f}; wrote {out / 'model.pt'} and "
-              f"{out / 'ckpt' / 'metrics.csv'}")
+              f"final loss {sum(losses[-20:]) / len(losses[-20:]):.4f}; {model} {out / 'ckpt' / 'metrics.csv'}")
     return 0
 
 

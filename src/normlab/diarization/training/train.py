@@ -384,7 +384,10 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
         losses = train(model, mixtures.batches(batch, frames), cfg, out / "ckpt", progress if rank == 0 else None,
                        config=settings, tensorboard=tensorboard if rank == 0 else None)
         seconds = time.perf_counter() - t0
-        if rank == 0:
+        # a rerun with no step left leaves the model file of that checkpoint as it is: what was stored in it
+        # since (diarize tune --save, whiten) was erased by a rewrite
+        kept = len(losses) == start and (out / "model.pt").is_file()
+        if rank == 0 and not kept:
             tmp = out / ".model.pt.tmp"
             model.save(tmp)
             state = read_checkpoint(last)
@@ -396,8 +399,10 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
                 "versions": model_provenance.versions(), **({"diverged": state["diverged"]}
                                                             if state.get("diverged") else {})})
             os.replace(tmp, out / "model.pt")
+        if rank == 0 and kept:
+            state = read_checkpoint(last)
         diverged = state.get("diverged") if rank == 0 else None  # rank 0 reports; its checkpoint says
     steps = len(losses) - start
     return {"rank": rank, "world_size": size, "device": str(dev), "losses": losses, "mixtures": len(mixtures.items),
             "steps": steps, "seconds": seconds, "samples_per_s": batch * steps / seconds if steps else 0.0,
-            "diverged": diverged}
+            "diverged": diverged, "model_written": not kept}
