@@ -255,3 +255,33 @@ def test_a_report_into_a_folder_it_cannot_make_says_how_out(tmp_path):
     with pytest.raises(ValueError, match=r"--out .*afile/x: cannot write there \(Not a directory\): give another"):
         run_studies(tmp_path / "afile" / "x", scale="test", only=["lesson_stats"], progress=False)
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_a_write_that_fails_on_a_full_disk_is_said_as_a_full_disk(tmp_path, monkeypatch):
+    """torch.save on a full disk raised "unexpected pos" (and libsndfile "System error"): a traceback and "a bug
+    in normlab", and the half-written checkpoint left behind."""
+    import errno
+    import shutil
+    from collections import namedtuple
+
+    import torch
+
+    from normlab.diarization.training import train as train_mod
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10 << 20, 10 << 20, 512))
+
+    def cut_short(obj, f):
+        pathlib.Path(f).write_bytes(b"PK half")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 52928 vs 52820")
+
+    monkeypatch.setattr(torch, "save", cut_short)
+    with pytest.raises(OSError) as e:
+        train_mod._save(tmp_path / "last.pt", {"step": 1})
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "last.pt")
+    assert list(tmp_path.iterdir()) == []  # no half-written temporary left
+    assert written.full_disk(tmp_path / "x", RuntimeError("System error")).errno == errno.ENOSPC
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10 << 30, 1 << 30, 9 << 30))
+    assert written.full_disk(tmp_path / "x", RuntimeError("System error")) is None  # room left: not the disk
+    with pytest.raises(RuntimeError, match="unexpected pos"):  # then it stays what it was (a bug's traceback)
+        train_mod._save(tmp_path / "last.pt", {"step": 1})

@@ -134,6 +134,28 @@ def write_with(path, write: Callable[[pathlib.Path], object]) -> None:
     record(path)
 
 
+#: free bytes under which a failed write is taken for a full disk (torch.save and libsndfile say only that the
+#: write failed: "unexpected pos", "System error")
+FULL_BELOW = 1 << 20
+
+
+def full_disk(path, error: Exception) -> OSError | None:
+    """The OSError (ENOSPC, naming ``path``) to raise for ``error``, a write of ``path`` that failed, where the
+    disk it goes to is (nearly) full; None where it is not, or cannot be asked (then ``error`` stands)."""
+    import errno
+    import shutil
+
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return None  # says it already
+    try:
+        free = shutil.disk_usage(pathlib.Path(path).parent).free
+    except OSError:
+        return None
+    if free >= FULL_BELOW:
+        return None
+    return OSError(errno.ENOSPC, f"No space left on device ({free} bytes free)", str(path))
+
+
 #: the longest file name (bytes) most file systems take (ext4, XFS, btrfs, tmpfs; NAME_MAX)
 NAME_MAX = 255
 
