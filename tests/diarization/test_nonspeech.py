@@ -97,6 +97,14 @@ def test_a_pause_is_only_for_conversations():
         SimConfig(style="conversation", stretch_p=1.5)
 
 
+@pytest.mark.parametrize("kw", [{"rt60": (0.2, 0.3)}, {"augment": True}])
+def test_sounds_alone_refuse_what_shapes_voices(kw):
+    """--rt60 and --augment with style nonspeech wrote the same audio as without, and config.json recorded them."""
+    with pytest.raises(ValueError, match="style 'nonspeech' writes its sounds as they are"):
+        SimConfig(style="nonspeech", **kw)
+    SimConfig(style="nonspeech")
+
+
 @needs_espeak
 def test_a_conversation_with_a_pause_is_the_same_conversation_moved(tmp_path):
     """The pause draws from its own random stream: with a pause, the speakers and their turns are those of the

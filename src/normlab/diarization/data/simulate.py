@@ -102,6 +102,9 @@ class SimConfig:
                                           or not 1.0 <= self.duration[0] <= self.duration[1] <= MAX_DURATION):
             raise BadValue(f"duration is MIN MAX seconds of talk with 1 <= MIN <= MAX <= {MAX_DURATION:g}, for style "
                            f"'conversation', got {self.duration!r} with style {self.style!r}")
+        if self.style == "nonspeech" and (self.rt60 is not None or self.augment):
+            raise BadValue("rt60 and augment shape voices; style 'nonspeech' writes its sounds as they are (the "
+                           "recordings came out the same, the settings recorded as if applied): leave them out")
         if self.style == "mixture" and self.sources in ("real", "mixed", "neural"):
             raise BadValue(f"sources {self.sources!r} hold recorded people, who speak their prompts in style "
                            "'conversation'; EEND-style mixtures synthesize every sentence (sources 'espeak' or 'all')")
