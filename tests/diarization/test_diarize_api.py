@@ -567,18 +567,10 @@ def test_a_speaker_with_only_zero_length_turns_is_no_speaker_in_the_counts(tmp_p
     assert result["total"]["0"]["der"] == 0.0
 
 
-def test_evaluate_reads_the_folder_layout_simulate_writes(tmp_path, monkeypatch):
-    """``DIR/wav/*.wav`` beside ``DIR/ref.rttm`` (what simulate writes and tune reads) was "DIR has no .wav or
-    .flac files"."""
+def _diarized_as_half_a_second(seen: list):
+    """A stand-in for ``diarize_files``: each input heard as 0.5 s of one speaker (its RTTM written), ``seen``
+    filled with the inputs."""
     import pathlib
-
-    from normlab.diarization.metrics.evaluate import evaluate_folder
-    from normlab.diarization.pipeline import api
-
-    (tmp_path / "set" / "wav").mkdir(parents=True)
-    sf.write(tmp_path / "set" / "wav" / "talk.wav", np.zeros(SR, np.float32), SR)
-    write_rttm([Turn("talk", 0.0, 0.5, "A")], tmp_path / "set" / "ref.rttm")
-    seen = []
 
     def written(paths, out, **kwargs):
         seen.extend(paths)
@@ -587,7 +579,21 @@ def test_evaluate_reads_the_folder_layout_simulate_writes(tmp_path, monkeypatch)
             write_rttm([Turn(p.stem, 0.0, 0.5, "x")], pathlib.Path(out) / f"{p.stem}.rttm")
         return {str(p): "ok" for p in paths}
 
-    monkeypatch.setattr(api, "diarize_files", written)
+    return written
+
+
+def test_evaluate_reads_the_folder_layout_simulate_writes(tmp_path, monkeypatch):
+    """``DIR/wav/*.wav`` beside ``DIR/ref.rttm`` (what simulate writes and tune reads) was "DIR has no .wav or
+    .flac files"."""
+
+    from normlab.diarization.metrics.evaluate import evaluate_folder
+    from normlab.diarization.pipeline import api
+
+    (tmp_path / "set" / "wav").mkdir(parents=True)
+    sf.write(tmp_path / "set" / "wav" / "talk.wav", np.zeros(SR, np.float32), SR)
+    write_rttm([Turn("talk", 0.0, 0.5, "A")], tmp_path / "set" / "ref.rttm")
+    seen = []
+    monkeypatch.setattr(api, "diarize_files", _diarized_as_half_a_second(seen))
     result = evaluate_folder(tmp_path / "set", tmp_path / "set" / "ref.rttm", tmp_path / "out")
     assert [p.name for p in seen] == ["talk.wav"] and result["total"]["0"]["der"] == 0.0
 
@@ -635,7 +641,6 @@ def test_a_diarizations_speech_counts_overlapped_speech_once():
 def test_evaluate_reads_every_kind_of_audio_file_diarize_reads(tmp_path, monkeypatch):
     """A folder's .ogg, .mp3 and .WAV files were skipped by evaluate (diarize reads them), then reported as
     "in the reference without an audio file in the folder"."""
-    import pathlib
 
     from normlab.diarization.metrics.evaluate import evaluate_folder
     from normlab.diarization.pipeline import api
@@ -645,15 +650,7 @@ def test_evaluate_reads_every_kind_of_audio_file_diarize_reads(tmp_path, monkeyp
         (tmp_path / "set" / name).write_bytes(b"")
     write_rttm([Turn(u, 0.0, 0.5, "A") for u in "abcd"], tmp_path / "ref.rttm")
     seen = []
-
-    def written(paths, out, **kwargs):
-        seen.extend(paths)
-        pathlib.Path(out).mkdir(exist_ok=True)
-        for p in paths:
-            write_rttm([Turn(p.stem, 0.0, 0.5, "x")], pathlib.Path(out) / f"{p.stem}.rttm")
-        return {str(p): "ok" for p in paths}
-
-    monkeypatch.setattr(api, "diarize_files", written)
+    monkeypatch.setattr(api, "diarize_files", _diarized_as_half_a_second(seen))
     result = evaluate_folder(tmp_path / "set", tmp_path / "ref.rttm", tmp_path / "out")
     assert [p.name for p in seen] == ["a.ogg", "b.mp3", "c.WAV", "d.flac"] and not result["no_audio"]
 
