@@ -76,6 +76,23 @@ def test_model_shapes_padding_and_save_load(tmp_path):
         EENDModel(ModelConfig(encoder="lstm"))
 
 
+def test_the_model_of_a_diverged_training_says_so_when_loaded(tmp_path):
+    """`tune --model` (and diarize) took a diverged training's model as any other: DER 100%, without a word."""
+    import warnings
+
+    from normlab.diarization.training import provenance
+
+    path = tmp_path / "model.pt"
+    EENDModel(DEBUG).save(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        EENDModel.load(path)  # a model of a training that finished: nothing said
+    provenance.write(path, {"diverged": {"step": 7, "loss": float("nan"), "grad_norm": float("inf")}})
+    with pytest.warns(UserWarning, match=r"model.pt: the training that made it diverged at step 7; it holds the "
+                                         r"weights of step 6"):
+        EENDModel.load(path)
+
+
 def test_training_loss_falls(tmp_path):
     torch.manual_seed(0)
     m = EENDModel(DEBUG)

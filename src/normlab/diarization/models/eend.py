@@ -166,4 +166,12 @@ class EENDModel(nn.Module):
             raise BadValue(f"{not_ours}: its embedding whitening is not a table of tensors")
         model.postprocess.update(post)
         model.whitening = whitening
+        meta = blob.get("meta")
+        stopped = meta.get("diverged") if isinstance(meta, dict) else None
+        if isinstance(stopped, dict) and isinstance(stopped.get("step"), int):  # read as any model, said once
+            import warnings
+
+            warnings.warn(f"{path}: the training that made it diverged at step {stopped['step']}; it holds the "
+                          f"weights of step {stopped['step'] - 1}: expect poor results (train again with a lower "
+                          "--lr)", stacklevel=2)
         return model.eval()
