@@ -87,6 +87,8 @@ def test_the_model_of_a_diverged_training_says_so_when_loaded(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         EENDModel.load(path)  # a model of a training that finished: nothing said
+    with pytest.raises(ValueError, match=r"is a folder, not a model file \(give .*model.pt, the one in it\)$"):
+        EENDModel.load(tmp_path)  # it read "no model file at" the folder
     provenance.write(path, {"diverged": {"step": 7, "loss": float("nan"), "grad_norm": float("inf")}})
     with pytest.warns(UserWarning, match=r"model.pt: the training that made it diverged at step 7; it holds the "
                                          r"weights of step 6"):

@@ -127,6 +127,9 @@ class EENDModel(nn.Module):
     def load(cls, path: str | pathlib.Path | None = None) -> "EENDModel":
         """Load a saved model; ``None`` loads the one shipped in the package."""
         path = pathlib.Path(path) if path is not None else SHIPPED
+        if path.is_dir():  # (it read "no model file at DIR")
+            raise BadValue(f"{path} is a folder, not a model file" + (f" (give {path / 'model.pt'}, the one in it)"
+                                                                      if (path / "model.pt").is_file() else ""))
         if not path.is_file():
             raise NotFound(f"no model file at {path}" + (" (the package was installed without its model; "
                                     "`normlab diarize recipe` trains it)" if path == SHIPPED else ""))
