@@ -114,6 +114,10 @@ def test_a_test_set_that_cannot_be_scored_is_refused_before_any_work(setup, tmp_
         tune_pipeline(model, encoder, [dev], {"held": [silent]}, segment_grid=SEG, stitch_grid=STITCH)
     with pytest.raises(UserError, match=r"dev.? is both a dev and a test folder"):
         tune_pipeline(model, encoder, [dev], {"held": [test, dev]}, segment_grid=SEG, stitch_grid=STITCH)
+    # a dev folder without speech to score was dropped without a word
+    with pytest.warns(UserWarning, match=r"--dev .*silent: no recording with reference speech"), \
+            pytest.raises(pytest.fail.Exception, match="segmented before checking"):
+        tune_pipeline(model, encoder, [dev, silent], segment_grid=SEG, stitch_grid=STITCH)
 
 
 def test_vbx_settings_are_chosen_beside_the_trees_and_by_the_grid_only_where_it_tries_them(setup, monkeypatch):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import pathlib
 import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
@@ -405,6 +406,10 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
     dev_files = files_of(dev)
     if not dev_files:
         raise NotFound(f"no dev recordings with references in {[str(d) for d in dev]}")
+    for d in dev:  # a folder of sounds alone, or of other recordings' references, adds nothing: said
+        if len(dev) > 1 and not any(t.duration > 0 for _, ref in files_of([d]) for t in ref):
+            warnings.warn(f"--dev {d}: no recording with reference speech (each wav named in its folder's ref.rttm"
+                          "): it adds nothing to the dev set", stacklevel=2)
     # the test sets are read before any work: one without speech to score failed after the whole grid had run
     test_sets = {name: _scorable(files_of(dirs), f"test set {name}", dirs) for name, dirs in (tests or {}).items()}
     held = {pathlib.Path(d).resolve() for dirs in (tests or {}).values() for d in dirs}
