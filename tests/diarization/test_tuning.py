@@ -120,6 +120,45 @@ def test_a_test_set_that_cannot_be_scored_is_refused_before_any_work(setup, tmp_
         tune_pipeline(model, encoder, [dev, silent], segment_grid=SEG, stitch_grid=STITCH)
 
 
+def test_a_stopped_tuning_resumes_from_the_segmentations_it_made(setup, tmp_path, monkeypatch):
+    """An interrupted `tune` kept nothing: every segmentation of the grid was made again. Each is now kept as
+    it is made; the rerun reads them (the same result) and segments only what is missing."""
+    from normlab.diarization.pipeline import segment_cache, tuning
+
+    root, dev, test = setup
+    model, encoder = EENDModel.load(root / "m.pt"), SpeakerEncoder.load(root / "enc.pt")
+    made, real = [], tuning.segment
+
+    def counted(*args, **kw):
+        made.append(args[3])
+        if len(made) == 3:  # stopped in the second setting
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(tuning, "segment", counted)
+    cache = segment_cache.segments_beside(tmp_path / "t.json")
+    with pytest.raises(KeyboardInterrupt):
+        tune_pipeline(model, encoder, [dev], segment_grid=SEG, stitch_grid=STITCH, cache=cache)
+    assert len(list(cache.glob("*.pt"))) == 2  # the first setting's two recordings, kept
+    made.clear()
+    monkeypatch.setattr(tuning, "segment", real)
+    fresh = tune_pipeline(model, encoder, [dev], segment_grid=SEG, stitch_grid=STITCH)
+    monkeypatch.setattr(tuning, "segment", lambda *a, **k: made.append(a[3]) or real(*a, **k))
+    resumed = tune_pipeline(model, encoder, [dev], segment_grid=SEG, stitch_grid=STITCH, cache=cache)
+    assert resumed["grid"] == fresh["grid"] and resumed["modes"] == fresh["modes"]
+    settings = len({(g["vad"], g["threshold"], g["speakers"]) for g in fresh["grid"]})
+    assert len(made) == 2 * settings - 2  # all but the two kept
+    made.clear()
+    tune_pipeline(model, encoder, [dev], segment_grid=SEG, stitch_grid=STITCH, cache=cache)
+    assert made == []  # everything read back
+    segment_cache.remove(cache)
+    assert not cache.exists()
+    other = EENDModel.load(root / "m.pt")  # another model's segmentations are other files
+    with torch.no_grad():
+        next(other.parameters()).add_(1e-3)
+    assert segment_cache.weights_digest(other) != segment_cache.weights_digest(model)
+
+
 def test_vbx_settings_are_chosen_beside_the_trees_and_by_the_grid_only_where_it_tries_them(setup, monkeypatch):
     """With a PLDA model in the file, each mode's chosen segmentation is clustered at every ``VBX_GRID``
     setting and the best is kept for ``clustering="vbx"``, the mode's choice unchanged; a grid with the

@@ -227,6 +227,8 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     from ..diarization.models.eend import SHIPPED
     from ..diarization.models.weights import is_asset
     from ..diarization.pipeline.api import every_encoder, load_model
+    from ..diarization.pipeline.segment_cache import remove as remove_segments
+    from ..diarization.pipeline.segment_cache import segments_beside
     from ..diarization.pipeline.tuning import SEGMENT_GRID, STITCH_GRID, parse_grid, tune_pipeline
     from ..diarization.training.provenance import write_pipeline
     from ..provenance import record
@@ -262,8 +264,9 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}),
               f"{seconds:.0f}s", file=sys.stderr, flush=True)
 
+    cache = segments_beside(out)  # what a stopped run made: the rerun resumes from it
     result = tune_pipeline(model, encoder, args.dev.split(","), tests, segment_grid=grids[0], stitch_grid=grids[1],
-                           jobs=args.jobs, progress=show, incumbent=model.postprocess.get("modes"))
+                           jobs=args.jobs, progress=show, incumbent=model.postprocess.get("modes"), cache=cache)
     run = {"dev": args.dev.split(","), "test": tests, "grid": args.grid, "embedding": args.embedding,
            "jobs": args.jobs, "save": args.save}  # what made the file, beside the versions
     written.write_text(out, json.dumps({"model": str(args.model or SHIPPED), **result, "command": run,
@@ -272,6 +275,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
         write_pipeline(args.model, result["modes"], result["speakers"],
                        {k: v for k, v in result.items() if k != "grid"}, result["whitened"], result.get("ahc"),
                        result.get("vbx"), result.get("encoders"), result["readings"].get("vad_speech"))
+    remove_segments(cache)  # the result is kept: the segmentations are no longer needed
     print(format_tuning(result))
     print(f"wrote {args.out}" + (f"; stored the choice in {args.model}" if args.save else ""))
     return 0
@@ -556,7 +560,7 @@ def add_parsers(sub, name: str) -> None:
     tu.add_argument("--out", default="tune.json", help=f"the grid, the choice and the test scores {d}")
     flag(tu, "--save", "store the choice in the --model file (the pipeline's defaults for it)")
     flag(tu, OVERWRITE, OVERWRITE_HELP)
-    tu.set_defaults(func=_cmd_diarize_tune)
+    tu.set_defaults(func=_cmd_diarize_tune, resumes=True)
 
     wh = dsub.add_parser("whiten", help="fit the speaker embeddings' whitening and PLDA model (--clustering "
                          "vbx) on training conversations and store them in a model file")

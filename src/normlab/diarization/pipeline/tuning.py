@@ -33,6 +33,7 @@ from ..io.audio import SAMPLE_RATE, read_mono, recording_uri
 from ..io.rttm import Turn, read_rttm
 from ..metrics.der import DERResult, diarization_error_rate, score
 from .config import PipelineConfig
+from .segment_cache import SegmentCache
 from .stitch import segment, stitch
 
 #: the settings each segmentation of the dev set is made with (model and embeddings run once per combination);
@@ -273,18 +274,31 @@ class Segmenter:
     setting's ``speaker_encoder`` picks one), in ``jobs`` processes (each loads them once); with one job in
     this process, leaving its thread count and grad mode as they were."""
 
-    def __init__(self, model, encoder, jobs: int = 1):
+    def __init__(self, model, encoder, jobs: int = 1, cache: str | pathlib.Path | None = None):
         encoders = _by_name(encoder)
         self.pool = ProcessPoolExecutor(jobs, initializer=_init, initargs=(model, encoders)) if jobs > 1 else None
         self.models = (model, encoders)
+        #: the segmentations made so far, on disk (``segment_cache``): a stopped run resumes from them
+        self.cache = SegmentCache(cache, model, encoders) if cache is not None else None
 
     def __call__(self, paths: list[pathlib.Path], cfg: PipelineConfig) -> dict:
+        found = {p: self.cache.get(p, cfg) for p in paths} if self.cache else {}
+        todo = [p for p in paths if found.get(p) is None]
         if self.pool:
-            return dict(self.pool.map(_segment_one, [(p, cfg) for p in paths]))
-        model, encoders = self.models
-        with torch.no_grad():
-            return {recording_uri(p): segment(model, _encoder(encoders, cfg), read_mono(p, SAMPLE_RATE),
-                                              recording_uri(p), cfg) for p in paths}
+            made = ((p, seg) for p, (_, seg) in zip(todo, self.pool.map(_segment_one, [(p, cfg) for p in todo])))
+        else:
+            model, encoders = self.models
+
+            def one(p):
+                with torch.no_grad():
+                    return segment(model, _encoder(encoders, cfg), read_mono(p, SAMPLE_RATE), recording_uri(p), cfg)
+
+            made = ((p, one(p)) for p in todo)
+        for p, seg in made:  # each kept as it is made
+            found[p] = seg
+            if self.cache:
+                self.cache.put(p, cfg, seg)
+        return {recording_uri(p): found[p] for p in paths}
 
     def close(self) -> None:
         if self.pool is not None:
@@ -380,7 +394,8 @@ def _other_encoders(model, run, dev_files: list, modes: dict, rows: list, keys: 
 
 def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segment_grid: dict = SEGMENT_GRID,
                   stitch_grid: dict = STITCH_GRID, jobs: int = 1,
-                  progress: Callable[[dict, float], None] | None = None, incumbent: dict | None = None) -> dict:
+                  progress: Callable[[dict, float], None] | None = None, incumbent: dict | None = None,
+                  cache: str | pathlib.Path | None = None) -> dict:
     """Every setting of the grids on the ``dev`` folders together; ``tests`` (name -> folders) scored once.
 
     Returns the rows, the dev choice per mode (``modes``), the default mode
@@ -389,7 +404,9 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
     file's stored choice): a mode keeps its incumbent unless the grid's best is
     lower beyond doubt (``keep_incumbent``). ``encoder``: one speaker encoder, or ``{name: encoder}``: the first
     is the grid's; each other is tried on each mode's choice (``ENCODER_GRID``), its best stored under
-    ``encoders`` and made the mode's choice where lower beyond doubt.
+    ``encoders`` and made the mode's choice where lower beyond doubt. ``cache``: a folder where each
+    segmentation is kept as it is made (:mod:`.segment_cache`), so that a stopped run resumes; the caller
+    removes it once the result is kept.
     """
     encoders = _by_name(encoder)
     first = next(iter(encoders))
@@ -418,7 +435,7 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
         raise BadValue(f"{same[0]} is both a dev and a test folder: a test set must be held out from the dev set "
                        "the settings are chosen on")
     refs = {recording_uri(w): ref for w, ref in dev_files}
-    run = Segmenter(model, encoders, jobs)
+    run = Segmenter(model, encoders, jobs, cache)
     rows, t0 = [], time.time()
     shown = (lambda row: progress(row, time.time() - t0)) if progress else None  # noqa: E731
     try:

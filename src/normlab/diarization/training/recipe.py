@@ -360,6 +360,8 @@ def tune_recipe_pipeline(model_path: pathlib.Path, data: pathlib.Path, cfg: Reci
     """Choose the pipeline's settings for the model at ``model_path`` on ``data/dev`` (and ``cfg.dev_extra``),
     score the test sets once, and store the choice in the model file; returns the tuning without its grid."""
     from ..pipeline.api import every_encoder
+    from ..pipeline.segment_cache import remove as remove_segments
+    from ..pipeline.segment_cache import segments_beside
     from ..pipeline.tuning import SEGMENT_GRID, STITCH_GRID, parse_grid, tune_pipeline
 
     model = EENDModel.load(model_path)
@@ -369,8 +371,10 @@ def tune_recipe_pipeline(model_path: pathlib.Path, data: pathlib.Path, cfg: Reci
     dev += [pathlib.Path(d) for d in cfg.dev_extra.split(",") if d]
     tests = {name: [data / name] for name in ("test", "test_mixed", "test_synth", "test_stretch")
              if (data / name / "ref.rttm").exists()}
+    cache = segments_beside(model_path.with_name("tuning"))  # a stopped recipe's tuning resumes from it
     result = tune_pipeline(model, every_encoder(), dev, tests, segment_grid=grids[0], stitch_grid=grids[1],
-                           jobs=jobs, incumbent=model.postprocess.get("modes"))
+                           jobs=jobs, incumbent=model.postprocess.get("modes"), cache=cache)
+    remove_segments(cache)
     provenance.write_pipeline(model_path, result["modes"], result["speakers"],
                               {k: v for k, v in result.items() if k != "grid"}, result["whitened"],
                               result.get("ahc"), result.get("vbx"), result.get("encoders"),
