@@ -156,6 +156,20 @@ def full_disk(path, error: Exception) -> OSError | None:
     return OSError(errno.ENOSPC, f"No space left on device ({free} bytes free)", str(path))
 
 
+@contextlib.contextmanager
+def full_disk_said(path, tmp: pathlib.Path):
+    """``with full_disk_said(path, tmp): write tmp``: a write that fails removes ``tmp`` and, where the disk is
+    full (:func:`full_disk`), is raised as the OSError that says so, naming ``path``."""
+    try:
+        yield
+    except (RuntimeError, OSError) as e:
+        tmp.unlink(missing_ok=True)
+        full = full_disk(path, e)
+        if full is None:
+            raise
+        raise full from e
+
+
 #: the longest file name (bytes) most file systems take (ext4, XFS, btrfs, tmpfs; NAME_MAX)
 NAME_MAX = 255
 

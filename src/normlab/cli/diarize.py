@@ -211,7 +211,7 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
         losses = r["losses"]
         speed = (f"{r['samples_per_s']:.1f} sequences/s" if r["steps"] else
                  "no step left to train: the checkpoint had reached --steps")
-        model = (f"wrote {out / 'model.pt'} and" if r.get("model_written", True) else
+        model = (f"wrote {out / 'model.pt'} and" if r["model_written"] else
                  f"{out / 'model.pt'} left as it is (what was stored in it since is kept); wrote")
         print(f"trained {len(losses)} steps on {r['mixtures']} mixtures ({r['world_size']} process"
               f"{'es' if r['world_size'] > 1 else ''}, {r['device']}; {speed}); "

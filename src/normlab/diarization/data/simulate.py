@@ -360,14 +360,8 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
         # written last, whole: its presence marks a finished mixture (a kill inside the write leaves only the
         # temporary file, which the rerun writes again)
         tmp = paths[i][0].with_name(paths[i][0].name + ".part")
-        try:
+        with written.full_disk_said(tmp, tmp):  # libsndfile: a RuntimeError, "System error" on a full disk
             sf.write(tmp, audio, cfg.sample_rate, format="WAV")
-        except (RuntimeError, OSError) as e:  # libsndfile: a RuntimeError, "System error" on a full disk
-            tmp.unlink(missing_ok=True)
-            full = written.full_disk(tmp, e)
-            if full is None:
-                raise
-            raise full from e
         os.replace(tmp, paths[i][0])
         if progress:
             progress(done, cfg.n_mixtures, uri)

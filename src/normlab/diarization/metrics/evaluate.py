@@ -202,8 +202,8 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     right = sum(f["speakers"]["reference"] == f["speakers"]["hypothesis"] for f in files)
     # reference speech after the audio ends (another recording's reference, or a cut copy): scored as missed
     ends = {recording_uri(k): d.duration for k, d in results.items()}
-    past = {u: f"{max(t.end for t in ref[u]):.1f} s, audio {ends[u]:.1f} s" for u in sorted(ref)
-            if u in ends and ref[u] and max(t.end for t in ref[u]) > ends[u] + PAST_END_S}
+    spoken = {u: max(t.end for t in ref[u]) for u in sorted(ref) if u in ends and ref[u]}
+    past = {u: f"{end:.1f} s, audio {ends[u]:.1f} s" for u, end in spoken.items() if end > ends[u] + PAST_END_S}
     result = {"files": files, "total": total, "count_right": right, "unscored": unscored,
               "no_audio": sorted(set(reference) - uris), "past_end": past, "errors": errors, "out": str(out_dir),
               "settings": made["settings"], "provenance": {**record(), "pipeline": made["provenance"]}}
@@ -243,16 +243,12 @@ def format_evaluation(result: dict) -> str:
                      + f"  {n['reference']}/{n['hypothesis']}")
     lines.append(f"{'TOTAL':<{w}s}" + "".join(f"  {_percent(result['total'][c]['der'])}" for c in cs))
     lines.append(f"speaker count right on {result['count_right']} of {len(result['files'])} recordings")
-    for key, what in (("unscored", "not in the reference, not scored"), ("no_audio", "in the reference "
-                      "without an audio file in the folder, not scored")):
-        some = result.get(key)
+    past = [f"{u} (reference to {v})" for u, v in (result.get("past_end") or {}).items()]
+    for some, what in ((result.get("unscored"), "not in the reference, not scored"),
+                       (result.get("no_audio"), "in the reference without an audio file in the folder, not scored"),
+                       (past, "reference speech after the audio's end, scored as missed")):
         if some:
             lines.append(f"{what}: {len(some)} recordings ({', '.join(some[:5])}{' ...' if len(some) > 5 else ''})")
-    past = result.get("past_end") or {}
-    if past:
-        some = [f"{u} (reference to {v})" for u, v in list(past.items())[:5]]
-        lines.append(f"reference speech after the audio's end, scored as missed: {len(past)} recordings "
-                     f"({', '.join(some)}{' ...' if len(past) > 5 else ''})")
     return "\n".join(lines)
 
 

@@ -18,6 +18,7 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
+from ... import written
 from .segment import Segmentation, _embedding_models
 
 #: what a cached segmentation holds (the model file's whitening and PLDA come from the model at reading)
@@ -76,13 +77,7 @@ class SegmentCache:
         blob = {k: getattr(seg, k) for k in FIELDS}
         blob["weights"] = torch.from_numpy(np.ascontiguousarray(seg.weights))
         blob["pieces"] = [list(p) for p in seg.pieces]
-        tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
-        try:
-            torch.save(blob, tmp)
-            os.replace(tmp, f)
-        finally:
-            tmp.unlink(missing_ok=True)
-
+        written.replace_whole(f, lambda tmp: torch.save(blob, tmp))
 
 
 def remove(folder: str | os.PathLike) -> None:

@@ -152,9 +152,14 @@ def files_of(dirs: list) -> list[tuple[pathlib.Path, list[Turn]]]:
     return out
 
 
+def _has_speech(files: list) -> bool:
+    """Whether any reference of ``files`` (of :func:`files_of`) holds speech."""
+    return any(t.duration > 0 for _, ref in files for t in ref)
+
+
 def _scorable(files: list, what: str, dirs) -> list:
     """``files`` (of :func:`files_of`), where some of their references hold speech; else one line naming them."""
-    if not any(t.duration > 0 for _, ref in files for t in ref):
+    if not _has_speech(files):
         raise NotFound(f"{what}: no recordings with reference speech in {[str(d) for d in dirs]} (each wav named "
                        "in its folder's ref.rttm, with SPEAKER turns)")
     return files
@@ -424,7 +429,7 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
     if not dev_files:
         raise NotFound(f"no dev recordings with references in {[str(d) for d in dev]}")
     for d in dev:  # a folder of sounds alone, or of other recordings' references, adds nothing: said
-        if len(dev) > 1 and not any(t.duration > 0 for _, ref in files_of([d]) for t in ref):
+        if len(dev) > 1 and not _has_speech(files_of([d])):
             warnings.warn(f"--dev {d}: no recording with reference speech (each wav named in its folder's ref.rttm"
                           "): it adds nothing to the dev set", stacklevel=2)
     # the test sets are read before any work: one without speech to score failed after the whole grid had run

@@ -109,14 +109,8 @@ CHECKPOINT_KEYS = ("model", "optimizer", "step", "losses", "gen", "torch_rng")
 
 def _save(path: pathlib.Path, state: dict) -> None:
     tmp = path.with_suffix(f".{os.getpid()}.tmp")  # this process's own: never another's half-written file
-    try:
+    with written.full_disk_said(path, tmp):  # a full disk reads "unexpected pos" from torch's writer
         torch.save(state, tmp)
-    except (RuntimeError, OSError) as e:  # a full disk reads "unexpected pos" from torch's writer
-        tmp.unlink(missing_ok=True)
-        full = written.full_disk(path, e)
-        if full is None:
-            raise
-        raise full from e
     os.replace(tmp, path)  # atomic: a kill never leaves a half-written checkpoint
     for stale in path.parent.glob(f"{path.stem}.*.tmp"):  # what a process killed inside its write left
         pid = stale.name.split(".")[-2]
