@@ -416,32 +416,30 @@ def test_an_unknown_option_names_the_keyword_meant():
         diarize(silence, sample_rate=SR, thresold=0.5, bogus=1)
 
 
-def test_evaluate_refuses_a_reference_that_names_none_of_the_audio(tmp_path, capsys, monkeypatch):
-    """A reference for other recordings printed an all-inf% table after diarizing everything: now one line
-    naming both, before any work."""
+def _evaluate_refused(tmp_path, capsys, monkeypatch, reference: str) -> list[str]:
+    """``diarize evaluate`` of a folder holding talk.wav against ``reference`` (RTTM text), which must stop before
+    any work with exit status 2: the lines it said."""
     from normlab.cli import main
     from normlab.diarization.pipeline import api
 
     (tmp_path / "wavs").mkdir()
     (tmp_path / "wavs" / "talk.wav").write_bytes(b"")
-    (tmp_path / "ref.rttm").write_text("SPEAKER other 1 0.000 1.000 <NA> <NA> A <NA> <NA>\n")
+    (tmp_path / "ref.rttm").write_text(reference)
     monkeypatch.setattr(api, "diarize_files", lambda *a, **k: pytest.fail("diarized before checking"))
     assert main(["diarize", "evaluate", str(tmp_path / "wavs"), str(tmp_path / "ref.rttm")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    return capsys.readouterr().err.strip().splitlines()
+
+
+def test_evaluate_refuses_a_reference_that_names_none_of_the_audio(tmp_path, capsys, monkeypatch):
+    """A reference for other recordings printed an all-inf% table after diarizing everything: now one line
+    naming both, before any work."""
+    err = _evaluate_refused(tmp_path, capsys, monkeypatch, "SPEAKER other 1 0.000 1.000 <NA> <NA> A <NA> <NA>\n")
     assert len(err) == 1 and "none of the 1 audio files" in err[0] and "other" in err[0]
 
 
 def test_evaluate_says_a_reference_without_turns_has_none(tmp_path, capsys, monkeypatch):
     """An empty (or comments-only) reference read "none of the 1 audio files ... (its recordings: none)"."""
-    from normlab.cli import main
-    from normlab.diarization.pipeline import api
-
-    (tmp_path / "wavs").mkdir()
-    (tmp_path / "wavs" / "talk.wav").write_bytes(b"")
-    (tmp_path / "ref.rttm").write_text(";; nothing here\n\n")
-    monkeypatch.setattr(api, "diarize_files", lambda *a, **k: pytest.fail("diarized before checking"))
-    assert main(["diarize", "evaluate", str(tmp_path / "wavs"), str(tmp_path / "ref.rttm")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = _evaluate_refused(tmp_path, capsys, monkeypatch, ";; nothing here\n\n")
     assert len(err) == 1 and err[0].endswith("ref.rttm has no speaker turns (no SPEAKER line)"), err
 
 
