@@ -166,6 +166,13 @@ def check_device(t: torch.Tensor | None, x: torch.Tensor, name: str) -> None:
         raise BadValue(f"{name} is on {t.device} but the input is on {x.device}")
 
 
+def check_residual(residual: torch.Tensor, x: torch.Tensor) -> None:
+    """BadValue unless the pending ``residual`` has ``x``'s shape: the stream's add never broadcasts (a residual of
+    one batch row added to every row would be a wrong answer, not an error)."""
+    if isinstance(residual, torch.Tensor) and isinstance(x, torch.Tensor) and residual.shape != x.shape:
+        raise BadValue(f"residual has shape {list(residual.shape)} but x has shape {list(x.shape)}")
+
+
 def check_count(value, name: str, *, least: int = 1) -> None:
     """``value`` must be a whole number >= ``least`` (a size, a count of heads or layers)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ._checks import BadValue, acc_dtype, check_count, check_eps, check_input, check_padding_mask
+from .kernels.dispatch import values_known
 
 
 class MaskedBatchNorm(nn.Module):
@@ -55,8 +56,8 @@ class MaskedBatchNorm(nn.Module):
                 m = padding_mask.reshape(*padding_mask.shape, *([1] * (x.dim() - 1 - padding_mask.dim())))
                 valid = (~m).expand(x.shape[:-1]).reshape(-1, 1)  # M, 1
             count = valid.sum().to(xa.dtype)
-            # the check reads the count's value, which torch.compile and torch.export cannot (export refused the model)
-            if not torch.compiler.is_compiling() and count < 2:
+            # the check reads the count's value, which a trace cannot (torch.compile, export, make_fx refused the model)
+            if values_known(count) and count < 2:
                 raise BadValue("MaskedBatchNorm in training needs at least 2 valid frames per batch")
             # padded frames are replaced by 0 before anything reads them, not multiplied by 0: a NaN or inf there
             # (attention over a fully padded row gives NaN) would survive a product, forward or backward, and

@@ -12,7 +12,16 @@ from __future__ import annotations
 import torch
 
 from . import kernels
-from ._checks import BadValue, ShapeLike, as_shape, check_device, check_eps, check_input, check_param, default_rms_eps
+from ._checks import (
+    ShapeLike,
+    as_shape,
+    check_device,
+    check_eps,
+    check_input,
+    check_param,
+    check_residual,
+    default_rms_eps,
+)
 
 Tensor = torch.Tensor
 
@@ -110,8 +119,7 @@ def _add_norm(x, residual, normalized_shape, weight, bias, eps, residual_in_fp32
     shape, eps = _prepare(x, normalized_shape, weight, bias, eps, rms=rms)
     check_input(residual, shape, "residual")
     check_device(residual, x, "residual")
-    if residual.shape != x.shape:
-        raise BadValue(f"residual has shape {list(residual.shape)} but x has shape {list(x.shape)}")
+    check_residual(residual, x)
     s_dtype = torch.float32 if residual_in_fp32 and x.dtype in half else torch.promote_types(x.dtype, residual.dtype)
     op = "add_rms_norm" if rms else "add_layer_norm"
     return kernels.dispatch(op, x, residual, shape, weight, bias, eps, impl=impl, s_dtype=s_dtype)

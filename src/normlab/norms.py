@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from . import functional as F
-from ._checks import BadValue, ShapeLike, acc_dtype, as_shape, check_eps, check_input
+from ._checks import BadValue, ShapeLike, acc_dtype, as_shape, check_eps, check_input, check_residual
 
 __all__ = ["LayerNorm", "RMSNorm", "ScaleNorm", "DyT"]
 
@@ -168,6 +168,7 @@ class _AddThenNorm:
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         if residual is None:
             return self._norm(x)
+        check_residual(residual, x)
         s = x + residual
         return self._norm(s), s
 

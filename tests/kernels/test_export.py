@@ -439,3 +439,36 @@ def test_fake_tensors_get_their_shapes_and_leave_the_model_usable():
             fake = enc(torch.randn(2, 5, 16))
         assert fake.shape == x.shape
         torch.testing.assert_close(enc(x), twin(x), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("trace", ["make_fx", "fake"])
+def test_a_training_conformer_block_runs_under_make_fx_and_fake_tensors(trace):
+    """The masked BatchNorm's count check read a tensor's value outside ``torch.compile`` only: under make_fx
+    and FakeTensorMode (which torch.nn.BatchNorm1d runs under) a train-mode Conformer raised."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    torch.manual_seed(0)
+    m = normlab.ConformerBlock(D, HEADS, kernel_size=3).train()
+    x = _inputs(0)
+    if trace == "make_fx":
+        graph = make_fx(lambda a: m(a)[0])(x)  # a block returns (hidden, pending residual)
+        torch.testing.assert_close(graph(x), m(x)[0])  # train mode, no dropout: the same math
+    else:
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            assert m(mode.from_tensor(x))[0].shape == x.shape
+
+
+def test_torch_export_of_a_bert_encoder_keeps_its_padding():
+    """``BertEncoder`` checked its ids' range by reading their values, which ``torch.export`` cannot: the model
+    did not export at all. Eagerly the check still refuses an id out of range."""
+    from normlab.models.bert import BertEncoder
+    torch.manual_seed(0)
+    m = BertEncoder(dict(hidden_size=16, num_attention_heads=4, num_hidden_layers=1, intermediate_size=32,
+                         vocab_size=50, max_position_embeddings=20)).eval()
+    ids = torch.randint(1, 50, (2, 6))
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[1, 4:] = 0
+    ep = torch.export.export(m, (ids, mask))
+    torch.testing.assert_close(ep.module()(ids, mask), m(ids, mask), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="vocab_size"):
+        m(torch.tensor([[1, 50]]))

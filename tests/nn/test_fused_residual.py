@@ -76,3 +76,18 @@ def test_norms_take_residual_and_return_norm_and_sum():
 def test_carry_helpers():
     a, b = torch.randn(2, 3), torch.randn(2, 3)
     assert materialize(a, None) is a and materialize(None, b) is b and torch.equal(materialize(a, b), a + b)
+
+
+@pytest.mark.parametrize("norm,placement,hooked", [("layernorm", "pre", False), ("layernorm", "pre", True),
+                                                   ("scalenorm", "pre", False), ("dyt", "pre", False),
+                                                   ("layernorm", "post", False)])
+def test_a_pending_residual_of_another_shape_is_refused_on_every_path(norm, placement, hooked):
+    """Only the fused LayerNorm/RMSNorm kernel refused a residual of another shape: a norm without one, post
+    placement, or the same block once a hook watched its norm, broadcast a one-row residual to every row."""
+    block = normlab.TransformerBlock(16, 4, norm=norm, placement=placement).eval()
+    if hooked:
+        block.attn.pre_norm.register_forward_hook(lambda *a: None)
+    x = torch.randn(2, 5, 16)
+    with pytest.raises(ValueError, match=r"residual has shape \[1, 5, 16\] but x has shape \[2, 5, 16\]"):
+        materialize(*block(x, torch.randn(1, 5, 16)))
+    assert materialize(*block(x, torch.randn(2, 5, 16))).shape == x.shape

@@ -134,6 +134,13 @@ def unreadable(x: Tensor) -> bool:
     return x.is_meta or (type(x) is not Tensor and type(x) is not torch.nn.Parameter) or _dispatch_modes() > 0
 
 
+def values_known(x: Tensor) -> bool:
+    """Whether a check may read ``x``'s values (``int(x.max())``, ``if count < 2``): not while ``torch.compile``,
+    ``torch.export``, ``make_fx``, ``FakeTensorMode`` or ``torch.jit.trace`` runs, where a value is a symbol (the
+    check would stop the trace, or be baked into it as a constant)."""
+    return not (torch.compiler.is_compiling() or torch.jit.is_tracing() or unreadable(x))
+
+
 def get_kernel(name: str) -> Kernel:
     """The kernel registered under ``name`` (not ``"auto"``; see :func:`resolve`)."""
     try:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from .._checks import BadValue, MissingDependency, NotFound
+from ..kernels.dispatch import values_known
 from ..norms import LayerNorm
 from .transformer import TransformerEncoder
 
@@ -79,7 +80,8 @@ def _check_ids(ids, name: str, size: int, what: str) -> None:
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype not in (torch.int32, torch.int64):
         got = f"{ids.dtype} {list(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
         raise BadValue(f"{name} must be an int64 or int32 tensor (B, T), got {got}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= size):
+    # the range check reads the values, which a trace cannot (torch.export refused the model)
+    if ids.numel() and values_known(ids) and (int(ids.min()) < 0 or int(ids.max()) >= size):
         raise BadValue(f"{name} must lie in [0, {size}) ({what}), got {int(ids.min())}..{int(ids.max())}")
 
 

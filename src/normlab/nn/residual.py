@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .._checks import BadType
+from .._checks import BadType, check_residual
 from ..registry import make_norm
 from .hooks import idle_dropout, watched
 
@@ -81,6 +81,7 @@ def add_norm(hidden: torch.Tensor | None, residual: torch.Tensor | None, norm: n
         return apply_norm(norm, s, mask), s
     if norm is not None and takes_residual(norm) and not watched(norm):
         return apply_norm(norm, hidden, mask, residual=residual)
+    check_residual(residual, hidden)
     s = hidden + residual
     return apply_norm(norm, s, mask), s
 
@@ -89,6 +90,7 @@ def materialize(hidden: torch.Tensor | None, residual: torch.Tensor | None) -> t
     """The stream ``hidden + residual`` as one tensor (either None: the other alone)."""
     if hidden is None or residual is None:
         return residual if hidden is None else hidden
+    check_residual(residual, hidden)
     return hidden + residual
 
 
