@@ -66,9 +66,10 @@ def check_choice(value, choices, what: str) -> None:
 
 
 def existing_file(path, what: str = "file") -> pathlib.Path:
-    """``path`` as a ``pathlib.Path`` if it names a file; else :class:`NotFound` naming it."""
+    """``path`` as a ``pathlib.Path`` if it names a file or a pipe (``<(cat ref.rttm)``, ``/dev/stdin``); else
+    :class:`NotFound` naming it."""
     p = pathlib.Path(path)
-    if not p.is_file():
+    if not (p.is_file() or p.is_fifo()):
         raise NotFound(f"{p}: no such {what}" + (" (that is a folder)" if p.is_dir() else ""))
     return p
 

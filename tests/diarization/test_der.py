@@ -193,6 +193,28 @@ def test_cli_score(tmp_path, capsys):
     assert "nope.rttm" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_cli_score_reads_a_reference_from_a_pipe(tmp_path, capsys):
+    """``score <(cat ref.rttm) hyp.rttm`` and ``/dev/stdin`` said "no such file": only regular files were read."""
+    import threading
+
+    from normlab.cli import main
+
+    write_rttm([T(0, 8, "s1"), T(8, 20, "s2"), T(20, 22, "s2")], tmp_path / "hyp.rttm")
+    pipe = tmp_path / "ref.pipe"
+    os.mkfifo(pipe)
+    text = "SPEAKER a 1 0.000 10.000 <NA> <NA> A <NA> <NA>\nSPEAKER a 1 10.000 10.000 <NA> <NA> B <NA> <NA>\n"
+    writer = threading.Thread(target=pipe.write_text, args=(text,))
+    writer.start()
+    try:
+        assert main(["diarize", "score", str(pipe), str(tmp_path / "hyp.rttm"), "--collar", "0"]) == 0
+    finally:
+        if writer.is_alive():  # the command failed before it opened the pipe: let the writer go
+            open(pipe).close()
+        writer.join()
+    assert capsys.readouterr().out.splitlines()[0] == "DER: 20.00%"
+
+
 def test_cli_score_reads_folders_of_rttm(tmp_path, capsys):
     from normlab.cli import main
 

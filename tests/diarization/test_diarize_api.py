@@ -3,6 +3,7 @@
 A debug-sized EEND model and a speaker encoder with random weights keep this fast and independent of the
 installed speaker-encoder weights; quality is tested in test_diarize_quality.py."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -56,6 +57,17 @@ def test_inputs_of_every_kind_agree(files):
         assert shifted(got) == shifted(from_path)
     stereo = np.stack([audio, audio])  # two identical channels: the same recording
     assert shifted(_turns(d, stereo, sample_rate=SR)) == shifted(from_path)
+
+
+def test_any_path_like_names_a_file(files, tmp_path):
+    """An ``os.PathLike`` other than ``pathlib.Path`` (an ``os.scandir`` entry) was "not a path", and failed the
+    whole ``diarize_files`` call."""
+    d, _ = files
+    entry = next(e for e in os.scandir(d) if e.name == "talk.wav")
+    want = [(t.start, t.duration, t.speaker) for t in diarize(d / "talk.wav", model=d / "m.pt", embedding=d / "enc.pt")]
+    assert [(t.start, t.duration, t.speaker) for t in diarize(entry, model=d / "m.pt", embedding=d / "enc.pt")] == want
+    status = diarize_files([entry], tmp_path / "out", model=d / "m.pt", embedding=d / "enc.pt")
+    assert status == {os.fspath(entry): "ok"} and (tmp_path / "out" / "talk.rttm").is_file()
 
 
 def test_model_file_sets_the_post_processing(files):

@@ -43,6 +43,17 @@ def test_frame_errors_count_only_inside_the_uem():
     assert err.seconds("missed") == pytest.approx(2.0)
     assert [(round(a, 6), round(b, 6)) for a, b in err.spans("missed")] == [(0.0, 1.0), (2.0, 3.0)]
 
+def test_frame_errors_of_a_long_uem_cover_the_turns_not_the_uem():
+    """The frames spanned the whole UEM: one a million seconds long (the readers take it) made 10^8 frames for a
+    few seconds of speech, and ``evaluate --html`` ran out of memory. The counts and spans are the same."""
+    ref, hyp = [T(1, 5, "A"), T(4, 5, "B")], [T(1, 8, "x")]
+    short, long = frame_errors(ref, hyp, uem=[(0.0, 10.0)]), frame_errors(ref, hyp, uem=[(0.0, 1e4)])
+    assert long.missed.size <= 800
+    for kind in ("missed", "false_alarm", "confusion"):
+        assert long.seconds(kind) == short.seconds(kind) and long.spans(kind) == short.spans(kind)
+    assert frame_errors([], [], uem=[(0.0, 1e4)]).missed.size == 0
+
+
 def test_frame_errors_map_speakers_on_the_uem():
     err = frame_errors(REF_M, HYP_M, uem=[(0.0, 3.0)])
     assert err.mapping == {"x": "A"}

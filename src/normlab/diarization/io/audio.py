@@ -172,17 +172,18 @@ def _check_peak(peak: float, what: str) -> None:
                          f"{MAX_PEAK:.3g}, 32-bit integer full scale, is read)")
 
 
-#: a mix of a recording's channels this far below the channels' mean energy (10 dB) means they cancel: one
-#: channel's polarity is inverted (a mis-wired microphone, a "wide stereo" effect), and the mono mix holds little
-#: of the speech (a phase-inverted copy mixed to silence and read "no speech found"). Channels that do not
-#: cancel mix at most 3 dB below them where they are unrelated (two voices, two microphones), above where alike
+#: a mix of a recording's N channels this far (10 dB) below what unrelated channels give, 1/N of their mean
+#: energy, means they cancel: one channel's polarity is inverted (a mis-wired microphone, a "wide stereo"
+#: effect), and the mono mix holds little of the speech (a phase-inverted copy mixed to silence and read "no
+#: speech found"). Channels that do not cancel mix at 1/N of their mean energy where they are unrelated (two
+#: voices, twelve tracks of a meeting, each its own talker), above where alike
 CANCELLED = 0.1
 
 
 def _cancelling(mixed: float, each: np.ndarray, what: str) -> int | None:
     """The loudest channel, where the channels cancel when mixed (energies: ``mixed`` of the mix, ``each`` of
     each channel), said in a warning; else None (one channel, silence, or channels that add up)."""
-    if len(each) < 2 or not each.max() > 0 or mixed >= CANCELLED * each.mean():
+    if len(each) < 2 or not each.max() > 0 or mixed >= CANCELLED * each.mean() / len(each):
         return None
     loudest = int(each.argmax())
     level = 10 * math.log10(max(mixed, 1e-300) / each.mean())
@@ -261,13 +262,13 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
 def as_mono(audio, sample_rate: int | None, target: int) -> tuple[torch.Tensor, str]:
     """``(samples at target rate, uri)`` for any accepted input; ValueError/TypeError with one line otherwise.
 
-    Accepted: a file path (str or Path; ``sample_rate`` must be None); a numpy
+    Accepted: a file path (str or any os.PathLike; ``sample_rate`` must be None); a numpy
     array or torch tensor ``(channels, samples)`` or ``(samples,)`` with
     ``sample_rate``; a dict ``{"waveform": (channels, samples), "sample_rate": int}``
     (an optional ``"uri"`` names the recording).
     """
     uri = "audio"
-    if isinstance(audio, (str, pathlib.Path)):
+    if isinstance(audio, (str, os.PathLike)):
         if sample_rate is not None:
             raise BadValue("sample_rate is read from the file; pass it only with a waveform")
         return read_mono(audio, target), recording_uri(audio)

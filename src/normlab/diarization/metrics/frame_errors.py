@@ -58,7 +58,17 @@ def frame_errors(reference: list[Turn], hypothesis: list[Turn], *, step: float =
         empty = np.zeros(0, dtype=np.int64)
         return FrameErrors(step, 0.0, empty, empty.copy(), empty.copy(), mapping)
     start, end = region[0][0], region[-1][1]
-    centres = start + (np.arange(int(np.ceil((end - start) / step - 1e-9))) + 0.5) * step
+    n = int(np.ceil((end - start) / step - 1e-9))  # frames of the grid over the whole scored region
+    # only frames where someone speaks can hold an error: the grid is laid over the turns' span alone (a UEM a
+    # million seconds long made 10^8 frames for a 30 s recording), on the same frame boundaries
+    turns = [t for t in (*reference, *hypothesis) if t.end > t.start]
+    if not turns:
+        empty = np.zeros(0, dtype=np.int64)
+        return FrameErrors(step, start, empty, empty.copy(), empty.copy(), mapping)
+    first = min(max(0, math.floor((min(t.start for t in turns) - start) / step)), n)
+    last = max(min(n, math.ceil((max(t.end for t in turns) - start) / step)), first)
+    centres = start + (np.arange(first, last) + 0.5) * step
+    start = start + first * step
     scored = np.zeros(centres.size, dtype=bool)
     for a, b in region:
         scored |= (centres >= a) & (centres < b)

@@ -171,7 +171,7 @@ def _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options
     try:
         enc = load_encoder(embedding, cfg.speaker_encoder)
     except BadValue as e:
-        if embedding is None or not isinstance(embedding, (str, pathlib.Path)):
+        if embedding is None or not isinstance(embedding, (str, os.PathLike)):
             raise
         other = "ge2e" if cfg.speaker_encoder == "campplus" else "campplus"
         raise BadValue(f"{e} (the settings embed with {cfg.speaker_encoder}; weights of the other encoder need "
@@ -240,7 +240,8 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
             raise BadType(f"{name} must be True or False, got {flag!r}")
     if format not in FORMATS:
         raise BadValue(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
-    paths = [paths] if isinstance(paths, (str, pathlib.Path)) else list(paths)  # one file, not its characters
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)  # one file, not its characters
+    paths = [os.fspath(p) if isinstance(p, os.PathLike) and not isinstance(p, pathlib.Path) else p for p in paths]
     if plot:
         from ..plot import pyplot
 
