@@ -446,3 +446,30 @@ def test_the_add_ops_input_gradient_is_rounded_once(dtype, op, create_graph, imp
     got, = torch.autograd.grad((y, s), xx, (dy, ds), create_graph=create_graph)
     ulps = (got.double() - exact).abs() / (torch.finfo(dtype).eps * exact.abs().clamp(min=1e-3))
     assert ulps.max().item() <= 0.55, (ulps.max().item(), impl)
+
+
+def test_a_compiled_row_alone_runs_through_the_batchs_compilation(monkeypatch, tmp_path):
+    """dynamo compiles a size of 1 apart from larger sizes, and inductor's code for each (its vector width,
+    chosen from the first row length each compilation met) summed a row in another order: after single rows of
+    16 and 48 elements, a bfloat16 row of 64 alone came out 1 ulp from the same row in a batch (4 of 6000
+    rows). A row alone now runs as two rows, through the batch's compilation."""
+    from normlab.kernels import fused
+
+    x = torch.ones(1, 4)
+    skip_unsupported("compiled", "layer_norm", x)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # compiled here, not read from earlier runs
+    monkeypatch.setattr(fused, "_compiled", {})
+    g = torch.Generator().manual_seed(0)
+    dt = torch.bfloat16
+    with torch.no_grad():
+        for d in (16, 48):  # the history that set the single-row compilation's vector width
+            ours("layer_norm", torch.randn(1, d, generator=g).to(dt), torch.randn(d).to(dt), torch.randn(d).to(dt),
+                 impl="compiled")
+        n, d = 6000, 64
+        x = (torch.randn(n, d, generator=g) * 2 + 0.5).to(dt)
+        w, b = torch.randn(d, generator=g).to(dt), torch.randn(d, generator=g).to(dt)
+        batch = ours("layer_norm", x, w, b, impl="compiled")
+        alone = torch.cat([ours("layer_norm", x[i:i + 1], w, b, impl="compiled") for i in range(n)])
+    assert torch.equal(batch, alone)
+    sizes = [k[4][2] for k in fused._compiled if isinstance(k[4], tuple)]  # x's guarded (dtype, grad, N, D)
+    assert sizes and 1 not in sizes

@@ -232,9 +232,27 @@ class CompiledKernel(Kernel):
         return True
 
     def fwd(self, x, residual, w, b, eps, *, rms, s_dtype=None):
-        y, s, s1, e1, e2 = _run(fwd, _label(rms, residual is not None, "fwd"), x, residual, w, b, eps, rms,
-                                s_dtype or x.dtype)
+        one = x.shape[0] == 1  # a row alone runs as two rows (itself twice): the batch's compilation (_two_rows)
+        x, residual = (_two_rows(x), _two_rows(residual)) if one else (x, residual)
+        out = _run(fwd, _label(rms, residual is not None, "fwd"), x, residual, w, b, eps, rms, s_dtype or x.dtype)
+        y, s, s1, e1, e2 = (None if t is None else t[:1] for t in out) if one else out
         return y, s, *stats(s1, e1, e2, x.shape[-1], eps)  # mean and rstd from the row sums: N values, eagerly
 
     def bwd(self, dy, x, mean, rstd, w, ds, *, rms):
-        return _run(bwd, _label(rms, ds is not None, "bwd"), dy, x, mean, rstd, w, ds, rms)
+        if x.shape[0] != 1:
+            return _run(bwd, _label(rms, ds is not None, "bwd"), dy, x, mean, rstd, w, ds, rms)
+        # the second row's upstream gradient is zero: it adds exact zeros to dweight and dbias, as the zero rows
+        # that pad the weights' row blocks do
+        dx, dw, db = _run(bwd, _label(rms, ds is not None, "bwd"), _two_rows(dy, zero=True), _two_rows(x),
+                          _two_rows(mean), _two_rows(rstd), w, _two_rows(ds, zero=True), rms)
+        return dx[:1], dw, db
+
+
+def _two_rows(t: torch.Tensor | None, *, zero: bool = False) -> torch.Tensor | None:
+    """A one-row ``t`` as two rows: itself, then itself again (or zeros). dynamo compiles a size of 1 apart from
+    larger ones, and inductor's code for the two compilations (its vector width, chosen from the first row
+    length each met) summed a row in another order: a row alone came out 1 ulp from the same row in a batch.
+    Run as two rows, it goes through the batch's compilation."""
+    if t is None:
+        return None
+    return torch.cat([t, torch.zeros_like(t) if zero else t])
