@@ -732,3 +732,26 @@ def test_evaluate_loads_the_model_and_the_encoder_once(files, tmp_path, monkeypa
                str(d / "enc.pt"), "--out", str(tmp_path / "ev2"), "--json"])
     result = json.loads(capsys.readouterr().out)
     assert rc == 1 and result["provenance"]["pipeline"]["model"]["sha256"] and result["errors"]
+
+
+def test_a_bug_inside_the_per_file_loop_is_raised_not_reported_as_the_files_error(files, tmp_path, monkeypatch):
+    """Every ValueError was taken for the file's fault: a numpy shape error (a bug) became one line, with no
+    traceback even under NORMLAB_DEBUG, and ``evaluate`` scored the file as all missed."""
+    from normlab.diarization.io.audio import AudioError
+    from normlab.diarization.pipeline import api
+
+    d, _ = files
+
+    def broken(*a, **k):
+        raise ValueError("operands could not be broadcast together with shapes (3,) (4,)")
+
+    monkeypatch.setattr(api, "_diarize", broken)
+    with pytest.raises(ValueError, match="could not be broadcast"):
+        diarize_files([d / "talk.wav"], tmp_path / "out", model=d / "m.pt", embedding=d / "enc.pt")
+
+    def bad_audio(p, *a, **k):
+        raise AudioError(f"{p}: not audio")
+
+    monkeypatch.setattr(api, "_diarize", bad_audio)  # the file's own fault: said, and the call goes on
+    status = diarize_files([d / "talk.wav"], tmp_path / "out", model=d / "m.pt", embedding=d / "enc.pt")
+    assert status == {str(d / "talk.wav"): f"{d / 'talk.wav'}: not audio"}

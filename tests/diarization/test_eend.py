@@ -1,4 +1,6 @@
 """EEND model, post-processing to turns, and the training loop with resume."""
+import pathlib
+
 import pytest
 import torch
 
@@ -217,3 +219,28 @@ def test_model_config_refuses_a_model_that_cannot_be_built(bad, message):
     with pytest.raises(UserError) as e:
         ModelConfig(**{**DEBUG.__dict__, **bad})  # at once, before any model is built
     assert str(e.value) == message
+
+
+def test_a_shipped_model_goes_by_its_name(tmp_path, monkeypatch, capsys):
+    """The docs' ``--model assets/eend_local4.pt`` named a file only the repository holds (and not at that
+    path): from an installed package it read "no model file", and nothing said where the shipped models are."""
+    from normlab.cli import main
+    from normlab.diarization.models.eend import SHIPPED, model_path, shipped_models
+
+    monkeypatch.chdir(tmp_path)
+    own = SHIPPED.parent / "eend_local4.pt"
+    assert {"eend_real", "eend_local4", "eend_pre_ln"} <= set(shipped_models())
+    for name in ("eend_local4", "eend_local4.pt", "assets/eend_local4.pt"):
+        assert model_path(name) == own
+    assert EENDModel.load("eend_local4").cfg.n_speakers == 4
+    with pytest.raises(FileNotFoundError, match=r"no model file at nosuch \(the models shipped with normlab go by "
+                                                r"name: .*eend_local4.*\)$"):
+        EENDModel.load("nosuch")
+    assert model_path("other/eend_local4.pt") == pathlib.Path("other/eend_local4.pt")  # a path, not a name
+    (tmp_path / "eend_local4.pt").write_text("mine")  # a file of that name here is the one meant
+    with pytest.raises(ValueError, match="eend_local4.pt is not a normlab EEND model file"):
+        EENDModel.load("eend_local4.pt")
+    (tmp_path / "eend_local4.pt").unlink()
+    (tmp_path / "dev").mkdir()
+    assert main(["diarize", "tune", "--model", "eend_local4", "--save", "--dev", "dev"]) == 2  # never rewritten
+    assert "one of normlab's own model files" in capsys.readouterr().err

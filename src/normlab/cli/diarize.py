@@ -224,7 +224,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
 
     from .. import written
     from .._checks import BadValue, NotFound
-    from ..diarization.models.eend import SHIPPED
+    from ..diarization.models.eend import SHIPPED, model_path
     from ..diarization.models.weights import is_asset
     from ..diarization.pipeline.api import every_encoder, load_model
     from ..diarization.pipeline.segment_cache import remove as remove_segments
@@ -235,7 +235,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
 
     if args.save and args.model is None:
         raise BadValue("--save writes into the model file: give it with --model (the shipped model is read-only)")
-    if args.save and (is_asset(args.model) or _read_only(args.model)):
+    if args.save and (is_asset(model_path(args.model)) or _read_only(args.model)):  # a shipped one, by name too
         raise BadValue(f"--save would rewrite {args.model}, which is read-only or one of normlab's own model files: "
                        "copy it first")
     tests = {}
@@ -283,12 +283,13 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
 
 def _cmd_diarize_whiten(args: argparse.Namespace) -> int:
     from .._checks import BadValue, NotFound
+    from ..diarization.models.eend import model_path
     from ..diarization.models.weights import is_asset
     from ..diarization.pipeline.api import load_encoder, load_model
     from ..diarization.pipeline.whiten import fit_files
     from ..diarization.training.provenance import write_whitening
 
-    if is_asset(args.model) or _read_only(args.model):
+    if is_asset(model_path(args.model)) or _read_only(args.model):  # a shipped one, by name too
         raise BadValue(f"{args.model} is read-only or one of normlab's own model files: copy it first")
     for d in args.train:
         if not d.strip():
@@ -462,8 +463,9 @@ def add_parsers(sub, name: str) -> None:
 
     def pipeline_options(q):
         q.add_argument("--model", default=None,
-                       help="an EEND model file, as normlab diarize train writes (default: the model shipped with "
-                       "normlab)")
+                       help="an EEND model file, as normlab diarize train writes, or the name of one shipped with "
+                       "normlab: eend_local4 (synthesizer voices, 4 local speakers), eend_pre_ln (2 local speakers) "
+                       "(default: the shipped eend_real)")
         q.add_argument("--embedding", default=None, metavar="WEIGHTS",
                        help="a weight file of the encoder --speaker-encoder names (default: the weights shipped "
                        "with normlab, CAM++'s or GE2E's)")
@@ -550,7 +552,8 @@ def add_parsers(sub, name: str) -> None:
                     "(required)")
     tu.add_argument("--test", action="append", default=[], metavar="[NAME=]DIR[,DIR]",
                     help="a held-out set, scored once with the dev choice (repeatable; default: none)")
-    tu.add_argument("--model", default=None, help="EEND model file (default: the shipped model)")
+    tu.add_argument("--model", default=None, help="EEND model file, or a shipped model's name (default: the "
+                    "shipped eend_real)")
     tu.add_argument("--embedding", default=None, metavar="WEIGHTS",
                     help="speaker encoder weights (default: the shipped GE2E weights)")
     tu.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",

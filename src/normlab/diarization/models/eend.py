@@ -1,6 +1,7 @@
 """EEND-style model: a normlab encoder over frame features; one sigmoid per speaker, or a powerset softmax."""
 from __future__ import annotations
 
+import os
 import pathlib
 import pickle
 from dataclasses import asdict, dataclass
@@ -56,6 +57,24 @@ HEADS = ("multilabel", "powerset")
 
 #: the model shipped in the package (``normlab diarize recipe`` writes it; docs/diarization.md has its numbers)
 SHIPPED = pathlib.Path(__file__).parent.parent / "assets" / "eend_real.pt"
+
+
+def shipped_models() -> list[str]:
+    """The names of the model files shipped in the package (``eend_real``, the default, and the others)."""
+    return sorted(f.stem for f in SHIPPED.parent.glob("eend*.pt"))
+
+
+def model_path(model: str | os.PathLike | None) -> pathlib.Path:
+    """Where the model ``model`` names is: None, the shipped default; a path to a file, that file; where no file
+    of that name exists, a shipped model's name (``eend_local4``, ``eend_local4.pt``, or ``assets/eend_local4.pt``
+    as the docs write it), the package's own file; else the path as given (which then names no file)."""
+    if model is None:
+        return SHIPPED
+    path = pathlib.Path(model)
+    if path.exists() or str(path.parent) not in (".", "assets"):
+        return path
+    own = SHIPPED.parent / (path.name if path.suffix == ".pt" else path.name + ".pt")
+    return own if own.stem in shipped_models() else path
 
 #: post-processing used when a model file does not carry its own (EEND's defaults)
 DEFAULT_POSTPROCESS = {"threshold": 0.5, "median": 11}
@@ -125,14 +144,16 @@ class EENDModel(nn.Module):
 
     @classmethod
     def load(cls, path: str | pathlib.Path | None = None) -> "EENDModel":
-        """Load a saved model; ``None`` loads the one shipped in the package."""
-        path = pathlib.Path(path) if path is not None else SHIPPED
+        """Load a saved model; ``None`` loads the one shipped in the package, a shipped model's name
+        (:func:`shipped_models`) that one."""
+        path = model_path(path)
         if path.is_dir():  # (it read "no model file at DIR")
             raise BadValue(f"{path} is a folder, not a model file" + (f" (give {path / 'model.pt'}, the one in it)"
                                                                       if (path / "model.pt").is_file() else ""))
         if not path.is_file():
             raise NotFound(f"no model file at {path}" + (" (the package was installed without its model; "
-                                    "`normlab diarize recipe` trains it)" if path == SHIPPED else ""))
+                                    "`normlab diarize recipe` trains it)" if path == SHIPPED else
+                                    f" (the models shipped with normlab go by name: {', '.join(shipped_models())})"))
         not_ours = f"{path} is not a normlab EEND model file"
         from .weights import is_safetensors
 

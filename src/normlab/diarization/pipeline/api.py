@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from ... import written
-from ..._checks import BadType, BadValue, MissingDependency
+from ..._checks import BadType, BadValue, MissingDependency, UserError
 from ..io.audio import SAMPLE_RATE, as_field, as_mono, recording_uri
 from ..io.features import FeatureConfig
 from ..io.rttm import Turn, check_token
@@ -42,7 +42,7 @@ from .stitch import diarize_waveform
 
 def load_model(model=None):
     """An ``EENDModel`` from ``None`` (the shipped one), a path, or a model; checks it fits the features."""
-    from ..models.eend import MAX_LOCAL_SPEAKERS, SHIPPED, EENDModel
+    from ..models.eend import MAX_LOCAL_SPEAKERS, EENDModel, model_path
 
     if isinstance(model, EENDModel):
         m, where = model, "the given model"
@@ -50,8 +50,8 @@ def load_model(model=None):
         raise BadType(f"model must be None (the shipped model), a model file's path or an EENDModel, got "
                       f"{type(model).__name__}")
     else:
-        m, where = EENDModel.load(model), str(model if model is not None else SHIPPED)
-        m.source_path = pathlib.Path(model if model is not None else SHIPPED)  # for the provenance
+        m, where = EENDModel.load(model), str(model_path(model))
+        m.source_path = model_path(model)  # for the provenance
     made = FeatureConfig()
     if m.features != made:
         diff = [k for k, v in asdict(made).items() if getattr(m.features, k) != v]
@@ -296,7 +296,10 @@ def _write_each(paths, out_dir, m, enc, cfg, counts, prov, format, exclusive, pl
                                                                            "pipeline": result.provenance})))
                 written.record(files[1])
             status[str(p)] = "ok"
-        except (ValueError, OSError) as e:  # AudioError and friends: reported per file
+        # AudioError and friends, said in one line per file; any other exception is a bug (a numpy ValueError
+        # was said as the file's error, and evaluate scored it as all missed): its traceback stops the call,
+        # and the files written before it are kept
+        except (UserError, OSError) as e:
             status[str(p)] = str(e)
         if on_result and status[str(p)] == "ok":  # outside the try: the caller's own errors are not the file's
             on_result(str(p), result)
