@@ -223,6 +223,19 @@ def test_stitch_fills_a_speakers_pauses_shorter_than_fill_gap():
     assert runs(0.5) == [(0.0, 1.5), (2.1, 3.0)]
 
 
+def test_stitch_in_speech_mode_fills_no_pause_into_another_speakers_turn():
+    """speech mode gives one speaker at a time: A, a 0.3 s turn of B, A again; fill_gap 0.5 filled A's pause
+    over B's turn (two speakers at once)."""
+    probs = torch.full((1, 23, 1), 0.9)  # one local speaker, speech throughout
+    pieces = [(0, 0, 0, 10, 0), (0, 0, 10, 13, 1), (0, 0, 13, 23, 2)]
+    emb = torch.tensor([[1.0, 0, 0, 0], [0, 1.0, 0, 0], [1.0, 0.01, 0, 0]])
+    seg = Segmentation("rec", 23, 0.1, [0], probs, pieces, emb, np.array([1.0, 0.3, 1.0]))
+    for gap in (0.0, 0.5):
+        cfg = PipelineConfig(speakers="speech", min_cluster=0.0, min_cluster_share=0.0, median=1, fill_gap=gap)
+        got = [(t.speaker, round(t.start, 3), round(t.end, 3)) for t in stitch(seg, cfg)]
+        assert got == [("spk0", 0.0, 1.0), ("spk1", 1.0, 1.3), ("spk0", 1.3, 2.3)], (gap, got)
+
+
 def test_offset_threshold_holds_a_fading_turn_on():
     """One window, one speaker at 0.9 on frames 0-9, then fading (0.3) on 10-14, then 0.05: at the speech threshold
     (0.5) alone the turn ends at 1.0 s; held on while above 0.15 (the default) it ends at 1.5 s; 1 turns it off."""

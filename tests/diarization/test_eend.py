@@ -44,6 +44,34 @@ def test_fill_gaps_bridges_a_speakers_short_pauses_only():
     assert active[:, 0].tolist() == col  # the input is not changed
 
 
+def test_an_exclusive_fill_never_adds_overlap():
+    """In ``speech`` mode (one speaker at a time) a fill of A's pause around a short turn of B made 3.2 s of
+    two-speaker overlap; only the pause's frames nobody else holds are filled."""
+    a = [1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0]
+    b = [0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 1]  # a short turn inside A's pause; then a short pause of its own
+    active = torch.tensor([a, b], dtype=torch.uint8).T
+    out = fill_gaps(active, 4, exclusive=True)
+    assert out[:, 0].tolist() == [1, 1, 1, 0, 1, 1, 1, 0, 0, 0, 0, 0]  # B's frame stays B's alone
+    assert out[:, 1].tolist() == [0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 1, 1]
+    assert int((out.sum(1) > 1).sum()) == 0
+    assert fill_gaps(active, 4)[:, 0].tolist() == [1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0]  # eend mode: as before
+
+
+def test_runs_and_turns_read_any_nonzero_frame_and_refuse_a_bad_frame_length():
+    """``runs`` cast its mask to int8: 0.5 read as 0, 255 as -1 (an inverted run); ``to_turns`` took a frame
+    length of 0 (zero-length turns) or below (negative durations)."""
+    from normlab.diarization.pipeline.postprocess import runs
+
+    assert runs(torch.tensor([0, 0.5, 0.7, 0])) == [(1, 3)]
+    assert runs(torch.tensor([0, 255, 255, 0], dtype=torch.uint8)) == [(1, 3)]
+    assert runs(torch.tensor([0, 256, 0])) == [(1, 2)]
+    for bad in (0.0, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="frame_seconds"):
+            to_turns(torch.ones(3, 1), bad, "u", median=1)
+    with pytest.raises(ValueError, match="1 labels for 2 speakers"):
+        to_turns(torch.ones(3, 2), 0.1, "u", median=1, labels=["a"])
+
+
 def test_hold_carries_a_turn_through_silence_while_it_stays_likely():
     """Hysteresis at 0.2: speaker 0's turn (frames 0-2) holds on through 3-5 (0.3), stops at 6 (0.1); 8-9 are above
     0.2 but touch none of its turns. On 11-13 speaker 1 talks (the count said so, though its probability is low):

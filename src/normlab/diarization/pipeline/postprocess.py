@@ -1,6 +1,8 @@
 """Frame probabilities to speaker turns: threshold, median filter, runs (EEND's inference)."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..._checks import BadValue
@@ -20,15 +22,18 @@ def median_filter(active: torch.Tensor, width: int) -> torch.Tensor:
 
 def runs(mask: torch.Tensor) -> list[tuple[int, int]]:
     """``(start, end)`` of each run of True (or nonzero) frames in a 1-D ``mask``, ``end`` one past its last."""
-    m = mask.to(torch.int8)
+    m = (mask != 0).to(torch.int8)  # (a cast alone dropped fractions and wrapped 255 to -1)
     edges = torch.diff(m, prepend=m.new_zeros(1), append=m.new_zeros(1))
     return list(zip(torch.nonzero(edges == 1).flatten().tolist(), torch.nonzero(edges == -1).flatten().tolist()))
 
 
-def fill_gaps(active: torch.Tensor, frames: int) -> torch.Tensor:
+def fill_gaps(active: torch.Tensor, frames: int, *, exclusive: bool = False) -> torch.Tensor:
     """``active (frames, speakers)`` (0/1) with each speaker's pauses shorter than ``frames`` filled: a run of
     inactive frames with that speaker active on both sides becomes active (pyannote.audio's ``min_duration_off``).
-    A pause at the start or end of the recording is never filled, nor one of ``frames`` or more."""
+    A pause at the start or end of the recording is never filled, nor one of ``frames`` or more. ``exclusive``
+    (one speaker at a time, ``speech`` mode): only the pause's frames no other speaker holds are filled, so a
+    fill never adds overlap (a short turn of B between two of A's stays B's alone); where two speakers' pauses
+    share a silent frame, the first speaker takes it."""
     if frames <= 1 or active.shape[0] == 0:
         return active
     out = active.clone()
@@ -36,7 +41,10 @@ def fill_gaps(active: torch.Tensor, frames: int) -> torch.Tensor:
         spans = runs(active[:, k])
         for (_, a), (b, _) in zip(spans, spans[1:]):  # the pause between two runs
             if b - a < frames:
-                out[a:b, k] = 1
+                if exclusive:  # the frames of the pause where nobody else speaks (after the fills before)
+                    out[a:b, k] = (out[a:b].sum(1) - out[a:b, k] == 0).to(out.dtype)
+                else:
+                    out[a:b, k] = 1
     return out
 
 
@@ -64,6 +72,10 @@ def hold(active: torch.Tensor, probs: torch.Tensor, low: float) -> torch.Tensor:
 def to_turns(probs: torch.Tensor, frame_seconds: float, uri: str, *, threshold: float = 0.5, median: int = 11,
              labels: list[str] | None = None) -> list[Turn]:
     """Turns from ``probs (frames, speakers)``: active where ``p > threshold``, smoothed, then runs."""
+    if not 0 < frame_seconds < math.inf:  # (0 made zero-length turns, a negative one negative durations)
+        raise BadValue(f"frame_seconds must be a finite number of seconds > 0, got {frame_seconds}")
+    if labels is not None and len(labels) < probs.shape[1]:
+        raise BadValue(f"{len(labels)} labels for {probs.shape[1]} speakers")
     active = median_filter((probs > threshold).to(torch.uint8), median).bool()  # T, S
     labels = labels or [f"spk{k}" for k in range(probs.shape[1])]
     turns = [Turn(uri, a * frame_seconds, (b - a) * frame_seconds, labels[k])

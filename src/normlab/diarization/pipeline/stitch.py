@@ -78,7 +78,7 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
     if cfg.offset_threshold < 1:  # turns held on through silent frames while still likely (hysteresis), the
         active = median_filter(hold(active, glob, cfg.offset_threshold), cfg.median)  # seams it makes smoothed too
     # every pause shorter than fill_gap seconds: round() left 0.15 s (1.4999... frames) and 0.25 s (2, to even)
-    active = fill_gaps(active, math.ceil(cfg.fill_gap / seg.frame_seconds - 1e-9))
+    active = fill_gaps(active, math.ceil(cfg.fill_gap / seg.frame_seconds - 1e-9), exclusive=cfg.speakers == "speech")
     # labelled by decreasing speech in what is written (the clusters came ordered by their embeddings' weight,
     # which caps each piece's seconds)
     active = active[:, torch.argsort(active.sum(0, dtype=torch.int64), descending=True, stable=True)]
