@@ -399,3 +399,16 @@ def test_a_piece_longer_than_min_embed_by_the_window_s_cut_is_kept():
     """piece 7 s cuts a 10 s window into one 10 s piece: embedded with min_embed 8 s."""
     assert PipelineConfig(piece=7.0, min_embed=8.0).piece == 7.0
     assert PipelineConfig.for_model(None, piece=7.0, min_embed=8.0).piece == 7.0
+
+
+def test_a_row_of_zeros_is_clustered_and_a_nan_row_refused():
+    """A piece whose embedding is all zeros made scipy's cosine distance NaN, and the tree refused the whole
+    recording ("The condensed distance matrix must contain only finite values")."""
+    x = np.eye(4)[[0, 0, 1, 1, 1]]
+    x[4] = 0.0
+    labels = cluster(x, threshold=0.3)
+    assert labels[:4].tolist() == [0, 0, 1, 1] or labels[:4].tolist() == [1, 1, 0, 0]
+    assert cluster(x, threshold=0.3, num_speakers=2).shape == (5,)
+    x[4, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        cluster(x, threshold=0.3)

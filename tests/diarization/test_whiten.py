@@ -229,3 +229,22 @@ def test_the_package_s_own_model_files_are_never_rewritten(tmp_path, capsys, nam
     with pytest.raises(UserError, match="own model files"):
         write_pipeline(path, {}, "eend", {})
     assert path.read_bytes() == before
+
+
+def test_identical_pieces_or_an_infinite_ridge_are_one_line_not_a_linalg_error():
+    """Each speaker's pieces one embedding (no within-speaker spread): the whitening divided 0 by 0 and the PLDA
+    fit failed in eigh ("not positive definite"); ``lam=inf`` passed the check and failed the same way."""
+    from normlab.diarization.pipeline import vbx
+
+    probs = torch.full((1, 40, 1), 0.9)
+    pieces = [(0, 0, a, a + 10, i) for i, a in enumerate(range(0, 40, 10))]
+    a, b = np.eye(8)[0], np.eye(8)[1]
+    seg = Segmentation("u", 40, 0.1, [0], probs, pieces, torch.tensor(np.stack([a, a, b, b])).float(), np.ones(4))
+    ref = [Turn("u", 0.0, 2.0, "A"), Turn("u", 2.0, 2.0, "B")]
+    with pytest.raises(ValueError, match="no within-speaker spread to fit the whitening"):
+        whiten.fit([(seg, ref)], 0.5)
+    with pytest.raises(ValueError, match="no within-speaker spread to fit the PLDA model"):
+        vbx.fit_groups([np.stack([a, a]), np.stack([b, b])])
+    seg.embeddings = torch.tensor(np.random.default_rng(0).normal(size=(4, 8))).float()
+    with pytest.raises(ValueError, match="lam must be a finite number > 0, got inf"):
+        whiten.fit([(seg, ref)], 0.5, lam=float("inf"))

@@ -138,9 +138,12 @@ def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | N
     reassign : last, each embedding moves to the cluster of its nearest centroid (``nearest_centroid``)
     """
     from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import pdist
 
     lo, hi = check_speaker_counts(num_speakers, min_speakers, max_speakers)
     x = np.asarray(embeddings, dtype=np.float64)
+    if not np.isfinite(x).all():
+        raise BadValue("embeddings hold NaN or infinite values")
     n = x.shape[0]
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
     if n == 0:
@@ -148,7 +151,10 @@ def cluster(embeddings: np.ndarray, *, threshold: float, weights: np.ndarray | N
     if n == 1:
         return np.zeros(1, dtype=np.int64)
     x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-    tree = linkage(x, method="average", metric="cosine")
+    # a row of zeros (a piece its encoder heard nothing in) has no direction: 1 from every other, as orthogonal
+    # (scipy's cosine made it NaN, and the tree refused the whole recording)
+    dist = pdist(x, metric="cosine")
+    tree = linkage(np.nan_to_num(dist, nan=1.0), method="average")
     labels = fcluster(tree, t=threshold, criterion="distance")
     lo = min(lo, n)
     if lo > 1 and _n_big(labels, w, min_weight) < lo:  # too few voices at the cut (short outliers do not count)

@@ -47,11 +47,16 @@ def piece_speakers(seg: Segmentation, ref: list[Turn], threshold: float) -> dict
     return {row: next(iter(s)) for row, s in found.items() if len(s) == 1}
 
 
+def check_lam(lam: float) -> None:
+    """BadValue unless ``lam`` (the ridge added to the within-speaker scatter) is a finite number > 0."""
+    if not 0 < lam < float("inf"):
+        raise BadValue(f"whitening lam must be a finite number > 0, got {lam}")
+
+
 def fit(segmentations: list[tuple[Segmentation, list[Turn]]], threshold: float, lam: float = 1.0) -> dict:
     """The whitening map ``(dim, dim)`` from training recordings and their references, with what it was fitted
     on: ``{"matrix", "lam", "recordings", "pieces", "speakers"}``."""
-    if not lam > 0:
-        raise BadValue(f"whitening lam must be > 0, got {lam}")
+    check_lam(lam)
     dim = next((s.embeddings.shape[1] for s, _ in segmentations if s.embeddings.numel()), None)
     scatter, pieces, classes = None, 0, 0
     for seg, ref in segmentations:
@@ -67,6 +72,9 @@ def fit(segmentations: list[tuple[Segmentation, list[Turn]]], threshold: float, 
     if scatter is None:
         raise BadValue("no speaker has two pieces of one voice in these recordings: nothing to fit the whitening on")
     sw = scatter / pieces
+    if not np.trace(sw) > 0:  # every speaker's pieces the same embedding: no wander to learn (0/0 below)
+        raise BadValue("each speaker's pieces have the same embedding in these recordings: no within-speaker "
+                       "spread to fit the whitening on")
     sw = sw / (np.trace(sw) / dim)  # unit mean variance: lam is relative to it
     vals, vecs = np.linalg.eigh(sw + lam * np.eye(dim))
     matrix = (vecs * vals ** -0.5) @ vecs.T
@@ -102,6 +110,7 @@ def fit_files(model, encoder, dirs: list, *, lam: float = 1.0, per_folder: int |
     from .config import PipelineConfig
     from .tuning import Segmenter, files_of
 
+    check_lam(lam)  # before the recordings are segmented (minutes), not after
     # the whitening and the PLDA model are GE2E's: its pieces, with the settings chosen with GE2E where the file
     # has them (a model whose mode chose CAM++ keeps GE2E's beside it); where none were, GE2E pieces of
     # FIT_PIECE seconds (the fit reads no cluster cut: any does)
