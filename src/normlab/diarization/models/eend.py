@@ -76,6 +76,7 @@ def model_path(model: str | os.PathLike | None) -> pathlib.Path:
     own = SHIPPED.parent / (path.name if path.suffix == ".pt" else path.name + ".pt")
     return own if own.stem in shipped_models() else path
 
+
 #: post-processing used when a model file does not carry its own (EEND's defaults)
 DEFAULT_POSTPROCESS = {"threshold": 0.5, "median": 11}
 
