@@ -374,11 +374,11 @@ def tune_recipe_pipeline(model_path: pathlib.Path, data: pathlib.Path, cfg: Reci
     cache = segments_beside(model_path.with_name("tuning"))  # a stopped recipe's tuning resumes from it
     result = tune_pipeline(model, every_encoder(), dev, tests, segment_grid=grids[0], stitch_grid=grids[1],
                            jobs=jobs, incumbent=model.postprocess.get("modes"), cache=cache)
-    remove_segments(cache)
     provenance.write_pipeline(model_path, result["modes"], result["speakers"],
                               {k: v for k, v in result.items() if k != "grid"}, result["whitened"],
                               result.get("ahc"), result.get("vbx"), result.get("encoders"),
                               result["readings"].get("vad_speech"))
+    remove_segments(cache)  # the choice is stored: the segmentations are no longer needed
     return {k: v for k, v in result.items() if k != "grid"}
 
 
