@@ -5,7 +5,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..kernels.dispatch import unreadable
+from ..kernels.dispatch import values_known
 
 
 class DeviceConstant:
@@ -41,6 +41,6 @@ class DeviceConstant:
                     made = self._new(device, dtype)
             else:
                 made = self._new(device, dtype)
-            if not (torch.jit.is_tracing() or torch.compiler.is_compiling() or unreadable(made)):
+            if values_known(made):  # (a trace's tensor kept for later calls would be a symbol)
                 self._made[key] = made
         return made

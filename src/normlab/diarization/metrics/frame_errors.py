@@ -54,17 +54,14 @@ def frame_errors(reference: list[Turn], hypothesis: list[Turn], *, step: float =
         raise BadValue(f"step must be a finite number of seconds > 0, got {step}")
     region = scored_region(reference, hypothesis, uem=uem)
     mapping = speaker_mapping(reference, hypothesis, uem=uem)
-    if not region:
-        empty = np.zeros(0, dtype=np.int64)
-        return FrameErrors(step, 0.0, empty, empty.copy(), empty.copy(), mapping)
-    start, end = region[0][0], region[-1][1]
-    n = int(np.ceil((end - start) / step - 1e-9))  # frames of the grid over the whole scored region
     # only frames where someone speaks can hold an error: the grid is laid over the turns' span alone (a UEM a
     # million seconds long made 10^8 frames for a 30 s recording), on the same frame boundaries
     turns = [t for t in (*reference, *hypothesis) if t.end > t.start]
-    if not turns:
+    if not region or not turns:
         empty = np.zeros(0, dtype=np.int64)
-        return FrameErrors(step, start, empty, empty.copy(), empty.copy(), mapping)
+        return FrameErrors(step, region[0][0] if region else 0.0, empty, empty.copy(), empty.copy(), mapping)
+    start, end = region[0][0], region[-1][1]
+    n = int(np.ceil((end - start) / step - 1e-9))  # frames of the grid over the whole scored region
     first = min(max(0, math.floor((min(t.start for t in turns) - start) / step)), n)
     last = max(min(n, math.ceil((max(t.end for t in turns) - start) / step)), first)
     centres = start + (np.arange(first, last) + 0.5) * step

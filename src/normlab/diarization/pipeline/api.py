@@ -50,8 +50,9 @@ def load_model(model=None):
         raise BadType(f"model must be None (the shipped model), a model file's path or an EENDModel, got "
                       f"{type(model).__name__}")
     else:
-        m, where = EENDModel.load(model), str(model_path(model))
-        m.source_path = model_path(model)  # for the provenance
+        path = model_path(model)  # (a shipped model's name: its file)
+        m, where = EENDModel.load(path), str(path)
+        m.source_path = path  # for the provenance
     made = FeatureConfig()
     if m.features != made:
         diff = [k for k, v in asdict(made).items() if getattr(m.features, k) != v]

@@ -425,11 +425,15 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
                                                           if v != "vbx")}
         if not stitch_grid["clustering"]:
             raise BadValue("the grid asks for clustering=vbx only, but the model file holds no PLDA model")
-    dev_files = files_of(dev)
+    by_folder: dict = {}  # each folder's recordings, read once (a folder named twice counts once, as files_of)
+    for d in dev:
+        files = files_of([d])
+        by_folder.setdefault(pathlib.Path(d).resolve(), (d, files))
+    dev_files = [f for _, files in by_folder.values() for f in files]
     if not dev_files:
         raise NotFound(f"no dev recordings with references in {[str(d) for d in dev]}")
-    for d in dev:  # a folder of sounds alone, or of other recordings' references, adds nothing: said
-        if len(dev) > 1 and not _has_speech(files_of([d])):
+    for d, files in by_folder.values():  # a folder of sounds alone, or of other recordings' references: said
+        if len(dev) > 1 and not _has_speech(files):
             warnings.warn(f"--dev {d}: no recording with reference speech (each wav named in its folder's ref.rttm"
                           "): it adds nothing to the dev set", stacklevel=2)
     # the test sets are read before any work: one without speech to score failed after the whole grid had run
