@@ -43,6 +43,20 @@ class MaskedBatchNorm(nn.Module):
         self.register_buffer("running_var", torch.ones(num_features, **fk))
         self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long, device=device))
 
+    def reset_running_stats(self) -> None:
+        """Running mean 0, running variance 1, no batch tracked (as ``torch.nn.BatchNorm1d``)."""
+        self.running_mean.zero_()
+        self.running_var.fill_(1)
+        self.num_batches_tracked.zero_()
+
+    def reset_parameters(self) -> None:
+        """The running statistics reset, weight 1, bias 0: what a module built on the meta device, then
+        ``to_empty()``, needs before use (as ``torch.nn.BatchNorm1d``)."""
+        self.reset_running_stats()
+        with torch.no_grad():
+            self.weight.fill_(1)
+            self.bias.zero_()
+
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``x``: ``(..., D)``; ``padding_mask``: bool ``x.shape[:-1]`` or a prefix of it, True = padding."""
         check_input(x, (self.num_features,))  # before the running statistics move

@@ -6,6 +6,7 @@ no hook watches does the pending residual add itself (``add_layer_norm`` /
 """
 from __future__ import annotations
 
+import types
 from collections import Counter
 
 import pytest
@@ -310,3 +311,28 @@ def test_a_forward_replaced_on_fc1_runs_with_and_without_grad():
         without = normlab.nn.materialize(*block(x))
     assert len(calls) == 2
     torch.testing.assert_close(without, with_grad)
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_a_norm_whose_forward_is_replaced_with_torchs_signature_gets_the_stream(norm):
+    """A norm at a junction takes the pending add itself; a forward replaced on the instance has a signature of
+    its own (torch's LayerNorm's: one input), so it is called on the sum, never handed ``residual=``."""
+    torch.manual_seed(0)
+    model = normlab.TransformerEncoder(16, 2, 2, norm=norm).eval()
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        want = model(x)
+    target, seen = model.layers[1].attn.pre_norm, []  # fed by the first layer's pending residual
+    inner = target.forward
+
+    def replaced(self, inp):
+        seen.append(inp)
+        return inner(inp) * 0
+
+    target.forward = types.MethodType(replaced, target)
+    first = []
+    model.layers[0].register_forward_hook(lambda m, args, out: first.append(normlab.nn.materialize(*out)))
+    with torch.no_grad():
+        out = model(x)
+    assert len(seen) == 1 and torch.equal(seen[0], first[0])  # the first layer's output stream
+    assert not torch.allclose(out, want)  # the replacement's output was used

@@ -36,6 +36,44 @@ def test_old_keys_are_refused_naming_the_fix_and_upgrade_bitwise(placement):
         assert torch.equal(src(x), dst(x))
 
 
+def _fuse_qkv(module, state_dict, prefix, *args):
+    """A user's load pre-hook converting the old q/k/v keys of one attention module, as torch's docs suggest."""
+    for leaf in ("weight", "bias"):
+        parts = [state_dict.pop(f"{prefix}{w}_proj.{leaf}", None) for w in "qkv"]
+        if all(p is not None for p in parts):
+            state_dict[f"{prefix}qkv_proj.{leaf}"] = torch.cat(parts)
+
+
+@pytest.mark.parametrize("where", ["attention", "encoder"])
+def test_a_users_load_pre_hook_converts_old_keys_before_they_are_refused(where):
+    torch.manual_seed(3)
+    src = normlab.TransformerEncoder(16, 2, 2).eval()
+    old = {k: v for k, v in _old_layout(src.state_dict()).items()}
+    old = {k.replace(".norm.", ".pre_norm."): v for k, v in old.items()}  # the norms as today: only q/k/v old
+    dst = normlab.TransformerEncoder(16, 2, 2).eval()
+    if where == "attention":  # torch runs a module's own pre-hooks inside its load, after its parents'
+        for layer in dst.layers:
+            layer.attn.fn.register_load_state_dict_pre_hook(_fuse_qkv)
+    else:
+        dst.register_load_state_dict_pre_hook(
+            lambda m, sd, prefix, *a: [_fuse_qkv(None, sd, f"{prefix}layers.{i}.attn.fn.") for i in range(2)])
+    dst.load_state_dict(old)  # strict: the hook left nothing missing or unexpected
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        assert torch.equal(src(x), dst(x))
+
+
+def test_old_keys_beside_a_complete_state_are_left_to_strict():
+    src = normlab.TransformerEncoder(16, 2, 2)
+    state = {**src.state_dict(), "layers.0.attn.fn.q_proj.weight": torch.zeros(16, 16)}
+    dst = normlab.TransformerEncoder(16, 2, 2)
+    dst.load_state_dict(state, strict=False)  # nothing of today's layout is missing: an extra key, ignored
+    with pytest.raises(RuntimeError, match="Unexpected key.*q_proj"):
+        dst.load_state_dict(state)
+    with pytest.raises(OldKeysError):  # without strict too: today's keys missing, old ones given
+        dst.load_state_dict(_old_layout(src.state_dict()), strict=False)
+
+
 def test_a_module_of_the_users_named_like_an_old_key_is_not_refused():
     class Attn(torch.nn.Module):  # its own q_proj: a key the stack expects is never "old"
         def __init__(self):

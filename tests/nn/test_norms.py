@@ -251,3 +251,27 @@ def test_masked_batchnorm_checks_its_mask_in_eval_as_in_training():
         with pytest.raises(ValueError, match="padding mask has shape"):
             bn(x, torch.ones(5, dtype=torch.bool))
     assert bn(x, torch.zeros(2, 3, dtype=torch.bool)).shape == x.shape
+
+
+def test_masked_batchnorm_resets_as_torchs_batchnorm_and_builds_on_meta():
+    """torch's recipe for a large model: build on the meta device, ``to_empty()``, then ``reset_parameters()`` on
+    every module that has it; the Conformer's convolution norm kept uninitialised memory before."""
+    from normlab.batchnorm import MaskedBatchNorm
+
+    bn, ref = MaskedBatchNorm(4).train(), nn.BatchNorm1d(4)
+    bn(torch.randn(3, 5, 4))
+    with torch.no_grad():
+        bn.weight.mul_(3)
+        bn.bias.add_(1)
+    bn.reset_parameters()
+    for name, t in ref.state_dict().items():
+        assert torch.equal(bn.state_dict()[name], t), name
+    with torch.device("meta"):
+        model = normlab.ConformerEncoder(16, 2, 1)
+    model.to_empty(device="cpu")
+    for m in model.modules():
+        if hasattr(m, "reset_parameters"):
+            m.reset_parameters()
+    norms = [m for m in model.modules() if isinstance(m, MaskedBatchNorm)]
+    assert norms and all(torch.equal(m.running_var, torch.ones(16)) and int(m.num_batches_tracked) == 0
+                         and torch.equal(m.weight, torch.ones(16)) for m in norms)

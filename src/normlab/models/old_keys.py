@@ -8,7 +8,9 @@ Two renames changed the keys of every encoder:
   layer is pre-style, ``post_norm`` otherwise.
 
 Loading such a state dict into a :class:`~normlab.models.stack.Stack` raises
-:class:`OldKeysError`; convert the file once::
+:class:`OldKeysError` once the stack has loaded, where keys of today's layout
+are still missing (a load pre-hook of the user's may have converted them:
+torch runs it first); convert the file once::
 
     python -c "import normlab.models as m; m.upgrade_file('model.pt')"
 
@@ -42,15 +44,20 @@ def old_keys(keys) -> list[str]:
     return [k for k in keys if _QKV.match(k) or _UNIT_NORM.match(k)]
 
 
-def refuse_old_keys(state_dict: dict, module: torch.nn.Module, prefix: str = "") -> None:
-    """Raise :class:`OldKeysError` naming the fix when ``state_dict`` has, under ``prefix``, old keys
-    that ``module`` does not have."""
+def foreign_old_keys(state_dict: dict, module: torch.nn.Module, prefix: str = "") -> list[str]:
+    """The keys of ``state_dict`` under ``prefix`` that only older normlab files use and ``module`` lacks."""
     candidates = old_keys(k for k in state_dict if k.startswith(prefix))
     if not candidates:  # (the usual case: nothing to compare, no key set built)
-        return
+        return []
     own = _own_keys(module)
-    old = [k for k in candidates if k[len(prefix):] not in own]
-    if old:
+    return [k for k in candidates if k[len(prefix):] not in own]
+
+
+def refuse_unconverted(old: list[str], missing: list[str], prefix: str = "") -> None:
+    """After a load: raise :class:`OldKeysError` where the state dict held old keys (``old``) and keys of
+    today's layout under ``prefix`` are still missing, so nothing (a load pre-hook of the user's) converted
+    them. Old keys beside a complete set of today's are left to ``strict``, as any other unexpected key."""
+    if old and any(k.startswith(prefix) for k in missing):
         raise OldKeysError(f"state dict uses keys of an older normlab layout (e.g. {old[0]!r}); {FIX}")
 
 

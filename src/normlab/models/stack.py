@@ -22,7 +22,7 @@ from torch import nn
 from .._checks import BadType, BadValue, check_count, check_padding_mask, check_rate
 from ..nn.positional import PositionalEncoding
 from ..nn.residual import Carry, add_norm, materialize
-from .old_keys import refuse_old_keys
+from .old_keys import foreign_old_keys, refuse_unconverted
 from .placement import LayerSpec, init_block, plan
 
 
@@ -64,6 +64,7 @@ class Stack(nn.Module):
                  norm: str = "layernorm", placement: str = "pre", init: str = "torch", norm_kw: dict | None = None,
                  inputs: dict[str, nn.Module | nn.Parameter | None] | None = None):
         super().__init__()
+        self.register_load_state_dict_post_hook(Stack._refuse_unconverted)
         specs = plan(placement, n_layers, dim=dim, norm=norm, norm_kw=norm_kw, init=init)
         self.norm_name, self.placement_name = norm, placement
         for name, m in (inputs or {}).items():
@@ -90,8 +91,16 @@ class Stack(nn.Module):
         return self.run_layers(x, mask)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        refuse_old_keys(state_dict, self, prefix)
+        # old keys are judged once the whole stack has loaded (_refuse_unconverted): a load pre-hook of the
+        # user's on this module or any inside it, where torch runs it, may have converted them by then
+        self._old_keys_seen = (prefix, foreign_old_keys(state_dict, self, prefix))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    @staticmethod
+    def _refuse_unconverted(module: Stack, incompatible) -> None:
+        """A load post-hook: after this stack and every module inside it loaded."""
+        prefix, old = module.__dict__.pop("_old_keys_seen", ("", []))
+        refuse_unconverted(old, incompatible.missing_keys, prefix)
 
 
 class SequenceEncoder(Stack):

@@ -52,7 +52,11 @@ _TAKES_RESIDUAL: dict[type, bool] = {}
 
 
 def takes_residual(norm: nn.Module) -> bool:
-    """True when ``norm``'s ``forward`` has a ``residual`` parameter: it then does the residual add itself."""
+    """True when ``norm``'s ``forward`` has a ``residual`` parameter: it then does the residual add itself. A
+    ``forward`` replaced on the instance (a user's patch, accelerate's offloading wrapper) is called as
+    ``torch.nn.LayerNorm``'s is, on the sum: its signature is the replacement's to choose."""
+    if "forward" in norm.__dict__:
+        return False
     cls = type(norm)
     known = _TAKES_RESIDUAL.get(cls)
     if known is None:
