@@ -47,6 +47,12 @@ def test_a_link_loop_is_one_line_too(tmp_path):
     written.check([tmp_path / "bench.md"], overwrite=True)
 
 
+def test_a_name_the_system_refuses_is_one_line(tmp_path):
+    """A file name longer than the file system takes raised OSError (errno 36) from the check itself."""
+    with pytest.raises(ValueError, match="cannot be written .*give --out another folder"):
+        written.check([tmp_path / ("a" * 300) / "results.json"], hint="give --out another folder")
+
+
 def test_a_link_is_never_written_through(tmp_path):
     target = tmp_path / "elsewhere.txt"
     target.write_text("keep\n")
@@ -285,3 +291,12 @@ def test_a_write_that_fails_on_a_full_disk_is_said_as_a_full_disk(tmp_path, monk
     assert written.full_disk(tmp_path / "x", RuntimeError("System error")) is None  # room left: not the disk
     with pytest.raises(RuntimeError, match="unexpected pos"):  # then it stays what it was (a bug's traceback)
         train_mod._save(tmp_path / "last.pt", {"step": 1})
+
+
+def test_a_file_named_figures_in_the_report_folder_stops_it_before_any_cell(tmp_path):
+    """A file where the figures folder goes was found only when the first figure was drawn, after the cells."""
+    pytest.importorskip("matplotlib")
+    (tmp_path / "figures").write_text("mine")
+    with pytest.raises(ValueError, match=r"figures: cannot write there"):
+        run_studies(tmp_path, scale="test", only=["lesson_stats"], progress=False)
+    assert not (tmp_path / "runs.sqlite").exists() and (tmp_path / "figures").read_text() == "mine"

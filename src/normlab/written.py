@@ -58,19 +58,23 @@ def check(paths, *, overwrite: bool = False, hint: str = "write into another fol
     was moved into place, after all the work)."""
     paths = [pathlib.Path(os.path.abspath(q)) for q in paths]  # `out/sub/..` where sub is not made yet
     for p in paths:
-        if resolved(p).is_relative_to(PACKAGE):
-            raise BadValue(f"{p} is inside normlab's installed package, whose files are never replaced: {hint}")
-        if p.is_dir():
-            raise BadValue(f"{p} is a folder where an output would go: move it away, or {hint}")
-    if overwrite:
+        try:
+            _check_one(p, overwrite, hint)
+        except OSError as e:  # a name the system refuses (too long, a component that is a file): one line
+            raise BadValue(f"{p}: cannot be written ({e.strerror or e}): {hint}") from None
+
+
+def _check_one(p: pathlib.Path, overwrite: bool, hint: str) -> None:
+    if resolved(p).is_relative_to(PACKAGE):
+        raise BadValue(f"{p} is inside normlab's installed package, whose files are never replaced: {hint}")
+    if p.is_dir():
+        raise BadValue(f"{p} is a folder where an output would go: move it away, or {hint}")
+    if overwrite or not (p.exists() or p.is_symlink()):
         return
-    for p in paths:
-        if not (p.exists() or p.is_symlink()):
-            continue
-        if p.is_file() and not p.is_symlink() and listed(p.parent).get(p.name) == digest(p):
-            continue
-        raise BadValue(f"{p} exists and normlab did not write it (or it was changed since): {hint}, move it away, "
-                       "or pass --overwrite to replace it")
+    if p.is_file() and not p.is_symlink() and listed(p.parent).get(p.name) == digest(p):
+        return
+    raise BadValue(f"{p} exists and normlab did not write it (or it was changed since): {hint}, move it away, "
+                   "or pass --overwrite to replace it")
 
 
 def writable_folder(folder, option: str = "--out") -> pathlib.Path:

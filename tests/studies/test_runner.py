@@ -375,9 +375,43 @@ def test_a_store_damaged_after_it_was_opened_is_one_line(tmp_path, monkeypatch):
         def execute(self, *args):
             raise sqlite3.DatabaseError("database disk image is malformed")
 
+        def close(self):
+            pass
+
     monkeypatch.setattr(store, "_connect", Damaged)
     with pytest.raises(UserError, match="runs.sqlite is damaged .*malformed.*move it away"):
         store.get("any key")
+
+
+def test_a_cell_whose_stored_result_was_damaged_is_one_line(tmp_path):
+    """A row's JSON changed on disk (the file itself still a database) was a JSONDecodeError traceback."""
+    from normlab._checks import UserError
+
+    store = Store(str(tmp_path / "runs.sqlite"))
+    store.put("k", "s", "f", {}, {"deviation": 1.0}, 0.0)
+    with contextlib.closing(sqlite3.connect(tmp_path / "runs.sqlite")) as con, con:
+        con.execute("UPDATE cells SET result = '{broken' WHERE key = 'k'")
+    with pytest.raises(UserError, match=r"runs.sqlite is damaged \(cell k: .*move it away"):
+        store.get("k")
+
+
+def test_a_store_that_refuses_writes_is_one_line(tmp_path, monkeypatch):
+    """A store file that can be read but not written (an immutable file; root ignores chmod) failed at the first
+    write with sqlite's OperationalError traceback."""
+    from normlab._checks import UserError
+
+    path = tmp_path / "runs.sqlite"
+    Store(str(path)).put("k", "s", "f", {}, {"v": 1}, 0.0)
+    read_only = lambda: sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)  # noqa: E731
+    store = Store(str(path))
+    monkeypatch.setattr(store, "_connect", read_only)
+    assert store.get("k") == {"status": "ok", "v": 1}
+    with pytest.raises(UserError, match="runs.sqlite: cannot write there .*readonly.*give --out another folder"):
+        store.add_session({"who": "me"})
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "runs.sqlite").mkdir()
+    with pytest.raises(UserError, match="runs.sqlite is a folder where the store goes"):
+        Store(str(tmp_path / "folder" / "runs.sqlite"))
 
 
 def test_two_reports_in_one_folder_the_second_is_refused(tmp_path):

@@ -119,6 +119,7 @@ def test_every_study_returns_claims_and_a_figure(test_scale_results):
             assert set(c) >= {"id", "statement", "source", "measured", "criterion", "verdict", "uncertainty"}
             assert c["verdict"] in (("SKIP",) if skipped else ("PASS", "FAIL"))
             assert skipped or c["uncertainty"], c["id"]  # every verdict comes with its seed-level spread
+            assert "status" not in c["measured"], c["id"]  # the store's bookkeeping is no measurement
             json.dumps(c)
 
 
@@ -287,9 +288,12 @@ def test_the_timing_cell_is_keyed_by_the_machine(tmp_path):
     assert provenance.cpu_name() in fake.seen[0]["machine"]
 
 
-def test_a_partial_rerun_never_joins_a_report_of_another_scale(tmp_path):
+def test_a_partial_rerun_never_joins_a_report_of_another_scale(tmp_path, monkeypatch):
     """`normlab study X` into a report folder keeps the other studies' claims: only of the same scale and
     seeds, else one line (and the report is kept), or the old claims dropped with --overwrite."""
+    import torch
+
+    from normlab import provenance
     from normlab._checks import BadValue
     from normlab.studies.report import run_studies
 
@@ -301,9 +305,13 @@ def test_a_partial_rerun_never_joins_a_report_of_another_scale(tmp_path):
     with pytest.raises(BadValue, match="on cpu; a test run with seed offset 0 on cuda of some studies cannot join"):
         run_studies(tmp_path, scale="test", only=["invariance"], progress=False, device="cuda")
     assert (tmp_path / "results.json").read_text() == before
-    joined = run_studies(tmp_path, scale="test", only=["invariance"], progress=False, jobs=2)
+    with monkeypatch.context() as m:  # the code changed between the two runs (a dirty commit reads the same)
+        m.setattr(provenance, "code_digest", lambda: "edited")
+        joined = run_studies(tmp_path, scale="test", only=["invariance"], progress=False, jobs=2)
     assert {c["study"] for c in joined["claims"]} == {"lesson_stats", "invariance"}
     runs = {s["name"]: s["run"] for s in joined["studies"]}  # each study says how its own cells ran
+    assert runs["invariance"]["source_digest"] == "edited" != runs["lesson_stats"]["source_digest"]
+    assert runs["lesson_stats"]["torch"] == torch.__version__
     assert (runs["lesson_stats"]["jobs"], runs["invariance"]["jobs"]) == (1, 2)
     assert (runs["lesson_stats"]["threads_per_cell"], runs["invariance"]["threads_per_cell"]) == (2, 1)
     alone = run_studies(tmp_path, scale="test", only=["invariance"], progress=False, seed_offset=100, overwrite=True)

@@ -38,6 +38,7 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
     written.check([out / "results.json", out / "index.html", *figures], overwrite=overwrite,
                   hint="give --out another folder")
     written.writable_folder(out)  # a read-only folder: one line with a way out, not the lock file's OS error
+    written.writable_folder(out / "figures")  # a file of that name was found after all the cells had run
     # one report at a time in a folder: two wrote results.json from what each read at its start (one's claims
     # lost), and one could find the other's store half made
     with folder_lock(out, "written", "wait for that report to finish, or give --out another folder"):
@@ -76,8 +77,9 @@ def _run_studies(out: pathlib.Path, scale: str, jobs: int, only: list[str] | Non
                 failed.append(str(e))
                 continue
             res["seconds"] = round(time.time() - t, 1)
+            # this study's own run: a study kept from an earlier report keeps the code and versions that made it
             res["run"] = {"executor": executor, "jobs": jobs, "threads_per_cell": runner.threads,
-                          "normlab": prov.get("normlab"), "git_commit": prov.get("git_commit")}  # this study's own run
+                          **{k: prov.get(k) for k in ("normlab", "torch", "python", "git_commit", "source_digest")}}
             studies.append(res)
     finally:
         runner.close()
@@ -167,8 +169,8 @@ def _img(path: pathlib.Path, sha256: str | None = None) -> str:
     if not path.exists():
         return "<p><em>(no figure)</em></p>"
     if sha256 is not None and written.digest(path) != sha256:
-        return (f"<p><em>({html.escape(path.name)} is not the figure of this run of the study: run it again, "
-                "with --only, to draw it)</em></p>")
+        return (f"<p><em>({html.escape(path.name)} is not the figure of this run of the study: run the study again "
+                "(normlab study, or normlab report --only) to draw it)</em></p>")
     data = base64.b64encode(path.read_bytes()).decode()
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
 

@@ -87,27 +87,32 @@ class Store:
     ``sessions(started, provenance)`` (versions, commit and machine of each run that wrote to it)."""
 
     def __init__(self, path: str):
+        from .._checks import BadValue
+
         self.path = path
+        if os.path.isdir(path):
+            raise BadValue(f"{path} is a folder where the store goes: move it away, or give --out another folder")
         try:
             with contextlib.closing(sqlite3.connect(path, timeout=60)) as db:  # read before anything is changed
                 tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if tables and not {"cells", "sessions"} <= tables:  # someone's own database under the store's name
-                raise sqlite3.DatabaseError(f"it holds tables {', '.join(sorted(tables))}")
-            with self._connect() as db:
-                db.execute(
-                    "CREATE TABLE IF NOT EXISTS cells (key TEXT PRIMARY KEY, study TEXT, fn TEXT, config TEXT,"
-                    " status TEXT, result TEXT, seconds REAL, finished REAL)"
-                )
-                db.execute("CREATE TABLE IF NOT EXISTS sessions (started REAL, provenance TEXT)")
-        except sqlite3.DatabaseError as e:  # a file of another kind under the store's name: the user's
-            from .._checks import BadValue
-
+        except sqlite3.DatabaseError as e:
+            if "malformed" in str(e):  # a store cut short or overwritten in part
+                raise BadValue(self._damaged(e)) from None
             raise BadValue(f"{path} is not a normlab store ({e}): give --out another folder, or move it away") \
                 from None
+        if tables and not {"cells", "sessions"} <= tables:  # someone's own database under the store's name
+            raise BadValue(f"{path} is not a normlab store (it holds tables {', '.join(sorted(tables))}): give --out "
+                           "another folder, or move it away")
+        with self._db() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS cells (key TEXT PRIMARY KEY, study TEXT, fn TEXT, config TEXT,"
+                " status TEXT, result TEXT, seconds REAL, finished REAL)"
+            )
+            db.execute("CREATE TABLE IF NOT EXISTS sessions (started REAL, provenance TEXT)")
 
     def add_session(self, provenance: dict) -> None:
         """Record who writes to the store from now on (``provenance.record()``)."""
-        with self._connect() as db:
+        with self._db() as db:
             db.execute("INSERT INTO sessions VALUES (?, ?)", (time.time(), json.dumps(provenance, sort_keys=True)))
 
     def _connect(self) -> sqlite3.Connection:
@@ -115,30 +120,54 @@ class Store:
         db.execute("PRAGMA journal_mode=WAL")
         return db
 
+    @contextlib.contextmanager
+    def _db(self):
+        """A transaction on the store (committed at the end); what the file or its folder refuses becomes one line
+        naming the store: damaged after it was opened (a disk error, a partial copy), or not writable."""
+        from .._checks import BadValue
+
+        try:
+            with contextlib.closing(self._connect()) as db, db:
+                yield db
+        except sqlite3.OperationalError as e:
+            if "readonly" in str(e) or "unable to open" in str(e) or "locked" in str(e):
+                raise BadValue(f"{self.path}: cannot write there ({e}): give --out another folder") from None
+            raise BadValue(self._damaged(e)) from None
+        except sqlite3.DatabaseError as e:
+            raise BadValue(self._damaged(e)) from None
+
+    def _damaged(self, why) -> str:
+        return (f"{self.path} is damaged ({why}): move it away (its cells are then computed again), or give --out "
+                "another folder")
+
     def get(self, key: str) -> dict | None:
         """A finished cell's result; ``None`` if it never ran or raised (a re-run retries errors)."""
-        try:
-            with self._connect() as db:
-                row = db.execute("SELECT status, result FROM cells WHERE key = ?", (key,)).fetchone()
-        except sqlite3.DatabaseError as e:  # damaged after it was opened (a disk error, a partial copy)
-            from .._checks import BadValue
-
-            raise BadValue(f"{self.path} is damaged ({e}): move it away (its cells are then computed again), or "
-                           "give --out another folder") from None
+        with self._db() as db:
+            row = db.execute("SELECT status, result FROM cells WHERE key = ?", (key,)).fetchone()
         if row is None or row[0] == "error":
             return None
-        return {"status": row[0], **json.loads(row[1])}
+        try:
+            result = json.loads(row[1])
+        except (TypeError, ValueError) as e:  # a row changed on disk: the JSON a put wrote does not parse
+            from .._checks import BadValue
+
+            raise BadValue(self._damaged(f"cell {key}: {e}")) from None
+        if not isinstance(result, dict):
+            from .._checks import BadValue
+
+            raise BadValue(self._damaged(f"cell {key}: not a result"))
+        return {"status": row[0], **result}
 
     def put(self, key: str, study: str, fn: str, config: dict, result: dict, seconds: float) -> None:
         status = result.get("status", "ok")
-        with self._connect() as db:
+        with self._db() as db:
             db.execute(
                 "INSERT OR REPLACE INTO cells VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (key, study, fn, json.dumps(config, sort_keys=True), status, json.dumps(result), seconds, time.time()),
             )
 
     def count(self, study: str | None = None) -> int:
-        with self._connect() as db:
+        with self._db() as db:
             if study is None:
                 return db.execute("SELECT COUNT(*) FROM cells").fetchone()[0]
             return db.execute("SELECT COUNT(*) FROM cells WHERE study = ?", (study,)).fetchone()[0]
