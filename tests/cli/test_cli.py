@@ -230,6 +230,30 @@ def test_a_path_the_system_refuses_is_one_line_not_a_bug(tmp_path, capsys):
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+@pytest.mark.parametrize("kind", ["too long", "loop"])
+@pytest.mark.parametrize("argv", [["diarize", "simulate", "--n-mixtures", "1", "--out", "{p}"],
+                                  ["diarize", "score", "{ref}", "{p}.rttm"],
+                                  ["diarize", "run", "{wav}", "--out", "{p}"]])
+def test_a_name_the_system_will_not_look_up_is_one_line(argv, kind, tmp_path, capsys):
+    """A name longer than the file system takes (ENAMETOOLONG) or links that loop (ELOOP) are plain OSErrors, and
+    Path.resolve raises RuntimeError on a loop: each printed a traceback and "a bug in normlab"."""
+    import numpy as np
+    import soundfile as sf
+
+    from normlab.cli import main
+
+    if kind == "loop":
+        (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+        (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    p = tmp_path / ("x" * 300 if kind == "too long" else "loop1")
+    (tmp_path / "ref.rttm").write_text("SPEAKER a 1 0.0 1.0 <NA> <NA> A <NA> <NA>\n")
+    sf.write(tmp_path / "a.wav", np.zeros(16000, np.float32), 16000)
+    args = [a.format(p=p, ref=tmp_path / "ref.rttm", wav=tmp_path / "a.wav") for a in argv]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "internal error" not in err[0], err
+
+
 def test_two_inputs_with_one_name_are_refused_before_any_work(tmp_path, capsys):
     """a/x.wav and b/x.wav both wrote OUT/x.rttm: the second replaced the first. Refused up front."""
     from normlab.cli import main
@@ -460,3 +484,21 @@ def test_report_only_given_twice_runs_both(monkeypatch, tmp_path):
     monkeypatch.setattr(report, "run_studies", run_studies)
     main(["report", "--only", "lesson_stats", "--only", "invariance", "structure", "--out", str(tmp_path / "r")])
     assert asked["only"] == ["lesson_stats", "invariance", "structure"]
+
+
+def test_bench_lists_given_twice_add_up(monkeypatch, tmp_path):
+    """`--shapes 256x64 --shapes 128x64` timed 128x64 alone: argparse kept the last list (report --only adds)."""
+    from normlab.cli import main
+    from normlab.lab import bench_files
+
+    asked = {}
+
+    def measure(kind, **kw):
+        asked.update(kw)
+        raise KeyboardInterrupt  # stop before any timing: the call's arguments are what this test reads
+
+    monkeypatch.setattr(bench_files, "measure", measure)
+    main(["bench", "--ops", "layer_norm", "--ops", "rms_norm", "layer_norm", "--shapes", "256x64", "--shapes",
+          "128x64", "--dtypes", "float32", "--dtypes", "bfloat16", "--out", str(tmp_path / "b")])
+    assert asked["ops"] == ["layer_norm", "rms_norm"]  # each once, in the order given
+    assert asked["shapes"] == [(256, 64), (128, 64)] and asked["dtypes"] == ["float32", "bfloat16"]

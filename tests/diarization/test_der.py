@@ -273,6 +273,13 @@ def test_cli_score_refuses_what_it_cannot_score(tmp_path, capsys):
         assert main(["diarize", "score", str(ok), str(ok), "--uem", str(tmp_path / f"{name}.uem")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err
+    # a UEM naming one of two reference recordings scores that one: said, and counted as one
+    both = tmp_path / "both.rttm"
+    write_rttm([T(0, 4, "A"), Turn("b", 0, 4, "B")], both)
+    assert main(["diarize", "score", str(both), str(both), "--uem", str(tmp_path / "other.uem")]) == 0
+    captured = capsys.readouterr()
+    assert "recordings: 1;" in captured.out
+    assert "1 reference recordings have no region in" in captured.err and ": a" in captured.err
 
 
 def test_cli_score_refuses_a_recording_in_two_files(tmp_path, capsys):

@@ -268,12 +268,14 @@ def test_cli_simulate_with_recorded_voices_and_perturbations(tmp_path, capsys):
 
 @pytest.mark.parametrize("kw,message", [({"min_utterances": 5, "max_utterances": 2}, "min_utterances"),
                                         ({"beta": -1.0}, "beta"), ({"beta": float("nan")}, "beta"),
-                                        ({"rt60": (0.5, 0.1)}, "rt60"), ({"rt60": (-1.0, 0.1)}, "rt60")])
+                                        ({"rt60": (0.5, 0.1)}, "rt60"), ({"rt60": (-1.0, 0.1)}, "rt60"),
+                                        ({"n_mixtures": 10**20}, "n_mixtures"), ({"n_mixtures": -1}, "n_mixtures")])
 def test_inconsistent_ranges_are_refused_before_any_mixture(kw, message):
     """numpy raised "low >= high" or "scale < 0" from inside a worker; and a negative rt60 was reported with
-    a randomly drawn value: now the settings themselves are refused, naming what was given."""
+    a randomly drawn value: now the settings themselves are refused, naming what was given. A count beyond any
+    disk listed every name in memory (gigabytes, no output) before the first mixture."""
     with pytest.raises(ValueError, match=message):
-        SimConfig(n_mixtures=1, **kw)
+        SimConfig(**{"n_mixtures": 1, **kw})
 
 
 def test_a_refused_simulation_leaves_a_folder_the_corrected_one_can_use(tmp_path):

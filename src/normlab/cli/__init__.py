@@ -78,15 +78,18 @@ def _normalize(argv: list[str]) -> list[str]:
 
 #: what a full or read-only disk answers a write: the machine's state, not a bug, with or without a path
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+#: a path the system will not look up: a name longer than the file system takes, links that loop
+NAME_REFUSED = (errno.ENAMETOOLONG, errno.ELOOP)
 
 
 def _a_path_the_system_refused(e: Exception) -> bool:
-    """An OSError naming a path (permission denied, not a directory, no such folder, read-only file system):
-    the path the user gave, not a bug. Other OSErrors (and errors naming no path) keep their traceback."""
+    """An OSError naming a path (permission denied, not a directory, no such folder, read-only file system, a
+    name too long, a link loop): the path the user gave, not a bug. Other OSErrors (and errors naming no path)
+    keep their traceback."""
     if not getattr(e, "filename", None):
         return False
     return isinstance(e, (PermissionError, FileExistsError, FileNotFoundError, NotADirectoryError,
-                          IsADirectoryError)) or (isinstance(e, OSError) and e.errno in FULL_DISK)
+                          IsADirectoryError)) or (isinstance(e, OSError) and e.errno in FULL_DISK + NAME_REFUSED)
 
 
 def _out_of_memory(e: Exception) -> bool:

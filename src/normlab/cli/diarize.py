@@ -90,8 +90,12 @@ def _cmd_diarize_score(args: argparse.Namespace) -> int:
     if unknown:
         print(f"warning: {len(unknown)} hypothesis recordings are not in the reference and are not scored: "
               f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}", file=sys.stderr)
+    outside = sorted(set(ref) - set(uem)) if uem is not None else []
+    if outside:  # a UEM lists the regions to score: a recording it does not name has none
+        print(f"warning: {len(outside)} reference recordings have no region in {args.uem} and are not scored: "
+              f"{', '.join(outside[:5])}{' ...' if len(outside) > 5 else ''}", file=sys.stderr)
     print(result.format())
-    print(f"  recordings: {len(ref)}; collar {args.collar:g} s each side of reference boundaries"
+    print(f"  recordings: {len(ref) - len(outside)}; collar {args.collar:g} s each side of reference boundaries"
           f"{'; overlap skipped' if args.skip_overlap else ''}")
     return 0
 
@@ -568,7 +572,7 @@ def add_parsers(sub, name: str) -> None:
     wh = dsub.add_parser("whiten", help="fit the speaker embeddings' whitening and PLDA model (--clustering "
                          "vbx) on training conversations and store them in a model file")
     wh.add_argument("model", help="EEND model file to store it in (a copy: the shipped model is read-only)")
-    wh.add_argument("--train", nargs="+", required=True, metavar="DIR",
+    wh.add_argument("--train", nargs="+", action="extend", required=True, metavar="DIR",
                     help="training folders: wav/*.wav and ref.rttm, never dev or test recordings (required)")
     wh.add_argument("--lam", type=_rate, default=1.0, help=f"shrinkage towards the identity {d}")
     wh.add_argument("--per-folder", type=positive_int, default=None,

@@ -143,10 +143,11 @@ def add_parsers(sub, name: str) -> None:
         from ..lab.bench import DTYPES, OPS
 
         p = sub.add_parser("bench", help=HELP["bench"], description=HELP["bench"])
-        p.add_argument("--ops", nargs="+", choices=OPS, help="ops to time (default: all)")
-        p.add_argument("--shapes", nargs="+", type=shape,
+        # each may be given more than once, adding to what it lists (as report --only): argparse kept the last
+        p.add_argument("--ops", nargs="+", action="extend", choices=OPS, help="ops to time (default: all)")
+        p.add_argument("--shapes", nargs="+", action="extend", type=shape,
                        help="NxD rows x features, e.g. 8192x768 (default: the standard set)")
-        p.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16", "float16"],
+        p.add_argument("--dtypes", nargs="+", action="extend", choices=["float32", "bfloat16", "float16"],
                        help=f"dtypes (default: {' '.join(DTYPES)})")
         # no argparse defaults for these four: an option is refused where it does not apply whenever it was typed,
         # even at its default's value (_bench fills them in after its checks)

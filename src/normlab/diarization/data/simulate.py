@@ -80,6 +80,8 @@ class SimConfig:
     #                                              (None: conversation.TurnTaking's 20-45 s)
 
     def __post_init__(self):
+        if not (isinstance(self.n_mixtures, int) and 0 <= self.n_mixtures <= MAX_MIXTURES):
+            raise BadValue(f"n_mixtures must be a whole number in [0, {MAX_MIXTURES:,}], got {self.n_mixtures!r}")
         if self.style not in ("mixture", "conversation", "nonspeech"):
             raise BadValue(f"style must be mixture, conversation or nonspeech, got {self.style!r}")
         if not 0.0 <= self.stretch_p <= 1.0 or (self.stretch_p and self.style != "conversation"):
@@ -119,6 +121,9 @@ class SimConfig:
 MAX_RT60 = 10.0
 #: the shortest: below it the impulse response is under a sample or two at 8 kHz (no room is that dry)
 MIN_RT60 = 0.01
+#: the most mixtures one folder is asked for (about 8,000 hours of talk): a count beyond any disk was accepted, and
+#: the folder's check listed every name in memory before anything was written (gigabytes, silently)
+MAX_MIXTURES = 1_000_000
 MAX_UTTERANCES = 500
 #: the longest conversation: an hour (a real person's prompts, about half an hour, run out before that: the
 #: recording ends where every speaker has said all of theirs)

@@ -201,8 +201,9 @@ def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str |
     asked = counts["num_speakers"] or counts["min_speakers"]
     found = len({t.speaker for t in turns})
     if asked and found < asked:  # a cluster is made for each, but a speaker who never wins a frame has no turn
-        warnings.warn(f"{uri or name}: {found} speaker{'s' * (found != 1)} found where at least {asked} "
-                      "were asked for: the others never speak above the threshold", UserWarning, stacklevel=3)
+        warnings.warn(f"{uri or name}: {found} speaker{'s' * (found != 1)} found where "
+                      f"{'exactly' if counts['num_speakers'] else 'at least'} {asked} were asked for: the others "
+                      "never speak above the threshold", UserWarning, stacklevel=3)
     return Diarization(turns, uri=uri or name, duration=duration,
                        settings={**asdict(cfg), **counts}, provenance=prov)
 
@@ -262,7 +263,7 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
         raise BadValue(f"{taken} is a folder where an output would go: move it away or give another --out")
     # the audio's folder as given and where a link to it leads
     beside = {d for p in paths for d in (pathlib.Path(p).absolute().parent.resolve(), pathlib.Path(p).resolve().parent)}
-    kept = [w for w in map(pathlib.Path.resolve, targets) if w.exists() and w.parent in beside]
+    kept = [w for w in map(written.resolved, targets) if w.exists() and w.parent in beside]  # (a loop: as it is)
     if kept:  # the user's own file beside the audio (a reference RTTM) would be replaced
         raise BadValue(f"{kept[0]} exists beside its audio and would be replaced: diarize into another folder "
                        "(--out), or move it away first")
