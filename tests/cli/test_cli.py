@@ -92,6 +92,7 @@ def test_version_names_normlab_torch_and_python():
     (["diarize", "train", "--data", "d", "--out", "o", "--warmup", "-1"], "expected a whole number >= 0, got '-1'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--d-model", "18"], "a multiple of 4, the encoder's heads"),
     (["diarize", "tune", "--dev", "/nonexistent"], "/nonexistent: no such folder"),
+    (["diarize", "tune", "--dev", "/etc/passwd"], "/etc/passwd: a file, not a folder"),  # not "no such folder"
     # two test sets of one name: the later replaced the earlier, never scored
     (["diarize", "tune", "--dev", "d", "--test", "a/x", "--test", "b/x"], "a second test set named 'x'; name each as"),
     (["diarize", "run", "a.wav", "--median", "4"], "expected an odd whole number from 1 to 1001, got '4'"),

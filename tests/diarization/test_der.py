@@ -280,6 +280,9 @@ def test_cli_score_refuses_what_it_cannot_score(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "recordings: 1;" in captured.out
     assert "1 reference recordings have no region in" in captured.err and ": a" in captured.err
+    # one hypothesis file named twice is one file, not "turns in two files, X and X"
+    assert main(["diarize", "score", str(both), str(both), str(both)]) == 0
+    assert "DER: 0.00%" in capsys.readouterr().out
 
 
 def test_cli_score_refuses_a_recording_in_two_files(tmp_path, capsys):

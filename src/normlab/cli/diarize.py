@@ -49,6 +49,15 @@ def _read_only(path) -> bool:
     return p.exists() and (not os.access(p, os.W_OK) or not p.stat().st_mode & 0o222)
 
 
+def _recordings_folder(d: str, takes: str) -> None:
+    """NotFound (one line) unless ``d`` is a folder; a file there is named as a file, not as missing."""
+    from .._checks import NotFound
+
+    if not pathlib.Path(d).is_dir():
+        what = "a file, not a folder" if pathlib.Path(d).exists() else "no such folder"
+        raise NotFound(f"{d}: {what} ({takes} folders of WAVs and their ref.rttm)")
+
+
 def _read_rttms(paths: list[str]) -> dict:
     """Turns of RTTM files and of every ``*.rttm`` in folders, by recording; a recording with turns in two files
     is an error (merged, its turns would be counted twice)."""
@@ -57,7 +66,7 @@ def _read_rttms(paths: list[str]) -> dict:
 
     turns: dict = {}
     origin: dict = {}
-    for path in map(pathlib.Path, paths):
+    for path in dict.fromkeys(map(pathlib.Path, paths)):  # a file named twice is read once
         files = sorted(path.glob("*.rttm")) if path.is_dir() else [path]
         if not files:
             raise NotFound(f"{path} has no .rttm files")
@@ -227,7 +236,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     import json
 
     from .. import written
-    from .._checks import BadValue, NotFound
+    from .._checks import BadValue
     from ..diarization.models.eend import SHIPPED, model_path
     from ..diarization.models.weights import is_asset
     from ..diarization.pipeline.api import every_encoder, load_model
@@ -254,8 +263,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
         for d in dirs:
             if not d.strip():
                 raise BadValue(f"{option}: an empty folder name (the current folder is never meant)")
-            if not pathlib.Path(d).is_dir():
-                raise NotFound(f"{d}: no such folder (--dev and --test take folders of WAVs and their ref.rttm)")
+            _recordings_folder(d, "--dev and --test take")
     out = pathlib.Path(args.out)
     if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
         raise BadValue(f"--out {out}: cannot write a file there (a folder, or its folder is missing or read-only)")
@@ -286,7 +294,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
 
 
 def _cmd_diarize_whiten(args: argparse.Namespace) -> int:
-    from .._checks import BadValue, NotFound
+    from .._checks import BadValue
     from ..diarization.models.eend import model_path
     from ..diarization.models.weights import is_asset
     from ..diarization.pipeline.api import load_encoder, load_model
@@ -298,8 +306,7 @@ def _cmd_diarize_whiten(args: argparse.Namespace) -> int:
     for d in args.train:
         if not d.strip():
             raise BadValue("--train: an empty folder name (the current folder is never meant)")
-        if not pathlib.Path(d).is_dir():
-            raise NotFound(f"{d}: no such folder (--train takes folders of WAVs and their ref.rttm)")
+        _recordings_folder(d, "--train takes")
     model, encoder = load_model(args.model), load_encoder(args.embedding)
     fitted = fit_files(model, encoder, args.train, lam=args.lam, per_folder=args.per_folder, jobs=args.jobs,
                        progress=progress("segment"))
