@@ -346,6 +346,8 @@ def test_tune_checks_where_it_writes_before_the_grid_runs(tmp_path, capsys):
     (tmp_path / "dev").mkdir()
     for argv, message in ((["--out", str(tmp_path)], "cannot write a file there"),
                           (["--out", str(tmp_path / "no" / "t.json")], "cannot write a file there"),
+                          # os.access says yes to root on /proc: the segment cache's path was named later
+                          (["--out", "/proc/t.json"], "--out /proc: cannot write there"),
                           (["--test", str(tmp_path / "nosuch")], "no such folder")):
         assert main(["diarize", "tune", "--dev", str(tmp_path / "dev"), *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
@@ -503,3 +505,16 @@ def test_bench_lists_given_twice_add_up(monkeypatch, tmp_path):
           "128x64", "--dtypes", "float32", "--dtypes", "bfloat16", "--out", str(tmp_path / "b")])
     assert asked["ops"] == ["layer_norm", "rms_norm"]  # each once, in the order given
     assert asked["shapes"] == [(256, 64), (128, 64)] and asked["dtypes"] == ["float32", "bfloat16"]
+
+
+def test_an_out_of_memory_line_is_cut_at_a_words_end(capsys):
+    """torch's allocator message was cut at 160 characters mid-word ("Error code 12 (Cannot alloca)")."""
+    from normlab import cli
+
+    text = "DefaultCPUAllocator: not enough memory: you tried to allocate " + "12345 " * 30 + "bytes. Error code 12"
+    args = cli.build_parser().parse_args(["lesson"])
+    assert cli._failed(args, RuntimeError(text)) == 2
+    err = capsys.readouterr().err.strip()
+    said = err.split("out of memory (", 1)[1].rsplit("): ask for smaller sizes", 1)[0]
+    assert said.endswith("12345 ...") and len(said) <= 164 and "\n" not in err
+    assert cli._first_line("short one\nsecond") == "short one"

@@ -92,6 +92,13 @@ def _a_path_the_system_refused(e: Exception) -> bool:
                           IsADirectoryError)) or (isinstance(e, OSError) and e.errno in FULL_DISK + NAME_REFUSED)
 
 
+def _first_line(text: str, most: int = 160) -> str:
+    """The first line of ``text``, cut at a word's end within ``most`` characters (a cut mid-word read "Cannot
+    alloca")."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= most else line[:most].rsplit(" ", 1)[0] + " ..."
+
+
 def _out_of_memory(e: Exception) -> bool:
     """Python's MemoryError, or torch's allocators refusing a size (CPU or GPU)."""
     text = str(e)
@@ -160,8 +167,7 @@ def _failed(args, e: Exception) -> int:
         e = UserError(path_refused(e))
     elif _out_of_memory(e) and not isinstance(e, UserError):  # sizes the machine cannot hold: the request, not a bug
         # (normlab's own one-line errors, a failed study cell or a lost worker among them, are said as they are)
-        e = UserError(f"out of memory ({str(e).strip().splitlines()[0][:160] if str(e).strip() else 'MemoryError'})"
-                      ": ask for smaller sizes")
+        e = UserError(f"out of memory ({_first_line(str(e)) or 'MemoryError'}): ask for smaller sizes")
     if not isinstance(e, UserError):
         traceback.print_exc()
         print(f"{_prog(args)}: internal error ({type(e).__name__}): a bug in normlab, not a mistake in "

@@ -265,8 +265,9 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
                 raise BadValue(f"{option}: an empty folder name (the current folder is never meant)")
             _recordings_folder(d, "--dev and --test take")
     out = pathlib.Path(args.out)
-    if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
-        raise BadValue(f"--out {out}: cannot write a file there (a folder, or its folder is missing or read-only)")
+    if out.is_dir() or not out.parent.is_dir():
+        raise BadValue(f"--out {out}: cannot write a file there (a folder, or its folder is missing)")
+    written.writable_folder(out.parent)  # a file is made there, not asked of os.access (root passes it on /proc)
     written.check([out], overwrite=args.overwrite, hint="give another --out")
     grids = parse_grid(args.grid, (SEGMENT_GRID, STITCH_GRID))
     # the grid's encoder (GE2E, or --embedding's weights), then every other shipped one on each mode's choice
