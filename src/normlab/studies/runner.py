@@ -142,6 +142,8 @@ class Store:
 
     def get(self, key: str) -> dict | None:
         """A finished cell's result; ``None`` if it never ran or raised (a re-run retries errors)."""
+        from .._checks import BadValue
+
         with self._db() as db:
             row = db.execute("SELECT status, result FROM cells WHERE key = ?", (key,)).fetchone()
         if row is None or row[0] == "error":
@@ -149,12 +151,8 @@ class Store:
         try:
             result = json.loads(row[1])
         except (TypeError, ValueError) as e:  # a row changed on disk: the JSON a put wrote does not parse
-            from .._checks import BadValue
-
             raise BadValue(self._damaged(f"cell {key}: {e}")) from None
         if not isinstance(result, dict):
-            from .._checks import BadValue
-
             raise BadValue(self._damaged(f"cell {key}: not a result"))
         return {"status": row[0], **result}
 
