@@ -479,6 +479,25 @@ def test_a_rank_that_cannot_reach_rank_0_says_so_in_one_line_of_its_stderr(tmp_p
     assert "rank 1 of 2 could not join the others at 127.0.0.1:" in lines[0]
 
 
+def test_a_rank_whose_master_port_never_answers_says_so_in_one_line(tmp_path):
+    """Another program on MASTER_PORT that accepts and never answers: the store's own timeout did not cover it,
+    and the rank waited there in silence for good. The join's watchdog ends it with one line."""
+    import subprocess
+    import sys
+
+    _noise_mixtures(tmp_path / "data")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # connections are accepted by the kernel's backlog; nothing is ever read or written
+        env = {**os.environ, "WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(silent.getsockname()[1]), "NORMLAB_JOIN_TIMEOUT": "1"}
+        done = subprocess.run([sys.executable, "-m", "normlab", *_train_args(tmp_path / "data", tmp_path / "run")],
+                              env=env, capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if "Warning" not in line and line.strip()]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "rank 1 of 2 could not join the others at 127.0.0.1:" in lines[0]
+
+
 def test_ranks_of_a_run_refused_by_the_folder_lock_all_say_why_in_one_line(tmp_path):
     """Rank 0 alone takes the folder's lock: where another run held it, rank 0 said so and rank 1 failed at its
     first collective ("Connection closed by peer ... run the same command again to resume")."""
@@ -557,3 +576,32 @@ def test_a_rank_lost_at_the_last_barrier_is_one_line_and_the_group_is_torn_down(
         assert said.startswith(f"Unavailable: rank {rank} of 2 finished its part, but another rank stopped "
                                "before the end (") and "Connection reset by peer" in said and "more lines" not in said
         assert got["initialized"] is False
+
+
+def test_a_peer_lost_before_the_first_step_is_one_line(monkeypatch):
+    """Two processes started with one RANK: one of them lost its peer at the broadcast before the first step, and
+    printed gloo's traceback and "a bug in normlab"."""
+    import contextlib
+
+    import torch.distributed as dist
+
+    from normlab._checks import Unavailable
+    from normlab.distributed import on_rank0
+
+    def lost(*args, **kw):
+        raise RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:29741")
+
+    monkeypatch.setattr(dist, "broadcast_object_list", lost)
+    with pytest.raises(Unavailable, match=r"rank 1 of 2 lost the other ranks before the first step \(.*Connection "
+                                          r"closed by peer.*\): each process needs its own RANK"):
+        with on_rank0(contextlib.nullcontext, 1, 2):
+            pass
+    refused = RuntimeError("a bug of rank 0's own")
+
+    def enter():
+        raise refused
+
+    with pytest.raises(RuntimeError) as e:  # rank 0's own error is raised as it is, not as a lost peer
+        with on_rank0(enter, 0, 2):
+            pass
+    assert e.value is refused

@@ -19,6 +19,7 @@ import datetime
 import os
 import sys
 import tempfile
+import threading
 import time
 
 
@@ -70,7 +71,7 @@ def _stderr_held():
     ``sys.stderr``), held in a file and written out after it, unless the block sets ``held["drop"]``."""
     held = {"drop": False}
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved = held["fd"] = os.dup(2)  # the real stderr, for a line that must be read before the block ends
     with tempfile.TemporaryFile() as f:
         os.dup2(f.fileno(), 2)
         try:
@@ -86,6 +87,12 @@ def _stderr_held():
                     data = data[os.write(2, data):]
 
 
+def _give_up(fd: int, line: str) -> None:
+    """The join's watchdog: ``line`` to ``fd`` (the real stderr), then exit 2 at once."""
+    os.write(fd, line.encode())
+    os._exit(2)
+
+
 def _join(settings: dict, join_timeout: float, timeout_s: float):
     """The ranks' store as ``env://`` makes it (rank 0 serves it, or torchrun's agent does), waiting at most
     ``join_timeout`` s for every rank; then ``timeout_s`` for what the ranks do together."""
@@ -95,15 +102,25 @@ def _join(settings: dict, join_timeout: float, timeout_s: float):
     from ._checks import Unreachable
 
     rank, world_size, host, port = settings["rank"], settings["world"], settings["host"], settings["port"]
+    advice = "start every rank (torchrun sets them up), or unset WORLD_SIZE to run alone"
     with _stderr_held() as held:
+        # the store's own timeout does not cover a server that accepts and never answers (another program on
+        # MASTER_PORT): the rank waited there in silence for good. Past twice the join's time, one line and exit
+        # 2 (the process holds nothing yet: no lock, no file)
+        watchdog = threading.Timer(2 * join_timeout + 5, _give_up, (held["fd"], (
+            f"normlab: rank {rank} of {world_size} could not join the others at {host}:{port} (no answer in "
+            f"{2 * join_timeout + 5:g} s: is something else listening there?): {advice}\n")))
+        watchdog.daemon = True
+        watchdog.start()
         try:
             store, _, _ = next(rendezvous("env://", timeout=datetime.timedelta(seconds=join_timeout)))
         except (RuntimeError, ValueError, OSError) as e:  # DistStoreError / DistNetworkError are RuntimeErrors
             held["drop"] = True  # the C++ store's own log of it (40 lines of stack frames): this line says it
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise Unreachable(f"rank {rank} of {world_size} could not join the others at {host}:{port} "
-                              f"({reason[:200]}): start every rank (torchrun sets them up), or "
-                              "unset WORLD_SIZE to run alone") from None
+                              f"({reason[:200]}): {advice}") from None
+        finally:
+            watchdog.cancel()
     store.set_timeout(datetime.timedelta(seconds=timeout_s))
     return dist.PrefixStore("default_pg", store)  # as init_process_group keys its own store
 
@@ -190,7 +207,17 @@ def on_rank0(enter, rank: int, world: int):
             import torch.distributed as dist
 
             said = [None if error is None else _as_said(error)]
-            dist.broadcast_object_list(said, src=0)
+            try:
+                dist.broadcast_object_list(said, src=0)
+            except RuntimeError as e:  # a peer gone before the first step: killed, or two processes of one RANK
+                if error is not None:
+                    raise error from None
+                from ._checks import Unavailable
+
+                raise Unavailable(f"rank {rank} of {world} lost the other ranks before the first step "
+                                  f"({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}): "
+                                  "each process needs its own RANK from 0 to WORLD_SIZE - 1 (torchrun sets them); "
+                                  "a rank that died is named by the launcher") from None
             if rank != 0 and said[0] is not None:
                 kind, text = said[0]
                 raise kind(f"rank 0 did not start: {text}")
