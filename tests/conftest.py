@@ -84,3 +84,18 @@ def no_matplotlib(monkeypatch):
         return real(name, *a, **k)
 
     monkeypatch.setattr(builtins, "__import__", no_mpl)
+
+
+def load_benchmark(name: str):
+    """``benchmarks/<name>.py`` as a module, for the tests of its measures; the calling test module is skipped
+    where the benchmarks folder is not beside the tests (an installed package)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    if not path.exists():
+        pytest.skip("the benchmarks folder is not beside the tests (an installed package)", allow_module_level=True)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

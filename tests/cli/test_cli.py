@@ -473,36 +473,37 @@ def test_an_out_that_is_a_file_is_said_the_same_way_everywhere(argv, tmp_path, c
     assert (tmp_path / "f.txt").read_text() == "mine\n"
 
 
-def test_report_only_given_twice_runs_both(monkeypatch, tmp_path):
-    """`--only lesson_stats --only invariance` ran invariance alone: argparse kept the last --only."""
+def _arguments_given(monkeypatch, module, name: str, argv: list[str]) -> dict:
+    """The keyword arguments ``main(argv)`` calls ``module.name`` with (stopped there, before any work)."""
     from normlab.cli import main
-    from normlab.studies import report
 
     asked = {}
 
-    def run_studies(out, **kw):
+    def stand_in(*args, **kw):
         asked.update(kw)
-        raise KeyboardInterrupt  # stop before any work: the call's arguments are what this test reads
+        raise KeyboardInterrupt  # stop before any work: the call's arguments are what the test reads
 
-    monkeypatch.setattr(report, "run_studies", run_studies)
-    main(["report", "--only", "lesson_stats", "--only", "invariance", "structure", "--out", str(tmp_path / "r")])
+    monkeypatch.setattr(module, name, stand_in)
+    main(argv)
+    return asked
+
+
+def test_report_only_given_twice_runs_both(monkeypatch, tmp_path):
+    """`--only lesson_stats --only invariance` ran invariance alone: argparse kept the last --only."""
+    from normlab.studies import report
+
+    asked = _arguments_given(monkeypatch, report, "run_studies", [
+        "report", "--only", "lesson_stats", "--only", "invariance", "structure", "--out", str(tmp_path / "r")])
     assert asked["only"] == ["lesson_stats", "invariance", "structure"]
 
 
 def test_bench_lists_given_twice_add_up(monkeypatch, tmp_path):
     """`--shapes 256x64 --shapes 128x64` timed 128x64 alone: argparse kept the last list (report --only adds)."""
-    from normlab.cli import main
     from normlab.lab import bench_files
 
-    asked = {}
-
-    def measure(kind, **kw):
-        asked.update(kw)
-        raise KeyboardInterrupt  # stop before any timing: the call's arguments are what this test reads
-
-    monkeypatch.setattr(bench_files, "measure", measure)
-    main(["bench", "--ops", "layer_norm", "--ops", "rms_norm", "layer_norm", "--shapes", "256x64", "--shapes",
-          "128x64", "--dtypes", "float32", "--dtypes", "bfloat16", "--out", str(tmp_path / "b")])
+    asked = _arguments_given(monkeypatch, bench_files, "measure", [
+        "bench", "--ops", "layer_norm", "--ops", "rms_norm", "layer_norm", "--shapes", "256x64", "--shapes",
+        "128x64", "--dtypes", "float32", "--dtypes", "bfloat16", "--out", str(tmp_path / "b")])
     assert asked["ops"] == ["layer_norm", "rms_norm"]  # each once, in the order given
     assert asked["shapes"] == [(256, 64), (128, 64)] and asked["dtypes"] == ["float32", "bfloat16"]
 

@@ -1,17 +1,12 @@
 """benchmarks/diarize_far_field.py --channel: each channel does to the audio what docs/diarization.md says."""
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
 
+from conftest import load_benchmark
+
 pytest.importorskip("scipy")
-_PATH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "diarize_far_field.py"
-if not _PATH.exists():
-    pytest.skip("the benchmarks folder is not beside the tests (an installed package)", allow_module_level=True)
-_spec = importlib.util.spec_from_file_location("diarize_far_field", _PATH)
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = load_benchmark("diarize_far_field")
 
 
 def _band_share(y: np.ndarray, sr: int, lo: float, hi: float) -> float:

@@ -1,18 +1,12 @@
 """benchmarks/diarize_count.py: the measures docs/diarization.md quotes (ROC AUC, the model's own count)."""
-import importlib.util
-import pathlib
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 import torch
 
-_PATH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "diarize_count.py"
-if not _PATH.exists():
-    pytest.skip("the benchmarks folder is not beside the tests (an installed package)", allow_module_level=True)
-_spec = importlib.util.spec_from_file_location("diarize_count", _PATH)
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from conftest import load_benchmark
+
+bench = load_benchmark("diarize_count")
 
 
 def test_auc_orders_and_ties():
