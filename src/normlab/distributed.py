@@ -87,6 +87,12 @@ def _stderr_held():
                     data = data[os.write(2, data):]
 
 
+def _first_line(e: Exception) -> str:
+    """The first line of ``e``'s message (torch's collectives add pages of C++ context), or its type's name."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def _give_up(fd: int, line: str) -> None:
     """The join's watchdog: ``line`` to ``fd`` (the real stderr), then exit 2 at once."""
     os.write(fd, line.encode())
@@ -102,23 +108,22 @@ def _join(settings: dict, join_timeout: float, timeout_s: float):
     from ._checks import Unreachable
 
     rank, world_size, host, port = settings["rank"], settings["world"], settings["host"], settings["port"]
+    failed = f"rank {rank} of {world_size} could not join the others at {host}:{port}"
     advice = "start every rank (torchrun sets them up), or unset WORLD_SIZE to run alone"
     with _stderr_held() as held:
         # the store's own timeout does not cover a server that accepts and never answers (another program on
         # MASTER_PORT): the rank waited there in silence for good. Past twice the join's time, one line and exit
         # 2 (the process holds nothing yet: no lock, no file)
         watchdog = threading.Timer(2 * join_timeout + 5, _give_up, (held["fd"], (
-            f"normlab: rank {rank} of {world_size} could not join the others at {host}:{port} (no answer in "
-            f"{2 * join_timeout + 5:g} s: is something else listening there?): {advice}\n")))
+            f"normlab: {failed} (no answer in {2 * join_timeout + 5:g} s: is something else listening there?): "
+            f"{advice}\n")))
         watchdog.daemon = True
         watchdog.start()
         try:
             store, _, _ = next(rendezvous("env://", timeout=datetime.timedelta(seconds=join_timeout)))
         except (RuntimeError, ValueError, OSError) as e:  # DistStoreError / DistNetworkError are RuntimeErrors
             held["drop"] = True  # the C++ store's own log of it (40 lines of stack frames): this line says it
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise Unreachable(f"rank {rank} of {world_size} could not join the others at {host}:{port} "
-                              f"({reason[:200]}): {advice}") from None
+            raise Unreachable(f"{failed} ({_first_line(e)[:200]}): {advice}") from None
         finally:
             watchdog.cancel()
     store.set_timeout(datetime.timedelta(seconds=timeout_s))
@@ -215,7 +220,7 @@ def on_rank0(enter, rank: int, world: int):
                 from ._checks import Unavailable
 
                 raise Unavailable(f"rank {rank} of {world} lost the other ranks before the first step "
-                                  f"({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}): "
+                                  f"({_first_line(e)}): "
                                   "each process needs its own RANK from 0 to WORLD_SIZE - 1 (torchrun sets them); "
                                   "a rank that died is named by the launcher") from None
             if rank != 0 and said[0] is not None:

@@ -28,6 +28,7 @@ import torch
 from ..._checks import BadValue
 from ..io.rttm import Turn
 from .segment import Segmentation
+from .whiten import check_spread
 
 
 def _norm(x: np.ndarray) -> np.ndarray:
@@ -71,9 +72,7 @@ def fit_groups(groups: list[np.ndarray]) -> dict:
         between += len(g) * np.outer(mu - centre, mu - centre)
         n += len(g)
     within, between = within / n, between / n
-    if not np.trace(within) > 0:  # (the ridge below is relative to it: eigh refused a zero matrix)
-        raise BadValue("each speaker's pieces have the same embedding in these recordings: no within-speaker "
-                       "spread to fit the PLDA model on")
+    check_spread(within, "the PLDA model")  # (the ridge below is relative to it: eigh refused a zero matrix)
     # vecs.T @ within @ vecs = I, vecs.T @ between @ vecs = diag(phi); a small ridge keeps within invertible
     phi, vecs = eigh(between, within + 1e-6 * np.trace(within) / dim * np.eye(dim))
     order = np.argsort(phi)[::-1]

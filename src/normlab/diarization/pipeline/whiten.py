@@ -53,6 +53,14 @@ def check_lam(lam: float) -> None:
         raise BadValue(f"whitening lam must be a finite number > 0, got {lam}")
 
 
+def check_spread(within: np.ndarray, what: str) -> None:
+    """BadValue unless the within-speaker scatter ``within`` has some spread (a positive trace): the fits below
+    scale by it (0/0, or an eigensolver refusing a zero matrix)."""
+    if not np.trace(within) > 0:
+        raise BadValue("each speaker's pieces have the same embedding in these recordings: no within-speaker "
+                       f"spread to fit {what} on")
+
+
 def fit(segmentations: list[tuple[Segmentation, list[Turn]]], threshold: float, lam: float = 1.0) -> dict:
     """The whitening map ``(dim, dim)`` from training recordings and their references, with what it was fitted
     on: ``{"matrix", "lam", "recordings", "pieces", "speakers"}``."""
@@ -72,9 +80,7 @@ def fit(segmentations: list[tuple[Segmentation, list[Turn]]], threshold: float, 
     if scatter is None:
         raise BadValue("no speaker has two pieces of one voice in these recordings: nothing to fit the whitening on")
     sw = scatter / pieces
-    if not np.trace(sw) > 0:  # every speaker's pieces the same embedding: no wander to learn (0/0 below)
-        raise BadValue("each speaker's pieces have the same embedding in these recordings: no within-speaker "
-                       "spread to fit the whitening on")
+    check_spread(sw, "the whitening")
     sw = sw / (np.trace(sw) / dim)  # unit mean variance: lam is relative to it
     vals, vecs = np.linalg.eigh(sw + lam * np.eye(dim))
     matrix = (vecs * vals ** -0.5) @ vecs.T
