@@ -32,13 +32,19 @@ def digest(path: pathlib.Path) -> str:
     return h.hexdigest()
 
 
+def _read_list(folder: pathlib.Path) -> dict:
+    """The folder's list as it is stored (empty where it is missing or unreadable)."""
+    try:
+        data = json.loads((folder / LIST).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def listed(folder: pathlib.Path) -> dict[str, str]:
     """``{file name: sha256}`` of what normlab wrote in ``folder`` (empty where it wrote nothing, or the list
     cannot be read: then nothing there counts as normlab's)."""
-    try:
-        files = json.loads((folder / LIST).read_text()).get("files", {})
-    except (OSError, ValueError, AttributeError):
-        return {}
+    files = _read_list(folder).get("files", {})
     return files if isinstance(files, dict) else {}
 
 
@@ -115,27 +121,50 @@ def _list_locked(folder: pathlib.Path):
         os.close(fd)  # the lock ends with its descriptor
 
 
-def record(path) -> None:
-    """Note in its folder's list that normlab has just written ``path`` (call after writing it)."""
+def made(path) -> dict | None:
+    """What ``path`` was made from, as :func:`record` noted it (``made=``), where normlab wrote it and it is
+    unchanged since; else None (not normlab's, edited since, or written without a note)."""
+    path = pathlib.Path(path)
+    data = _read_list(path.parent)
+    files, notes = data.get("files"), data.get("made")
+    if not (isinstance(files, dict) and isinstance(notes, dict)) or not isinstance(notes.get(path.name), dict):
+        return None
+    try:
+        unchanged = path.is_file() and not path.is_symlink() and files.get(path.name) == digest(path)
+    except OSError:
+        return None
+    return notes[path.name] if unchanged else None
+
+
+def record(path, made: dict | None = None) -> None:
+    """Note in its folder's list that normlab has just written ``path`` (call after writing it); ``made``: what it
+    was made from (a JSON object, read back by :func:`made`: a rerun keeps an output made from the same inputs)."""
     path = pathlib.Path(path)
     sha = digest(path)
     with _list_locked(path.parent):
         files = listed(path.parent)
         files[path.name] = sha
+        notes = _read_list(path.parent).get("made")
+        notes = {k: v for k, v in notes.items() if k in files} if isinstance(notes, dict) else {}
+        if made is None:
+            notes.pop(path.name, None)  # the note was of the file this one replaces
+        else:
+            notes[path.name] = made
+        data = {"files": dict(sorted(files.items()))} | ({"made": dict(sorted(notes.items()))} if notes else {})
         tmp = path.parent / f"{LIST}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"files": dict(sorted(files.items()))}, indent=1) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         os.replace(tmp, path.parent / LIST)
 
 
-def write_text(path, text: str) -> None:
+def write_text(path, text: str, made: dict | None = None) -> None:
     """Write ``text`` to ``path`` whole and record it (:func:`write_with`)."""
-    write_with(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    write_with(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), made)
 
 
-def write_with(path, write: Callable[[pathlib.Path], object]) -> None:
-    """:func:`replace_whole`, then recorded."""
+def write_with(path, write: Callable[[pathlib.Path], object], made: dict | None = None) -> None:
+    """:func:`replace_whole`, then recorded (with ``made``, :func:`record`'s note)."""
     replace_whole(path, write)
-    record(path)
+    record(path, made)
 
 
 #: free bytes under which a failed write is taken for a full disk (torch.save and libsndfile say only that the

@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from normlab import tracking
 from normlab.studies import runner as runner_mod
@@ -118,6 +119,9 @@ def test_training_rows_are_written_beside_the_store(tmp_path):
     r.map("demo", counted_cell, [{"x": 3, "log": str(tmp_path / "log")}])
     (csv,) = (tmp_path / "metrics" / "demo").glob("counted_cell-*.csv")
     assert [row["step"] for row in tracking.read(csv)] == [1, 2, 3]
+    made = json.loads(csv.with_suffix(".json").read_text())  # what made them, beside them
+    assert made["config"]["x"] == 3 and made["cell"] == "counted_cell" and csv.stem.endswith(made["key"][:12])
+    assert made["versions"]["torch"] == torch.__version__ and made["versions"]["source_digest"]
 
 
 def _free_port() -> int:

@@ -132,7 +132,7 @@ def _model_on_device(args: argparse.Namespace):
 
 
 def _cmd_diarize_run(args: argparse.Namespace) -> int:
-    from ..diarization.pipeline.api import diarize_files, outputs
+    from ..diarization.pipeline.api import DONE, diarize_files, outputs
 
     found = {}
     status = diarize_files(args.audio, args.out, model=_model_on_device(args), embedding=args.embedding,
@@ -143,9 +143,11 @@ def _cmd_diarize_run(args: argparse.Namespace) -> int:
         wrote = " and ".join(map(str, outputs(path, args.out, args.format, args.plot)))
         if st == "ok":
             print(f"{path}: wrote {wrote} ({_found(found[path])})")
+        elif st == "kept":  # a rerun: written before from the same audio, model and settings
+            print(f"{path}: kept {wrote}, made from the same audio and settings ({_found(found[path])})")
         else:  # the other files are written; this one's error goes where errors go (its path said once)
             print(f"{path}: error: {st.removeprefix(f'{path}: ')}", file=sys.stderr)
-    return 0 if all(st == "ok" for st in status.values()) else 1
+    return 0 if all(st in DONE for st in status.values()) else 1
 
 
 def _found(result) -> str:

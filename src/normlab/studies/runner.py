@@ -19,7 +19,8 @@ an error as a result: a missing loss is not a divergence), and a re-run
 retries them. Training cells report divergence
 themselves (status ``diverged``, with the step): that is a result, kept.
 The rows a training cell logs (``tracking.log_step``) are written to
-``metrics/<study>/<fn>-<key>.csv`` beside the store.
+``metrics/<study>/<fn>-<key>.csv`` beside the store, and what made them (the study, the cell, its key and
+config, the versions) to the ``.json`` of the same name.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from .. import __version__, tracking
 from ..progress import Progress
-from ..provenance import code_digest
+from ..provenance import code_digest, versions
 from ..workers import exit_on_interrupt
 
 EXECUTORS = ("local", "ray")
@@ -307,7 +308,15 @@ class Runner:
     def _record(self, study, fn, key, config, result, secs, results, rows=()):
         if rows:  # first: a cell in the store is never run again, so its rows must be on disk before it is
             folder = pathlib.Path(self.store.path).parent / "metrics" / study
-            tracking.write(folder / f"{fn.__qualname__}-{key[:12]}.csv", rows)
+            csv = folder / f"{fn.__qualname__}-{key[:12]}.csv"
+            tracking.write(csv, rows)
+            # what made the rows, beside them (the CSV stays plain columns that any reader takes); the versions are
+            # the runner's, which its workers share
+            made = {"study": study, "cell": fn.__qualname__, "key": key, "config": config, "seconds": secs,
+                    "versions": {**versions(), "source_digest": code_digest()}}
+            tmp = csv.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps(made, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
+            os.replace(tmp, csv.with_suffix(".json"))
         self.store.put(key, study, fn.__qualname__, config, result, secs)
         results[key] = {"status": result.get("status", "ok"), **result}
         self.ran += 1

@@ -128,7 +128,7 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     from ...provenance import record
     from ..io.audio import AUDIO_SUFFIXES, recording_uri
     from ..io.uem import read_uem
-    from ..pipeline.api import diarize_files, made_with
+    from ..pipeline.api import DONE, diarize_files, made_with
 
     # the RTTMs written are what is scored: another format wrote none, and stale RTTMs in out_dir were scored
     if diarize_kw.get("format", "rttm") != "rttm":
@@ -182,7 +182,7 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
             made_with(**{k: v for k, v in diarize_kw.items() if k not in ("format", "exclusive", "plot")}))
     hyp: dict[str, list[Turn]] = {}
     for p in paths:
-        if status[str(p)] == "ok":
+        if status[str(p)] in DONE:
             hyp.update(read_rttm(out_dir / f"{recording_uri(p)}.rttm"))
     # as `diarize score`: a recording the reference does not name is diarized, listed, and not scored
     unscored = sorted(uris - set(reference))
@@ -198,7 +198,7 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
         total[f"{c:g}"] = _as_dict(score(ref, hyp, collar=c, uem=regions))
     # each failed file's error (its path said once, by the key) and what its failure did to the scores
     effect = lambda k: "scored as all missed" if reference.get(recording_uri(k)) else "not in the reference"  # noqa: E731
-    errors = {k: f"{v.removeprefix(f'{k}: ')} ({effect(k)})" for k, v in status.items() if v != "ok"}
+    errors = {k: f"{v.removeprefix(f'{k}: ')} ({effect(k)})" for k, v in status.items() if v not in DONE}
     right = sum(f["speakers"]["reference"] == f["speakers"]["hypothesis"] for f in files)
     # reference speech after the audio ends (another recording's reference, or a cut copy): scored as missed
     ends = {recording_uri(k): d.duration for k, d in results.items()}

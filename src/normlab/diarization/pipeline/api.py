@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import hashlib
 import json
 import math
 import os
@@ -33,7 +34,7 @@ from ... import written
 from ..._checks import BadType, BadValue, MissingDependency, UserError
 from ..io.audio import SAMPLE_RATE, as_field, as_mono, recording_uri
 from ..io.features import FeatureConfig
-from ..io.rttm import Turn, check_token
+from ..io.rttm import Turn, check_token, read_rttm
 from .cluster import check_speaker_counts
 from .config import PipelineConfig
 from .output import FORMATS, Diarization, render
@@ -222,15 +223,24 @@ def outputs(path, out_dir: str | pathlib.Path, format: str = "rttm", plot: bool 
     return [out_dir / f"{uri}{FORMATS[format]}"] + ([out_dir / f"{uri}.png"] if plot else [])
 
 
+#: what :func:`diarize_files` says of a file that succeeded: diarized and written, or kept as written before
+DONE = ("ok", "kept")
+
+
 def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int | None = None,
                   min_speakers: int | None = None, max_speakers: int | None = None, model=None, embedding=None,
                   format: str = "rttm", exclusive: bool = False, plot: bool = False, overwrite: bool = False,
                   progress: Callable[[int, int, str], None] | None = None,
                   on_result: Callable[[str, Diarization], None] | None = None, **options) -> dict[str, str]:
     """Write ``out_dir/<stem>.rttm`` (or ``.json``, ``format="json"``) per file, and ``out_dir/<stem>.png``
-    (a timeline, ``plot=True``); ``{path: "ok" | error}`` (one bad file never stops the rest).
+    (a timeline, ``plot=True``); ``{path: "ok" | "kept" | error}`` (one bad file never stops the rest).
     ``on_result(path, diarization)`` is called with each file's result once it is written (what was found:
     its speakers, settings and provenance, without reading the file back).
+
+    A stopped run resumes: a file whose outputs normlab wrote from the same audio bytes, settings, speaker
+    counts, format and model files (their SHA-256, and normlab's version), each unchanged since, is not
+    diarized again (``"kept"``; its result is read back for ``on_result``). The folder's list of what normlab
+    wrote (:mod:`normlab.written`) holds, beside each output, a digest of what made it.
 
     The speaker counts, ``exclusive`` and ``options`` are ``diarize``'s. The model, the encoder and the
     pipeline's settings are made once; their errors, bad options and a missing matplotlib (``plot``) raise.
@@ -286,28 +296,67 @@ def _write_each(paths, out_dir, m, enc, cfg, counts, prov, format, exclusive, pl
         from ...provenance import png_metadata
         from ..plot import timeline_png
     status = {}
+    settings = {**asdict(cfg), **counts}
     for i, p in enumerate(paths):
         try:
-            result = _diarize(p, None, m, enc, cfg, None, counts, prov)
-            result = result.exclusive() if exclusive else result
             files = outputs(p, out_dir, format, plot)
-            written.write_text(files[0], render(result, format))
-            if plot:
-                timeline_png(result, files[1], duration=result.duration,
-                             metadata=png_metadata(Description=json.dumps({"settings": result.settings,
-                                                                           "pipeline": result.provenance})))
-                written.record(files[1])
-            status[str(p)] = "ok"
+            key = _made_key(p, settings, prov, format, exclusive)
+            result = _kept(files, recording_uri(p), key, format, settings, prov, exclusive)
+            if result is None:
+                result = _diarize(p, None, m, enc, cfg, None, counts, prov)
+                result = result.exclusive() if exclusive else result
+                note = None if key is None else {"key": key, "duration": result.duration}
+                written.write_text(files[0], render(result, format), note)
+                if plot:
+                    timeline_png(result, files[1], duration=result.duration,
+                                 metadata=png_metadata(Description=json.dumps({"settings": result.settings,
+                                                                               "pipeline": result.provenance})))
+                    written.record(files[1], note)
+                status[str(p)] = "ok"
+            else:
+                status[str(p)] = "kept"
         # AudioError and friends, said in one line per file; any other exception is a bug (a numpy ValueError
         # was said as the file's error, and evaluate scored it as all missed): its traceback stops the call,
         # and the files written before it are kept
         except (UserError, OSError) as e:
             status[str(p)] = str(e)
-        if on_result and status[str(p)] == "ok":  # outside the try: the caller's own errors are not the file's
+        if on_result and status[str(p)] in DONE:  # outside the try: the caller's own errors are not the file's
             on_result(str(p), result)
         if progress:  # file i is done (counted from 0, as every progress callback)
             progress(i, len(paths), pathlib.Path(p).name)
     return status
+
+
+def _made_key(audio, settings: dict, prov: dict, format: str, exclusive: bool) -> str | None:
+    """What an output is made from, as one digest: the audio's bytes, the settings and speaker counts, the
+    provenance (normlab's version, the model and encoder files' SHA-256), the format and ``exclusive``; None
+    where the audio cannot be read (reading it for the diarization then says why, as for any other file)."""
+    try:
+        audio = written.digest(pathlib.Path(audio))
+    except OSError:
+        return None
+    what = {"audio": audio, "settings": settings, "provenance": prov, "format": format, "exclusive": exclusive}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _kept(files: list[pathlib.Path], uri: str, key: str | None, format: str, settings: dict, prov: dict,
+          exclusive: bool) -> Diarization | None:
+    """The result written before into ``files`` from the same inputs (``key``), every file unchanged since,
+    read back; None where it must be made (anything missing, edited, or made from other inputs)."""
+    notes = [written.made(f) for f in files] if key is not None else [None]
+    if any(n is None or n.get("key") != key for n in notes):
+        return None
+    duration = notes[0].get("duration")
+    try:
+        if format == "json":
+            data = json.loads(files[0].read_text(encoding="utf-8"))
+            turns = [Turn(t["uri"], t["start"], t["end"] - t["start"], t["speaker"]) for t in data["turns"]]
+        else:
+            turns = [t for ts in read_rttm(files[0]).values() for t in ts]
+        return Diarization(turns, uri=uri, duration=duration, settings=settings,
+                           provenance=prov, is_exclusive=exclusive)
+    except (UserError, OSError, ValueError, KeyError, TypeError):  # unreadable after all: made again
+        return None
 
 
 def to_annotation(turns: list[Turn], uri: str | None = None):
@@ -342,5 +391,5 @@ def from_annotation(annotation, uri: str | None = None) -> list[Turn]:
     return sorted(turns)
 
 
-__all__ = ["diarize", "diarize_files", "made_with", "load_model", "load_encoder", "every_encoder", "provenance",
+__all__ = ["DONE", "diarize", "diarize_files", "made_with", "load_model", "load_encoder", "every_encoder", "provenance",
            "to_annotation", "from_annotation", "Diarization"]
