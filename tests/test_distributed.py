@@ -605,3 +605,41 @@ def test_a_peer_lost_before_the_first_step_is_one_line(monkeypatch):
         with on_rank0(enter, 0, 2):
             pass
     assert e.value is refused
+
+
+def _own_error_rank(rank: int, world: int, port: int, base: str) -> None:
+    """Rank 1 fails at its second step with an error of its own (a layer's bug); what each rank raised, in a file."""
+    from normlab.distributed import process_group
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    draw, calls = tiny_batches(), []
+
+    def batches(gen):
+        calls.append(1)
+        if rank == 1 and len(calls) == 2:
+            raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (a layer's own bug)")
+        return draw(gen)
+
+    try:
+        with process_group(torch.device("cpu"), timeout_s=20):
+            train(tiny_model(), batches, TrainConfig(steps=4, lr=3e-3, warmup=2, ckpt_every=2),
+                  pathlib.Path(base, "ckpt"), config={"tiny": True})
+        said = "finished"
+    except Exception as e:  # noqa: BLE001   (the test reads what each rank said)
+        said = f"{type(e).__name__}: {e}"
+    pathlib.Path(base, f"said{rank}.txt").write_text(said)
+
+
+def test_a_ranks_own_error_keeps_its_kind_and_its_peers_say_they_lost_it(tmp_path):
+    """Every RuntimeError in the loop of a multi-rank run was said as a lost peer, in one line: a rank's own bug
+    lost its traceback and read "a rank that died is named by the launcher"."""
+    from normlab.distributed import peer_failure
+
+    tmp_mp.spawn(_own_error_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    said = [(tmp_path / f"said{r}.txt").read_text() for r in range(2)]
+    assert said[1] == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (a layer's own bug)", said
+    assert said[0].startswith("Unavailable: rank 0 of 2 stopped at step 2: "), said
+    assert peer_failure(RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer [::1]:1"))
+    assert not peer_failure(RuntimeError("CUDA out of memory")) and not peer_failure(ValueError("gloo"))

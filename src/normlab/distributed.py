@@ -93,6 +93,23 @@ def _first_line(e: Exception) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+#: what a collective's failure says when another rank is gone (gloo's and NCCL's words, torch's process group)
+PEER_SIGNS = ("gloo", "nccl", "connection closed by peer", "connection reset by peer", "processgroup", "timed out")
+
+
+def peer_failure(error: BaseException) -> bool:
+    """Whether ``error`` is a collective that failed because another rank is gone or stuck (torch's
+    ``DistError`` kinds, or a RuntimeError in gloo's or NCCL's words), not this rank's own failure (a shape
+    error, a bug in a layer), which keeps its traceback."""
+    import torch.distributed as dist
+
+    kinds = tuple(getattr(dist, n) for n in ("DistError",) if isinstance(getattr(dist, n, None), type))
+    if kinds and isinstance(error, kinds):
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and any(sign in text for sign in PEER_SIGNS)
+
+
 def _give_up(fd: int, line: str) -> None:
     """The join's watchdog: ``line`` to ``fd`` (the real stderr), then exit 2 at once."""
     os.write(fd, line.encode())

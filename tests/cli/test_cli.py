@@ -340,6 +340,21 @@ def test_train_never_replaces_a_model_it_did_not_make(tmp_path, capsys):
     assert (tmp_path / "model.pt").read_text() == "mine"
 
 
+def test_train_refuses_a_folder_where_the_model_goes_before_it_trains(tmp_path, capsys, monkeypatch):
+    """With a checkpoint to resume, a folder named model.pt was found only when the model was moved into place,
+    after the training, and the error named a temporary file."""
+    from normlab.cli import main
+    from normlab.diarization.training import train as train_mod
+
+    (tmp_path / "model.pt").mkdir()
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "last.pt").write_text("a checkpoint")
+    monkeypatch.setattr(train_mod, "train", lambda *a, **k: pytest.fail("trained before the check"))
+    assert main(["diarize", "train", "--data", str(tmp_path / "nodata"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{tmp_path / 'model.pt'} is a folder where the model would go" in err[0], err
+
+
 def test_tune_checks_where_it_writes_before_the_grid_runs(tmp_path, capsys):
     from normlab.cli import main
 

@@ -497,3 +497,44 @@ def test_a_folder_on_a_file_system_without_locks_is_used_without_one(tmp_path, m
     with pytest.raises(ValueError, match="is being written by process .* on "):
         with folder_lock(tmp_path, "written", "wait"):
             pass
+
+
+def test_a_lock_whose_block_left_nothing_takes_its_folders_with_it(tmp_path):
+    """A training refused before any work (a batch the ranks cannot split, data that cannot be read) left
+    ``out/ckpt/.normlab.lock`` and its empty folders behind."""
+    from normlab.locks import LOCK, folder_lock
+
+    with pytest.raises(ValueError, match="refused"):
+        with folder_lock(tmp_path / "out" / "ckpt", "trained", "wait"):
+            raise ValueError("refused before any work")
+    assert list(tmp_path.iterdir()) == []
+    with folder_lock(tmp_path / "out" / "ckpt", "trained", "wait"):
+        (tmp_path / "out" / "ckpt" / "last.pt").write_text("work")
+    assert sorted(p.name for p in (tmp_path / "out" / "ckpt").iterdir()) == [LOCK, "last.pt"]
+    (tmp_path / "own").mkdir()  # a folder that was there before is the user's: left, lock file and all
+    with folder_lock(tmp_path / "own", "trained", "wait"):
+        pass
+    assert [p.name for p in (tmp_path / "own").iterdir()] == [LOCK]
+
+
+def test_a_lock_taken_on_a_file_removed_since_is_taken_again_on_the_new_one(tmp_path, monkeypatch):
+    """A holder removes the lock file as it finishes; a process that had opened the old file must not believe it
+    holds the lock while a third locks the new file."""
+    import fcntl
+
+    from normlab import locks
+
+    folder = tmp_path / "f"
+    folder.mkdir()
+    real, calls = fcntl.flock, []
+
+    def flock(f, op):  # the first file locked is removed and replaced (another holder finishing) just after
+        real(f, op)
+        if op & fcntl.LOCK_EX and not calls:
+            calls.append(os.fstat(f.fileno()).st_ino)
+            (folder / locks.LOCK).unlink()
+            (folder / locks.LOCK).write_text("")
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    with locks.folder_lock(folder, "trained", "wait"):  # it holds the file the name holds now: it says who holds it
+        assert calls and (folder / locks.LOCK).read_text().startswith(f"process {os.getpid()} on ")

@@ -20,7 +20,7 @@ import torch
 
 from ... import provenance, tracking, written
 from ..._checks import BadValue, Unavailable, UserError, check_count
-from ...distributed import mean_over_ranks, shard, world
+from ...distributed import mean_over_ranks, peer_failure, shard, world
 from ...locks import folder_lock
 from .pit import pit_loss
 
@@ -197,6 +197,8 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
             net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                                             else None)
         except RuntimeError as e:
+            if not peer_failure(e):  # (the ranks' models differ: DDP's own words, with its trace)
+                raise
             raise _peer_lost(e, rank, size, step, saved) from e
     # (rows after the checkpoint's step are a killed session's and go; a divergence's row stays)
     metrics = (tracking.MetricsLog(ckpt_dir / "metrics.csv", diverged["step"] if diverged else step, tensorboard)
@@ -251,7 +253,7 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
             if progress and rank == 0:
                 progress(step, cfg.steps, losses[-1])
     except RuntimeError as e:
-        if size == 1 or isinstance(e, UserError):
+        if size == 1 or isinstance(e, UserError) or not peer_failure(e):  # this rank's own error keeps its trace
             raise
         # a peer that vanished (killed, out of memory): the collective fails here; one line, not a bug
         raise _peer_lost(e, rank, size, step, saved) from e
@@ -273,6 +275,8 @@ def _same_checkpoint(last: pathlib.Path, state: dict | None, rank: int, size: in
     try:
         dist.all_gather_object(seen, mine)
     except RuntimeError as e:
+        if not peer_failure(e):
+            raise
         raise _peer_lost(e, rank, size, step, step) from e
     if len({digest for digest, _ in seen}) > 1:
         found = ", ".join(f"rank {r}: {f'step {s}' if d else 'none'}" for r, (d, s) in enumerate(seen))
@@ -352,6 +356,9 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
     check_count(frames, "frames")
     check_batch_fits(batch, frames, model_cfg.input_dim, model_cfg.n_heads)
     out = pathlib.Path(out)
+    if (out / "model.pt").is_dir():  # found only when the model was moved into place, after the training
+        raise BadValue(f"{out / 'model.pt'} is a folder where the model would go: move it away, or give another "
+                       "--out")
     if (out / "model.pt").exists() and not (out / "ckpt" / "last.pt").exists():  # not this training's own model
         raise BadValue(f"{out / 'model.pt'} exists and {out / 'ckpt'} holds no training to resume: training from "
                        "scratch would replace it; give another --out, or move it away first")
