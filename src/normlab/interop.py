@@ -59,6 +59,9 @@ def from_torch(layer: nn.TransformerEncoderLayer) -> TransformerBlock:
     getattr(block.attn, slot).load_state_dict(layer.norm1.state_dict())
     getattr(block.ffn, slot).load_state_dict(layer.norm2.state_dict())
     getattr(block.ffn, slot).eps = layer.norm2.eps  # each norm its own eps (torch's constructor sets one for both)
+    # each dropout its own rate, as torch's four modules hold them (the constructor's one rate may have been changed)
+    block.attn.drop.p, a.dropout = layer.dropout1.p, attn.dropout
+    block.ffn.fn.drop.p, block.ffn.drop.p = layer.dropout.p, layer.dropout2.p
     return block.train(layer.training)
 
 
@@ -79,9 +82,10 @@ def to_torch(block: TransformerBlock) -> nn.TransformerEncoderLayer:
     if a.causal:
         raise BadValue("block is causal and torch's layer is not by itself (it takes is_causal=True and a mask at "
                        "each call): not converted")
-    if a.dropout != block.attn.drop.p or ffn.drop.p != block.attn.drop.p:
-        raise BadValue(f"torch's layer has one dropout; block uses {block.attn.drop.p} on its branches, "
-                       f"{a.dropout} on the attention weights and {ffn.drop.p} after the feed-forward's activation")
+    if len({a.dropout, ffn.drop.p, block.attn.drop.p, block.ffn.drop.p}) > 1:
+        raise BadValue(f"torch's layer has one dropout; block uses {block.attn.drop.p} on its attention branch, "
+                       f"{block.ffn.drop.p} on its feed-forward branch, {a.dropout} on the attention weights and "
+                       f"{ffn.drop.p} after the feed-forward's activation")
     linear_bias = a.qkv_proj.bias is not None
     for n in (norm, getattr(block.ffn, slot)):
         if n.weight is None or (n.bias is not None) != linear_bias:

@@ -58,6 +58,10 @@ def test_to_torch_rejects_what_torch_lacks():
     bert_like.ffn.fn.drop.p = 0.0
     with pytest.raises(ValueError, match="one dropout.* 0.0 after the feed-forward's activation"):
         interop.to_torch(bert_like)
+    branch = normlab.TransformerBlock(8, 2, dropout=0.1)  # the feed-forward branch's own rate (torch's dropout2)
+    branch.ffn.drop.p = 0.5
+    with pytest.raises(ValueError, match="one dropout.* 0.5 on its feed-forward branch"):
+        interop.to_torch(branch)
     with pytest.raises(ValueError, match="norms have a weight"):
         interop.to_torch(normlab.TransformerBlock(8, 2, norm_kw={"bias": False}))
     with pytest.raises(ValueError, match="unsupported activation"):
@@ -204,3 +208,16 @@ def test_under_autocast_the_residual_stream_stays_float32_as_in_torch():
     err_ours = (mixed_ours - exact_ours).abs().max().item()
     err_theirs = (mixed_theirs - exact_theirs).abs().max().item()
     assert err_ours <= 2 * err_theirs, (err_ours, err_theirs)
+
+
+def test_from_torch_keeps_each_dropouts_own_rate():
+    """torch's layer holds four dropouts, each a module whose rate a user may change; only ``dropout.p`` was read,
+    so the other three rates were lost (the converted block trained with other noise)."""
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.1, batch_first=True)
+    layer.dropout1.p, layer.self_attn.dropout, layer.dropout.p, layer.dropout2.p = 0.2, 0.3, 0.4, 0.5
+    block = interop.from_torch(layer)
+    assert (block.attn.drop.p, block.attn.fn.dropout, block.ffn.fn.drop.p, block.ffn.drop.p) == (0.2, 0.3, 0.4, 0.5)
+    for rate in (0.0, 0.25):  # one rate throughout: a round trip gives torch's layer back, rates and all
+        same = nn.TransformerEncoderLayer(8, 2, 16, dropout=rate, batch_first=True)
+        back = interop.to_torch(interop.from_torch(same))
+        assert (back.dropout1.p, back.self_attn.dropout, back.dropout.p, back.dropout2.p) == (rate,) * 4
