@@ -77,7 +77,7 @@ def _check_one(p: pathlib.Path, overwrite: bool, hint: str) -> None:
         raise BadValue(f"{p} is a folder where an output would go: move it away, or {hint}")
     if overwrite or not (p.exists() or p.is_symlink()):
         return
-    if p.is_file() and not p.is_symlink() and listed(p.parent).get(p.name) == digest(p):
+    if p.is_file() and not p.is_symlink() and _normlabs(p, _read_list(p.parent)):
         return
     raise BadValue(f"{p} exists and normlab did not write it (or it was changed since): {hint}, move it away, "
                    "or pass --overwrite to replace it")
@@ -121,39 +121,62 @@ def _list_locked(folder: pathlib.Path):
         os.close(fd)  # the lock ends with its descriptor
 
 
+def _section(data: dict, name: str) -> dict:
+    part = data.get(name)
+    return part if isinstance(part, dict) else {}
+
+
+def _normlabs(path: pathlib.Path, data: dict) -> str | None:
+    """``path``'s SHA-256 where the list holds it as normlab's (written, or about to be: a stop between the
+    file's move into place and its listing left it refused as the user's); None where it is not."""
+    sha = digest(path)
+    return sha if sha in (_section(data, "files").get(path.name), _section(data, "pending").get(path.name)) else None
+
+
 def made(path) -> dict | None:
     """What ``path`` was made from, as :func:`record` noted it (``made=``), where normlab wrote it and it is
     unchanged since; else None (not normlab's, edited since, or written without a note)."""
     path = pathlib.Path(path)
     data = _read_list(path.parent)
-    files, notes = data.get("files"), data.get("made")
-    if not (isinstance(files, dict) and isinstance(notes, dict)) or not isinstance(notes.get(path.name), dict):
+    note = _section(data, "made").get(path.name)
+    if not isinstance(note, dict):
         return None
     try:
-        unchanged = path.is_file() and not path.is_symlink() and files.get(path.name) == digest(path)
+        if not path.is_file() or path.is_symlink() or _normlabs(path, data) != note.get("sha256"):
+            return None
     except OSError:
         return None
-    return notes[path.name] if unchanged else None
+    return {k: v for k, v in note.items() if k != "sha256"}
+
+
+def _note(path: pathlib.Path, sha: str, made: dict | None, pending: bool) -> None:
+    """Under the folder's lock: ``path`` listed with ``sha`` (``pending``: about to be moved into place, its
+    earlier contents still normlab's), and its note (``made``) replaced."""
+    with _list_locked(path.parent):
+        data = _read_list(path.parent)
+        files, waiting, notes = (_section(data, k) for k in ("files", "pending", "made"))
+        if pending:
+            waiting[path.name] = sha
+        else:
+            files[path.name] = sha
+            waiting.pop(path.name, None)
+        if made is None:
+            notes.pop(path.name, None)  # the note was of the file this one replaces
+        else:
+            notes[path.name] = {**made, "sha256": sha}
+        notes = {k: v for k, v in notes.items() if k in files or k in waiting}
+        data = {"files": dict(sorted(files.items()))}
+        data |= {k: dict(sorted(v.items())) for k, v in (("pending", waiting), ("made", notes)) if v}
+        tmp = path.parent / f"{LIST}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path.parent / LIST)
 
 
 def record(path, made: dict | None = None) -> None:
     """Note in its folder's list that normlab has just written ``path`` (call after writing it); ``made``: what it
     was made from (a JSON object, read back by :func:`made`: a rerun keeps an output made from the same inputs)."""
     path = pathlib.Path(path)
-    sha = digest(path)
-    with _list_locked(path.parent):
-        files = listed(path.parent)
-        files[path.name] = sha
-        notes = _read_list(path.parent).get("made")
-        notes = {k: v for k, v in notes.items() if k in files} if isinstance(notes, dict) else {}
-        if made is None:
-            notes.pop(path.name, None)  # the note was of the file this one replaces
-        else:
-            notes[path.name] = made
-        data = {"files": dict(sorted(files.items()))} | ({"made": dict(sorted(notes.items()))} if notes else {})
-        tmp = path.parent / f"{LIST}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, path.parent / LIST)
+    _note(path, digest(path), made, pending=False)
 
 
 def write_text(path, text: str, made: dict | None = None) -> None:
@@ -162,8 +185,15 @@ def write_text(path, text: str, made: dict | None = None) -> None:
 
 
 def write_with(path, write: Callable[[pathlib.Path], object], made: dict | None = None) -> None:
-    """:func:`replace_whole`, then recorded (with ``made``, :func:`record`'s note)."""
-    replace_whole(path, write)
+    """:func:`replace_whole`, then recorded (with ``made``, :func:`record`'s note). The new contents are listed
+    as pending before they replace the old, so a stop between the two steps leaves a file the list holds."""
+    path = pathlib.Path(path)
+
+    def staged(tmp: pathlib.Path) -> None:
+        write(tmp)
+        _note(path, digest(tmp), made, pending=True)
+
+    replace_whole(path, staged)
     record(path, made)
 
 

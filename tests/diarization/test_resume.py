@@ -4,6 +4,7 @@ import json
 
 import pytest
 import soundfile as sf
+import torch
 
 from normlab import written
 from normlab.cli import main
@@ -34,8 +35,8 @@ def _run(d, out, paths=None, **kw):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(api, "_diarize", counting)
-        status = diarize_files(paths or sorted((d / "wav").glob("*.wav")), out, model=d / "m.pt",
-                               embedding=d / "enc.pt", on_result=results.__setitem__, **kw)
+        kw = {"model": d / "m.pt", "embedding": d / "enc.pt", **kw}
+        status = diarize_files(paths or sorted((d / "wav").glob("*.wav")), out, on_result=results.__setitem__, **kw)
     return status, results, seen
 
 
@@ -147,3 +148,85 @@ def test_the_list_keeps_each_files_note_until_it_is_written_without_one(tmp_path
     assert written.made(a) is None  # changed since: not what the note describes
     (tmp_path / written.LIST).write_text("[not a list")
     assert written.made(a) is None and written.listed(tmp_path) == {}
+
+
+def test_modules_given_as_objects_are_keyed_by_what_they_hold(files, tmp_path):
+    """A model or encoder given as an object has no file to name: every such model shared one key, and a rerun
+    with other weights kept the first one's turns."""
+    from normlab.diarization.pipeline.api import load_encoder, load_model
+
+    a = [files / "wav" / "a.wav"]
+    model, enc = load_model(files / "m.pt"), load_encoder(files / "enc.pt")
+    kw = dict(model=model, embedding=enc)
+    assert _run(files, tmp_path, a, **kw)[2] == ["a.wav"] and _run(files, tmp_path, a, **kw)[2] == []
+    with torch.no_grad():
+        model.head.bias.fill_(-2.0)  # changed in memory: another model
+    assert _run(files, tmp_path, a, **kw)[2] == ["a.wav"] and _run(files, tmp_path, a, **kw)[2] == []
+    with torch.no_grad():
+        next(enc.parameters()).add_(1.0)
+    assert _run(files, tmp_path, a, **kw)[2] == ["a.wav"]
+
+
+def test_a_model_file_replaced_with_its_old_time_is_read_again(files, tmp_path):
+    """The file's SHA-256 was remembered by its path and modification time: a copy that kept the old time (cp -p)
+    was taken for the old file, its outputs kept, and its results named the old file's SHA-256."""
+    import os
+
+    from normlab.diarization.models.weights import sha256
+
+    model = tmp_path / "m.pt"
+    model.write_bytes((files / "m.pt").read_bytes())
+    a = [files / "wav" / "a.wav"]
+    _run(files, tmp_path / "out", a, model=model)
+    before = os.stat(model)
+    other = tmp_path / "other"
+    other.mkdir()
+    tiny_models(other, -1.0, threshold=0.55, median=5, window=4.0, step=2.0, cluster_threshold=0.3,
+                speakers="eend", vad="off")
+    model.write_bytes((other / "m.pt").read_bytes())
+    os.utime(model, ns=(before.st_atime_ns, before.st_mtime_ns))
+    _, results, seen = _run(files, tmp_path / "out", a, model=model)
+    assert seen == ["a.wav"] and results[str(a[0])].provenance["model"]["sha256"] == sha256(model)
+
+
+def test_a_note_edited_by_hand_is_made_again(files, tmp_path):
+    a = [files / "wav" / "a.wav"]
+    _run(files, tmp_path, a)
+    listed = json.loads((tmp_path / written.LIST).read_text())
+    for bad in (None, "10.0", float("nan"), -1.0, True):
+        listed["made"]["a.rttm"]["duration"] = bad
+        (tmp_path / written.LIST).write_text(json.dumps(listed))
+        status, _, seen = _run(files, tmp_path, a)
+        assert seen == ["a.wav"] and set(status.values()) == {"ok"}, bad
+
+
+def test_a_stop_between_writing_and_listing_leaves_an_output_the_rerun_takes(files, tmp_path, monkeypatch):
+    """The output was moved into place, then listed: a stop between the two left a file the rerun refused as the
+    user's ("exists and normlab did not write it")."""
+    a = [files / "wav" / "a.wav"]
+    _run(files, tmp_path, a)
+    real = written.record
+
+    def stopped(path, made=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(written, "record", stopped)  # moved into place with other settings, never listed
+    with pytest.raises(KeyboardInterrupt):
+        _run(files, tmp_path, a, num_speakers=1)
+    monkeypatch.setattr(written, "record", real)
+    assert _run(files, tmp_path, a, num_speakers=1)[2] == []  # it is what these settings made: kept
+    import os
+
+    real_replace = os.replace
+
+    def stop_at_the_move(src, dst):  # stopped before the move: the old output stays, and is normlab's
+        if str(dst).endswith("a.rttm"):
+            raise KeyboardInterrupt
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", stop_at_the_move)
+    with pytest.raises(KeyboardInterrupt):
+        _run(files, tmp_path, a, num_speakers=2)
+    monkeypatch.setattr(os, "replace", real_replace)
+    status, _, seen = _run(files, tmp_path, a, num_speakers=2)  # the old output, still normlab's: replaced
+    assert seen == ["a.wav"] and set(status.values()) == {"ok"}

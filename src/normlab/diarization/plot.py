@@ -107,6 +107,7 @@ def timeline_png(turns: list[Turn], path: str | pathlib.Path, *, duration: float
                  f"speech, {sum(b - a for a, b in ov):.1f} s overlapped", x=lay.left / w, ha="left", fontsize=10)
     from ..provenance import png_metadata
 
-    fig.savefig(path, dpi=DPI, facecolor="white", metadata=png_metadata() if metadata is None else metadata)
+    fig.savefig(path, format="png", dpi=DPI, facecolor="white",  # (a temporary file's name ends in .tmp)
+                metadata=png_metadata() if metadata is None else metadata)
     plt.close(fig)
     return lay

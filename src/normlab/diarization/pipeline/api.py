@@ -98,7 +98,7 @@ def _no_old_keywords(options: dict) -> None:
 
 
 @functools.lru_cache(maxsize=16)
-def _file_record(path: str, mtime_ns: int) -> dict:
+def _file_record(path: str, stat: tuple) -> dict:
     from ..models.weights import ASSETS, is_safetensors, safetensors_metadata, sha256
 
     p = pathlib.Path(path)
@@ -111,7 +111,10 @@ def _file_record(path: str, mtime_ns: int) -> dict:
 
 def _record(path) -> dict | None:
     """File, SHA-256 and (safetensors) source of a weight file; None for a module given without one."""
-    return None if path is None else dict(_file_record(str(path), pathlib.Path(path).stat().st_mtime_ns))
+    if path is None:
+        return None
+    st = pathlib.Path(path).stat()  # (a file replaced with its old time kept, cp -p: its size, inode, ctime change)
+    return dict(_file_record(str(path), (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_dev)))
 
 
 def provenance(model, encoder, cfg: PipelineConfig) -> dict:
@@ -297,10 +300,11 @@ def _write_each(paths, out_dir, m, enc, cfg, counts, prov, format, exclusive, pl
         from ..plot import timeline_png
     status = {}
     settings = {**asdict(cfg), **counts}
+    weights = _weights_digest(m, enc)  # what the modules hold, whatever file (or none) they came from
     for i, p in enumerate(paths):
         try:
             files = outputs(p, out_dir, format, plot)
-            key = _made_key(p, settings, prov, format, exclusive)
+            key = _made_key(p, settings, prov, weights, format, exclusive)
             result = _kept(files, recording_uri(p), key, format, settings, prov, exclusive)
             if result is None:
                 result = _diarize(p, None, m, enc, cfg, None, counts, prov)
@@ -308,10 +312,9 @@ def _write_each(paths, out_dir, m, enc, cfg, counts, prov, format, exclusive, pl
                 note = None if key is None else {"key": key, "duration": result.duration}
                 written.write_text(files[0], render(result, format), note)
                 if plot:
-                    timeline_png(result, files[1], duration=result.duration,
-                                 metadata=png_metadata(Description=json.dumps({"settings": result.settings,
-                                                                               "pipeline": result.provenance})))
-                    written.record(files[1], note)
+                    made = png_metadata(Description=json.dumps({"settings": result.settings,
+                                                                "pipeline": result.provenance}))
+                    written.write_with(files[1], functools.partial(_draw, timeline_png, result, made), note)
                 status[str(p)] = "ok"
             else:
                 status[str(p)] = "kept"
@@ -327,15 +330,39 @@ def _write_each(paths, out_dir, m, enc, cfg, counts, prov, format, exclusive, pl
     return status
 
 
-def _made_key(audio, settings: dict, prov: dict, format: str, exclusive: bool) -> str | None:
+def _draw(timeline_png, result: Diarization, metadata: dict, path: pathlib.Path) -> None:
+    timeline_png(result, path, duration=result.duration, metadata=metadata)
+
+
+def _weights_digest(*modules) -> str:
+    """SHA-256 of what the modules compute with: every tensor of their state (in order, with its name, dtype and
+    shape) and the settings a model carries beside it (its post-processing, its features)."""
+    import torch
+
+    h = hashlib.sha256()
+    for module in modules:
+        for name, t in module.state_dict().items():
+            t = t.detach().cpu().contiguous()
+            h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        for attr in ("postprocess", "features"):
+            h.update(repr(getattr(module, attr, None)).encode())
+    return h.hexdigest()
+
+
+def _made_key(audio, settings: dict, prov: dict, weights: str, format: str, exclusive: bool) -> str | None:
     """What an output is made from, as one digest: the audio's bytes, the settings and speaker counts, the
-    provenance (normlab's version, the model and encoder files' SHA-256), the format and ``exclusive``; None
-    where the audio cannot be read (reading it for the diarization then says why, as for any other file)."""
+    provenance (normlab's version, the model and encoder files' SHA-256), the weights the modules hold, normlab's
+    own source (a build of one version edited since), the format and ``exclusive``; None where the audio cannot
+    be read (reading it for the diarization then says why, as for any other file)."""
     try:
         audio = written.digest(pathlib.Path(audio))
     except OSError:
         return None
-    what = {"audio": audio, "settings": settings, "provenance": prov, "format": format, "exclusive": exclusive}
+    from ...provenance import code_digest
+
+    what = {"audio": audio, "settings": settings, "provenance": prov, "weights": weights, "code": code_digest(),
+            "format": format, "exclusive": exclusive}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -347,6 +374,8 @@ def _kept(files: list[pathlib.Path], uri: str, key: str | None, format: str, set
     if any(n is None or n.get("key") != key for n in notes):
         return None
     duration = notes[0].get("duration")
+    if not (type(duration) in (int, float) and math.isfinite(duration) and duration >= 0):
+        return None  # a note edited by hand: made again
     try:
         if format == "json":
             data = json.loads(files[0].read_text(encoding="utf-8"))
