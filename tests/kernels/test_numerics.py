@@ -158,6 +158,14 @@ def test_a_constant_row_gives_the_bias_where_its_mean_rounds(dtype, impl):
     if kernels.resolve(impl, "layer_norm", x, 1e-5) == "native":
         pytest.skip("torch's own kernel: its mean is not corrected")
     assert max_err(y, b.double().expand(4, 4000)) < (1e-6 if dtype == torch.float32 else 1e-3)
+    # the correction itself exact: the deviations' mean taken times the rounded 1/D was an ulp off for rows not
+    # a power of two long, and at a small eps that ulp over sqrt(eps) was y (0.015 at 1e-12; 1.5e4 at 1e-30)
+    cases = ((994275.8125, 1000, 1e-12), (1000.1, 4000, 1e-12), (1000.1, 4000, 1e-30), (1000.1, 4000, 1e-5))
+    for value, d, eps in cases if dtype == torch.float32 else ():
+        x = torch.full((3, d), value, dtype=dtype)
+        b = torch.linspace(-1, 1, d)
+        y = ours("layer_norm", x, None, b.to(dtype), eps=eps, impl=impl)
+        assert max_err(y, b.to(dtype).double().expand(3, d)) == 0, (value, d, eps)
 
 
 @pytest.mark.parametrize("op", ["layer_norm", "add_layer_norm"])

@@ -597,7 +597,10 @@ static inline void norm_row(const S* si, A first, const A* w, const A* b, T* yi,
       const V e = P.ld(si + j) - mv;
       return std::pair<V, V>{e, e * e};
     });
-    c = sums.first * inv_d;
+    // divided, not times 1/D: a constant row's deviations e sum exactly to D*e (e is a few ulps of the row's
+    // values), and only the division gives e back; times the rounded 1/D, c was an ulp off e, the variance
+    // (clamped at 0) left eps alone, and y was (e - c) / sqrt(eps) where the bias is exact (0.015 at eps 1e-12)
+    c = sums.first / A(d);
     const A var = sums.second * inv_d - c * c;  // inf - inf where the squares overflow: then the variance is inf
     rs = var != var ? A(0) : rstd_of<A>(var > 0 ? var : A(0), eps);  // rstd 0: the bias (NaN input stays NaN via m)
     if (mean) *mean = m + c;
