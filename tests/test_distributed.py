@@ -643,3 +643,30 @@ def test_a_ranks_own_error_keeps_its_kind_and_its_peers_say_they_lost_it(tmp_pat
     assert said[0].startswith("Unavailable: rank 0 of 2 stopped at step 2: "), said
     assert peer_failure(RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer [::1]:1"))
     assert not peer_failure(RuntimeError("CUDA out of memory")) and not peer_failure(ValueError("gloo"))
+
+
+def test_a_kill_after_the_last_checkpoint_leaves_no_earlier_model_as_this_ones(tmp_path, monkeypatch, capsys):
+    """A run extended from 2 to 4 steps, killed after its last checkpoint and before the model was written: the
+    rerun had no step left and kept the 2-step model.pt as the 4-step run's ("left as it is")."""
+    from normlab.cli import main
+    from normlab.diarization.training import provenance
+
+    _noise_mixtures(tmp_path / "data")
+    out = tmp_path / "run"
+    assert main(_train_args(tmp_path / "data", out, steps=2)) == 0
+    real = os.replace
+
+    def killed(src, dst):  # the model about to be moved into place: the process dies there
+        if str(dst).endswith("model.pt"):
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed)
+    assert main(_train_args(tmp_path / "data", out, steps=4)) == 130
+    monkeypatch.setattr(os, "replace", real)
+    assert provenance.read(out / "model.pt")["steps"] == 2 and torch.load(out / "ckpt" / "last.pt")["step"] == 4
+    capsys.readouterr()
+    assert main(_train_args(tmp_path / "data", out, steps=4)) == 0
+    assert provenance.read(out / "model.pt")["steps"] == 4 and "wrote" in capsys.readouterr().out
+    assert main(_train_args(tmp_path / "data", out, steps=4)) == 0  # now it is this run's: left as it is
+    assert "left as it is" in capsys.readouterr().out

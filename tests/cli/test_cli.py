@@ -89,6 +89,11 @@ def test_version_names_normlab_torch_and_python():
     (["bench", "--device", "cuda:0", "--shapes", "8x8"], "--device cuda:0 times the GPU section's fixed grid"),
     (["bench", "--shapes", "100000000x100000000", "--ops", "rms_norm", "--dtypes", "float32"], "out of memory"),
     (["diarize", "simulate", "--out", "s", "--beta", "1e308"], "beta (the mean silence, s) must be"),
+    # a conversation draws its turns and rooms its own way: these wrote the same audio and were recorded as applied
+    (["diarize", "simulate", "--out", "s", "--style", "conversation", "--rt60", "0.2", "0.4"],
+     "--rt60 shapes style 'mixture'"),
+    (["diarize", "simulate", "--out", "s", "--style", "conversation", "--beta", "3", "--max-utterances", "4",
+      "--beta-by-count"], "--beta, --max-utterances, --beta-by-count shape style 'mixture'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--warmup", "-1"], "expected a whole number >= 0, got '-1'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--d-model", "18"], "a multiple of 4, the encoder's heads"),
     (["diarize", "tune", "--dev", "/nonexistent"], "/nonexistent: no such folder"),
@@ -136,6 +141,35 @@ def test_the_recipe_checks_its_model_before_it_simulates(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "d_model 15 is not divisible by n_heads" in err[0], err
     assert not (tmp_path / "r").exists()
+
+
+def test_the_recipe_keeps_files_it_did_not_write_and_runs_one_at_a_time(tmp_path, capsys, monkeypatch):
+    """A user's results.json and model.pt in --out were replaced without a word, and a second recipe started into
+    the same folder trained beside the first (both sharing model.pt.tmp) instead of stopping."""
+    from normlab.cli import main
+    from normlab.diarization.models.eend import EENDModel, ModelConfig
+    from normlab.diarization.training import provenance, recipe
+    from normlab.locks import folder_lock
+
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "results.json").write_text('{"mine": true}')
+    monkeypatch.setattr(recipe, "_run", lambda *a, **k: pytest.fail("work began before the check"))
+    assert main(["diarize", "recipe", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "results.json exists and normlab did not write it" in err[0], err
+    assert (out / "results.json").read_text() == '{"mine": true}'
+    (out / "results.json").unlink()
+    EENDModel(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32)).save(out / "model.pt")  # someone's model
+    assert main(["diarize", "recipe", "--out", str(out)]) == 2
+    assert "model.pt exists and normlab did not write it" in capsys.readouterr().err
+    provenance.write(out / "model.pt", {"recipe": {"steps": 10}})  # a recipe's own model (an earlier run's)
+    monkeypatch.setattr(recipe, "_run", lambda *a, **k: {"ran": True})
+    assert recipe.run_recipe(out, recipe.RecipeConfig()) == {"ran": True}
+    with folder_lock(out, "written by a recipe", "wait"):  # another recipe at work there
+        assert main(["diarize", "recipe", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{out} is being written by a recipe" in err[0], err
 
 
 def test_bench_never_replaces_a_file_it_did_not_write_and_says_so_before_measuring(tmp_path, capsys):

@@ -393,12 +393,12 @@ def test_no_turn_ends_after_the_audio(files):
     cut = audio[: int(11.95 * SR)]  # speech to the end, 11.95 s: not a whole number of frames
     turns = _turns(d, cut, sample_rate=SR)
     assert turns and max(t.end for t in turns) <= turns.duration == 11.95
-    from normlab.diarization.pipeline.api import _ending_at
+    from normlab.diarization.pipeline.stitch import ending_at
 
     # the duration rounded to the millisecond ended past the audio: 0.2 + 0.007 = 0.20700000000000002 > 0.207
     rng = np.random.default_rng(0)
     for start, end in [(0.2, 0.207)] + [tuple(sorted(np.round(rng.uniform(0, 100, 2), 3))) for _ in range(500)]:
-        assert _ending_at(Turn("x", float(start), 200.0, "s"), float(end)).end <= end
+        assert ending_at(Turn("x", float(start), 200.0, "s"), float(end)).end <= end
 
 
 def test_speech_mode_has_one_speaker_at_a_time(files):

@@ -28,7 +28,7 @@ from normlab.diarization.pipeline.tuning import (
     share_better,
     tune_pipeline,
 )
-from tiny_diarizer import SR, tiny_models
+from tiny_diarizer import SR, tiny_models, tones
 
 SEG = {"speakers": ("eend", "speech"), "vad": ("off", "speech"), "threshold": (0.3, 0.8), "piece": (1.5,),
        "step": (2.0,)}
@@ -151,6 +151,8 @@ def test_a_stopped_tuning_resumes_from_the_segmentations_it_made(setup, tmp_path
     made.clear()
     tune_pipeline(model, encoder, [dev], segment_grid=SEG, stitch_grid=STITCH, cache=cache)
     assert made == []  # everything read back
+    assert all(seg_file.stat().st_size for seg_file in cache.glob("*.pt"))
+    (cache / ".0123.pt.4567.tmp").write_bytes(b"half")  # what a kill inside a write leaves
     segment_cache.remove(cache)
     assert not cache.exists()
     other = EENDModel.load(root / "m.pt")  # another model's segmentations are other files
@@ -352,3 +354,66 @@ def test_an_incumbent_of_another_encoder_is_measured_and_kept_unless_beaten_beyo
     monkeypatch.setattr(tuning, "share_better", lambda a, b, **k: 0.99)  # the final choice lower beyond doubt
     r = tune_pipeline(model, encoders, [dev], segment_grid=seg, stitch_grid=STITCH, incumbent={"eend": incumbent})
     assert r["modes"]["eend"] != incumbent and not r["incumbent"]["eend"]["kept"]
+
+
+def test_tuning_scores_the_turns_diarize_writes_up_to_the_audios_end(setup, tmp_path):
+    """A file 7.95 s long: its last 100 ms frame reaches 8.0 s. ``diarize`` cut the turns there, the tuning did
+    not, and scored the tail as false alarm (tune 30.99% where evaluate read 30.65% with the settings it stored)."""
+    from normlab.diarization import diarization_error_rate, diarize
+    from normlab.diarization.pipeline.stitch import stitch
+
+    root, _, _ = setup
+    audio = tones(7.95)  # speech to the end
+    sf.write(tmp_path / "cut.wav", audio, SR)
+    ref = [Turn("cut", a, 1.6, f"s{(a // 2) % 2:.0f}") for a in np.arange(0, 8, 2.0)]
+    model, encoder = EENDModel.load(root / "m.pt"), SpeakerEncoder.load(root / "enc.pt")
+    cfg = PipelineConfig.for_model(model, step=2.0, vad="off")
+    with torch.no_grad():
+        seg = segment(model, encoder, torch.from_numpy(audio), "cut", cfg)
+    assert seg.frames * seg.frame_seconds > 7.95 and max(t.end for t in stitch(seg, cfg)) <= 7.95
+    written = diarize(tmp_path / "cut.wav", model=root / "m.pt", embedding=root / "enc.pt", step=2.0, vad="off")
+    assert max(t.end for t in written) == pytest.approx(7.95)  # speech to the end: the tail is there to cut
+    assert measure({"cut": seg}, {"cut": ref}, cfg)["der_0.25"] == diarization_error_rate(ref, written, collar=0.25).der
+
+
+def test_tune_refuses_an_out_that_is_one_of_its_inputs(setup, tmp_path, capsys, monkeypatch):
+    """`tune --model m.pt --out m.pt --overwrite --save`: the JSON replaced the model, then the save failed with a
+    traceback; `--out dev/ref.rttm --overwrite` replaced the dev reference."""
+    import shutil
+
+    from normlab.diarization.pipeline import tuning
+
+    root, dev, _ = setup
+    model = tmp_path / "m.pt"
+    shutil.copy(root / "m.pt", model)
+    data = tmp_path / "dev"
+    shutil.copytree(dev, data)
+    monkeypatch.setattr(tuning, "tune_pipeline", lambda *a, **k: pytest.fail("the grid ran"))
+    before = {f: f.read_bytes() for f in (model, data / "ref.rttm", data / "wav" / "r1.wav")}
+    for out, what in ((model, "model"), (data / "ref.rttm", "reference"), (data / "wav" / "r1.wav", "audio"),
+                      (root / "enc.pt", "speaker encoder's weights")):
+        argv = ["diarize", "tune", "--dev", str(data), "--model", str(model), "--embedding", str(root / "enc.pt"),
+                "--out", str(out), "--overwrite", "--save"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"is the {what} this tuning reads" in err[0], err
+    assert all(f.read_bytes() == b for f, b in before.items())
+
+
+def test_dev_folders_whose_recordings_share_a_name_are_refused(setup, tmp_path, monkeypatch):
+    """Results and references are keyed by the recording's name: of two dev folders holding r1 and r2 each, the
+    first folder's recordings were silently dropped (6 files counted, 3 scored)."""
+    import shutil
+
+    from normlab.diarization.pipeline import tuning, whiten
+
+    root, dev, _ = setup
+    shutil.copytree(dev, tmp_path / "again")
+    model, encoder = EENDModel.load(root / "m.pt"), SpeakerEncoder.load(root / "enc.pt")
+    monkeypatch.setattr(tuning, "segment", lambda *a, **k: pytest.fail("work began before the check"))
+    with pytest.raises(UserError, match=r"--dev: two recordings named 'r1' \(.*dev.*r1.wav and .*again.*r1.wav\)"):
+        tune_pipeline(model, encoder, [dev, tmp_path / "again"], segment_grid=SEG, stitch_grid=STITCH)
+    with pytest.raises(UserError, match="test set t: two recordings named 'r1'"):
+        tune_pipeline(model, encoder, [dev], {"t": [dev, tmp_path / "again"]}, segment_grid=SEG, stitch_grid=STITCH)
+    with pytest.raises(UserError, match="--train: two recordings named 'r1'"):
+        whiten.fit_files(model, encoder, [dev, tmp_path / "again"])

@@ -248,3 +248,25 @@ def test_identical_pieces_or_an_infinite_ridge_are_one_line_not_a_linalg_error()
     seg.embeddings = torch.tensor(np.random.default_rng(0).normal(size=(4, 8))).float()
     with pytest.raises(ValueError, match="lam must be a finite number > 0, got inf"):
         whiten.fit([(seg, ref)], 0.5, lam=float("inf"))
+
+
+def test_a_save_stopped_midway_leaves_the_model_and_no_temporary(tmp_path, monkeypatch):
+    """An interrupt inside the save of a model file's new settings left ``m.pipeline.tmp`` (or ``.whitening.tmp``)
+    beside the intact model."""
+    from normlab.diarization.training import provenance
+
+    model_path, _ = tiny_models(tmp_path, 1.0)
+    before = model_path.read_bytes()
+    real = torch.save
+
+    def stopped(obj, f, *a, **k):
+        real(obj, f, *a, **k)  # the temporary is written whole; the stop comes before it is moved into place
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", stopped)
+    for write in (lambda: write_whitening(model_path, {}), lambda: provenance.write(model_path, {"x": 1}),
+                  lambda: provenance.write_pipeline(model_path, {}, "eend", {})):
+        with pytest.raises(KeyboardInterrupt):
+            write()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["enc.pt", "m.pt"]
+        assert model_path.read_bytes() == before

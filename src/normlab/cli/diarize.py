@@ -176,15 +176,22 @@ def _cmd_diarize_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_diarize_simulate(args: argparse.Namespace) -> int:
+    from .._checks import BadValue
     from ..diarization.data.simulate import SimConfig, simulate
 
-    cfg = SimConfig(n_mixtures=args.n_mixtures, n_speakers=args.n_speakers, beta=args.beta, split=args.split,
-                    seed=args.seed,
-                    min_utterances=args.min_utterances, max_utterances=args.max_utterances,
-                    rt60=tuple(args.rt60) if args.rt60 else None, min_speakers=args.min_speakers,
-                    sources=args.sources, augment=args.augment, beta_by_count=args.beta_by_count,
-                    style=args.style, stretch_p=args.stretch_p,
-                    duration=tuple(args.duration) if args.duration else None)
+    # what shapes EEND-style mixtures only, given: a conversation draws its turns and rooms its own way, and wrote
+    # the same audio whatever these said, while its config.json recorded them as applied
+    timeline = {"beta": args.beta, "min_utterances": args.min_utterances, "max_utterances": args.max_utterances,
+                "rt60": tuple(args.rt60) if args.rt60 else None, "beta_by_count": args.beta_by_count or None}
+    given = {k: v for k, v in timeline.items() if v is not None}
+    if given and args.style == "conversation":
+        options = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise BadValue(f"{options} shape{'s' * (len(given) == 1)} style 'mixture' (EEND's independent timelines); "
+                       "style 'conversation' draws its turns, pauses and rooms its own way: leave "
+                       f"{'them' if len(given) > 1 else 'it'} out")
+    cfg = SimConfig(n_mixtures=args.n_mixtures, n_speakers=args.n_speakers, split=args.split, seed=args.seed,
+                    min_speakers=args.min_speakers, sources=args.sources, augment=args.augment, style=args.style,
+                    stretch_p=args.stretch_p, duration=tuple(args.duration) if args.duration else None, **given)
     out = simulate(args.out, cfg, progress=progress("simulate"), jobs=args.jobs)
     print(f"wrote {cfg.n_mixtures} mixtures to {out}/wav, {out}/ref.rttm, {out}/all.uem")
     return 0
@@ -270,6 +277,9 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     if out.is_dir() or not out.parent.is_dir():
         raise BadValue(f"--out {out}: cannot write a file there (a folder, or its folder is missing)")
     written.writable_folder(out.parent)  # a file is made there, not asked of os.access (root passes it on /proc)
+    read = _tune_inputs(args, [args.dev.split(","), *tests.values()])
+    if written.resolved(out) in read:  # even with --overwrite: the result would replace what it is made from
+        raise BadValue(f"--out {out} is the {read[written.resolved(out)]} this tuning reads: give another --out")
     written.check([out], overwrite=args.overwrite, hint="give another --out")
     grids = parse_grid(args.grid, (SEGMENT_GRID, STITCH_GRID))
     # the grid's encoder (GE2E, or --embedding's weights), then every other shipped one on each mode's choice
@@ -294,6 +304,21 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     print(format_tuning(result))
     print(f"wrote {args.out}" + (f"; stored the choice in {args.model}" if args.save else ""))
     return 0
+
+
+def _tune_inputs(args: argparse.Namespace, sets: list[list[str]]) -> dict:
+    """``{resolved path: what it is}`` of every file ``tune`` reads: the model, the encoder's weights, and each
+    dev and test folder's references and audio."""
+    from .. import written
+    from ..diarization.models.eend import model_path
+
+    found = {written.resolved(model_path(args.model)): "model"} if args.model is not None else {}
+    if args.embedding is not None:
+        found[written.resolved(args.embedding)] = "speaker encoder's weights"
+    for d in (pathlib.Path(d) for ds in sets for d in ds):
+        for f in [*d.glob("*.rttm"), *d.glob("*.uem"), *d.glob("*.wav"), *d.glob("wav/*")]:
+            found[written.resolved(f)] = "reference" if f.suffix in (".rttm", ".uem") else "audio"
+    return found
 
 
 def _cmd_diarize_whiten(args: argparse.Namespace) -> int:
@@ -368,7 +393,8 @@ def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     # the field's own type: an on/off option (a bool) keeps a 0/1 field's value as the dataclass writes it
     cfg = RecipeConfig(**{f.name: type(f.default)(getattr(args, f.name)) for f in dataclasses.fields(RecipeConfig)})
-    result = run_recipe(args.out, cfg, data=args.data, progress=progress("recipe"), jobs=args.jobs)
+    result = run_recipe(args.out, cfg, data=args.data, progress=progress("recipe"), jobs=args.jobs,
+                        overwrite=args.overwrite)
     pp = result["postprocess"]
     print(f"trained {cfg.steps} steps on {train_recordings(cfg)} recordings of up to "
           f"{cfg.n_speakers} speakers ({cfg.frames / 10:g} s windows, {cfg.n_speakers} outputs; "
@@ -419,15 +445,17 @@ def add_parsers(sub, name: str) -> None:
                     help=f"speakers per mixture (the most, with --min-speakers) {d}")
     si.add_argument("--min-speakers", type=int, default=0,
                     help="> 0: mixtures cycle through MIN..--n-speakers speakers (default: 0, always --n-speakers)")
-    si.add_argument("--beta", type=float, default=2.0, help=f"mean silence before an utterance, s {d}")
+    si.add_argument("--beta", type=float, help="mixture style: mean silence before an utterance, s (default: 2.0)")
     si.add_argument("--split", choices=["train", "dev", "test", "flite"], default="train",
                     help=f"disjoint voice sets {d}")
-    si.add_argument("--min-utterances", type=positive_int, default=5, help=f"utterances per speaker, at least {d}")
-    si.add_argument("--max-utterances", type=positive_int, default=20, help=f"utterances per speaker, at most {d}")
+    si.add_argument("--min-utterances", type=positive_int,
+                    help="mixture style: utterances per speaker, at least (default: 5)")
+    si.add_argument("--max-utterances", type=positive_int,
+                    help="mixture style: utterances per speaker, at most (default: 20)")
     si.add_argument("--seed", type=seed, default=0, help=f"random seed {d}")
     si.add_argument("--jobs", type=jobs, default=2, help=f"worker processes (the same files for any) {d}")
     si.add_argument("--rt60", type=float, nargs=2, metavar=("MIN", "MAX"),
-                    help="add reverberation, RT60 drawn from [MIN, MAX] seconds (default: dry)")
+                    help="mixture style: add reverberation, RT60 drawn from [MIN, MAX] seconds (default: dry)")
     si.add_argument("--sources", choices=["espeak", "all"], default="espeak",
                     help=f"voices: espeak-ng only, or also the recorded flite and festival voices {d}")
     si.add_argument("--style", choices=["mixture", "conversation", "nonspeech"], default="mixture",
@@ -438,7 +466,8 @@ def add_parsers(sub, name: str) -> None:
     si.add_argument("--duration", type=float, nargs=2, metavar=("MIN", "MAX"),
                     help="conversation style: seconds of talk per recording, drawn from [MIN, MAX] (default: 20 45)")
     flag(si, "--augment", "perturb: speaker warps and levels, rooms, noise types, telephone, gain")
-    flag(si, "--beta-by-count", "more speakers, longer silences (EEND-EDA: beta x1, x1, x2.5, x4.5 for 1-4 speakers)")
+    flag(si, "--beta-by-count", "mixture style: more speakers, longer silences (EEND-EDA: beta x1, x1, x2.5, x4.5 "
+         "for 1-4 speakers)")
     renamed(si, n="--n-mixtures", speakers="--n-speakers")
     si.set_defaults(func=_cmd_diarize_simulate, resumes=True)
 
@@ -599,6 +628,7 @@ def add_parsers(sub, name: str) -> None:
     rc.add_argument("--data", default=None, type=a_path, help="folder for the simulated splits (default: OUT/data)")
     rc.add_argument("--threads", type=threads, default=2, help=f"torch threads per process {d}")
     rc.add_argument("--jobs", type=jobs, default=2, help=f"simulation worker processes {d}")
+    flag(rc, OVERWRITE, OVERWRITE_HELP)
     add_recipe_options(rc, {"norm": list(NORMS), "placement": list(PLACEMENTS), "encoder": ENCODERS, "head": HEADS,
                             "decay": ["none", "cosine"]})
     rc.set_defaults(func=_cmd_diarize_recipe, resumes=True)

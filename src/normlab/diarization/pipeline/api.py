@@ -199,9 +199,7 @@ def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str |
              prov: dict) -> Diarization:
     wave, name = as_mono(audio, sample_rate, SAMPLE_RATE)
     duration = round(wave.numel() / SAMPLE_RATE, 3)
-    # the frames are 100 ms: the last one may reach past the audio's end, which no turn does
-    turns = [t if t.end <= duration else _ending_at(t, duration)
-             for t in diarize_waveform(model, encoder, wave, uri or name, cfg, **counts) if t.start < duration]
+    turns = diarize_waveform(model, encoder, wave, uri or name, cfg, **counts)  # (none past the audio's end)
     asked = counts["num_speakers"] or counts["min_speakers"]
     found = len({t.speaker for t in turns})
     if asked and found < asked:  # a cluster is made for each, but a speaker who never wins a frame has no turn
@@ -210,14 +208,6 @@ def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str |
                       "never speak above the threshold", UserWarning, stacklevel=3)
     return Diarization(turns, uri=uri or name, duration=duration,
                        settings={**asdict(cfg), **counts}, provenance=prov)
-
-
-def _ending_at(t: Turn, end: float) -> Turn:
-    """``t`` cut to end at ``end`` (``start + duration <= end`` in floating point too)."""
-    duration = end - t.start
-    while t.start + duration > end:
-        duration = math.nextafter(duration, 0.0)
-    return Turn(t.uri, t.start, duration, t.speaker)
 
 
 def outputs(path, out_dir: str | pathlib.Path, format: str = "rttm", plot: bool = False) -> list[pathlib.Path]:
@@ -335,19 +325,13 @@ def _draw(timeline_png, result: Diarization, metadata: dict, path: pathlib.Path)
 
 
 def _weights_digest(*modules) -> str:
-    """SHA-256 of what the modules compute with: every tensor of their state (in order, with its name, dtype and
-    shape) and the settings a model carries beside it (its post-processing, its features)."""
-    import torch
+    """SHA-256 of what the modules compute with: their state (``segment_cache.weights_digest``) and the settings
+    a model carries beside it (its post-processing, its features)."""
+    from .segment_cache import weights_digest
 
-    h = hashlib.sha256()
-    for module in modules:
-        for name, t in module.state_dict().items():
-            t = t.detach().cpu().contiguous()
-            h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-        for attr in ("postprocess", "features"):
-            h.update(repr(getattr(module, attr, None)).encode())
-    return h.hexdigest()
+    parts = [f"{weights_digest(m)}|{getattr(m, 'postprocess', None)!r}|{getattr(m, 'features', None)!r}"
+             for m in modules]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def _made_key(audio, settings: dict, prov: dict, weights: str, format: str, exclusive: bool) -> str | None:

@@ -150,6 +150,7 @@ class Segmentation:
     weights: np.ndarray  # (n,) seconds of speech behind each embedding
     whitening: torch.Tensor | None = None  # the model file's map of the embeddings (pipeline/whiten.py), if any
     plda: dict | None = None  # the model file's PLDA model of the embeddings (pipeline/vbx.py), if any
+    duration: float | None = None  # seconds of audio (to the ms): no turn ends after it (the last frame may)
 
 
 def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig,
@@ -159,9 +160,10 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
     wave8k = torch.from_numpy(resample(wave16k.numpy(), SAMPLE_RATE, feature_cfg.sample_rate))
     feats = extract(wave8k, feature_cfg)  # T, dim
     T = feats.shape[0]
+    duration = round(wave16k.numel() / SAMPLE_RATE, 3)
     if T == 0:
         return Segmentation(uri, 0, fs, [], torch.zeros(0, 0, 0), [], torch.zeros(0, encoder.dim), np.zeros(0),
-                            *_embedding_models(model))
+                            *_embedding_models(model), duration=duration)
     size = max(1, round(cfg.window / fs))
     starts = window_starts(T, size, max(1, round(cfg.step / fs)))
     probs = local_activity(model, feats, starts, size, cfg.batch)  # W, size', S
@@ -219,7 +221,7 @@ def segment(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig
             row = min(same)[1]
         out.append((w, s, a, b, row))
     return Segmentation(uri, T, fs, starts, probs, out, emb[ok], np.array(weights)[ok.numpy()] if groups else
-                        np.zeros(0), *_embedding_models(model))
+                        np.zeros(0), *_embedding_models(model), duration=duration)
 
 
 def _embedding_models(model) -> tuple[torch.Tensor | None, dict | None]:

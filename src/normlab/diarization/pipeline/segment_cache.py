@@ -22,7 +22,7 @@ from ... import written
 from .segment import Segmentation, _embedding_models
 
 #: what a cached segmentation holds (the model file's whitening and PLDA come from the model at reading)
-FIELDS = ("uri", "frames", "frame_seconds", "starts", "probs", "pieces", "embeddings", "weights")
+FIELDS = ("uri", "frames", "frame_seconds", "starts", "probs", "pieces", "embeddings", "weights", "duration")
 
 
 def segments_beside(out: str | os.PathLike) -> pathlib.Path:
@@ -83,7 +83,7 @@ class SegmentCache:
 def remove(folder: str | os.PathLike) -> None:
     """Remove a cache folder's segmentations, and the folder where nothing else is in it."""
     folder = pathlib.Path(folder)
-    for f in folder.glob("*.pt"):
+    for f in [*folder.glob("*.pt"), *folder.glob(".*.pt.*.tmp")]:  # (a kill inside a write leaves its temporary)
         f.unlink(missing_ok=True)
     try:
         folder.rmdir()

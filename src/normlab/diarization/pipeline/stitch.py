@@ -82,8 +82,23 @@ def stitch(seg: Segmentation, cfg: PipelineConfig, *, num_speakers: int | None =
     # labelled by decreasing speech in what is written (the clusters came ordered by their embeddings' weight,
     # which caps each piece's seconds)
     active = active[:, torch.argsort(active.sum(0, dtype=torch.int64), descending=True, stable=True)]
-    return to_turns(active.float(), seg.frame_seconds, seg.uri, threshold=0.5, median=1,
-                    labels=[f"spk{k}" for k in range(k_total)])
+    turns = to_turns(active.float(), seg.frame_seconds, seg.uri, threshold=0.5, median=1,
+                     labels=[f"spk{k}" for k in range(k_total)])
+    return turns if seg.duration is None else within(turns, seg.duration)
+
+
+def within(turns: list[Turn], duration: float) -> list[Turn]:
+    """``turns`` inside ``[0, duration]``: the frames are 100 ms, and the last one may reach past the audio's
+    end, which no turn does (tuning scored that tail as false alarm where ``diarize`` had cut it)."""
+    return [t if t.end <= duration else ending_at(t, duration) for t in turns if t.start < duration]
+
+
+def ending_at(t: Turn, end: float) -> Turn:
+    """``t`` cut to end at ``end`` (``start + duration <= end`` in floating point too)."""
+    duration = end - t.start
+    while t.start + duration > end:
+        duration = math.nextafter(duration, 0.0)
+    return Turn(t.uri, t.start, duration, t.speaker)
 
 
 def diarize_waveform(model, encoder, wave16k: torch.Tensor, uri: str, cfg: PipelineConfig, *,

@@ -152,6 +152,19 @@ def files_of(dirs: list) -> list[tuple[pathlib.Path, list[Turn]]]:
     return out
 
 
+def unique_recordings(files: list, what: str) -> list:
+    """``files`` (of :func:`files_of`), where no two recordings share a name; else one line naming both: results
+    and references are keyed by the recording's name, and one folder's recording silently stood for the other's."""
+    seen: dict[str, pathlib.Path] = {}
+    for wav, _ in files:
+        uri = recording_uri(wav)
+        if uri in seen:
+            raise BadValue(f"{what}: two recordings named {uri!r} ({seen[uri]} and {wav}): each recording's name "
+                           "must be its own across the folders (rename one, or simulate with another --seed)")
+        seen[uri] = wav
+    return files
+
+
 def _has_speech(files: list) -> bool:
     """Whether any reference of ``files`` (of :func:`files_of`) holds speech."""
     return any(t.duration > 0 for _, ref in files for t in ref)
@@ -429,7 +442,7 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
     for d in dev:
         files = files_of([d])
         by_folder.setdefault(pathlib.Path(d).resolve(), (d, files))
-    dev_files = [f for _, files in by_folder.values() for f in files]
+    dev_files = unique_recordings([f for _, files in by_folder.values() for f in files], "--dev")
     if not dev_files:
         raise NotFound(f"no dev recordings with references in {[str(d) for d in dev]}")
     for d, files in by_folder.values():  # a folder of sounds alone, or of other recordings' references: said
@@ -437,7 +450,8 @@ def tune_pipeline(model, encoder, dev: list, tests: dict | None = None, *, segme
             warnings.warn(f"--dev {d}: no recording with reference speech (each wav named in its folder's ref.rttm"
                           "): it adds nothing to the dev set", stacklevel=2)
     # the test sets are read before any work: one without speech to score failed after the whole grid had run
-    test_sets = {name: _scorable(files_of(dirs), f"test set {name}", dirs) for name, dirs in (tests or {}).items()}
+    test_sets = {name: _scorable(unique_recordings(files_of(dirs), f"test set {name}"), f"test set {name}", dirs)
+                 for name, dirs in (tests or {}).items()}
     held = {pathlib.Path(d).resolve() for dirs in (tests or {}).values() for d in dirs}
     same = sorted({pathlib.Path(d).resolve() for d in dev} & held)
     if same:  # a test set the settings were chosen on is no test

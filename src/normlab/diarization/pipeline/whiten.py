@@ -114,9 +114,12 @@ def fit_files(model, encoder, dirs: list, *, lam: float = 1.0, per_folder: int |
     from ..io.audio import recording_uri
     from . import vbx
     from .config import PipelineConfig
-    from .tuning import Segmenter, files_of
+    from .tuning import Segmenter, files_of, unique_recordings
 
     check_lam(lam)  # before the recordings are segmented (minutes), not after
+    files = unique_recordings([f for d in dirs for f in files_of([d])[:per_folder]], "--train")
+    if not files:
+        raise BadValue(f"no recordings with references in {[str(d) for d in dirs]}")
     # the whitening and the PLDA model are GE2E's: its pieces, with the settings chosen with GE2E where the file
     # has them (a model whose mode chose CAM++ keeps GE2E's beside it); where none were, GE2E pieces of
     # FIT_PIECE seconds (the fit reads no cluster cut: any does)
@@ -125,9 +128,6 @@ def fit_files(model, encoder, dirs: list, *, lam: float = 1.0, per_folder: int |
     except BadValue:
         cfg = PipelineConfig.for_model(model, speakers="eend", whiten=False, speaker_encoder="ge2e",
                                        clustering="ahc", cluster_threshold=0.35, piece=FIT_PIECE)
-    files = [f for d in dirs for f in files_of([d])[:per_folder]]
-    if not files:
-        raise BadValue(f"no recordings with references in {[str(d) for d in dirs]}")
     run = Segmenter(model, encoder, jobs)
     try:
         segs = []

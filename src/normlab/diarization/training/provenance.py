@@ -10,7 +10,6 @@ and the machine).
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 from importlib import metadata
@@ -138,9 +137,15 @@ def write(path: str | pathlib.Path, meta: dict) -> None:
     path = pathlib.Path(path)
     blob = torch.load(path, map_location="cpu", weights_only=True)
     blob["meta"] = meta
-    tmp = path.with_suffix(".meta.tmp")
-    torch.save(blob, tmp)
-    os.replace(tmp, path)
+    _save(blob, path)
+
+
+def _save(blob: dict, path: pathlib.Path) -> None:
+    """``blob`` saved over the model file ``path`` whole: through a temporary beside it, removed however the save
+    ends (an interrupt left ``m.pipeline.tmp`` behind)."""
+    from ... import written
+
+    written.replace_whole(path, lambda tmp: torch.save(blob, tmp))
 
 
 def _writable_model(path: str | pathlib.Path) -> pathlib.Path:
@@ -179,9 +184,7 @@ def write_pipeline(path: str | pathlib.Path, modes: dict, speakers: str, tuning:
         post["vad_speech"] = vad_speech
     post["speakers"] = speakers
     blob.setdefault("meta", {})["pipeline_tuning"] = {**tuning, "versions": versions()}
-    tmp = path.with_suffix(".pipeline.tmp")
-    torch.save(blob, tmp)
-    os.replace(tmp, path)
+    _save(blob, path)
 
 
 def write_whitening(path: str | pathlib.Path, fitted: dict) -> None:
@@ -190,9 +193,7 @@ def write_whitening(path: str | pathlib.Path, fitted: dict) -> None:
     path = _writable_model(path)
     blob = torch.load(path, map_location="cpu", weights_only=True)
     blob["whitening"] = {**fitted, "versions": versions()}
-    tmp = path.with_suffix(".whitening.tmp")
-    torch.save(blob, tmp)
-    os.replace(tmp, path)
+    _save(blob, path)
 
 
 def read(path: str | pathlib.Path) -> dict:

@@ -403,12 +403,40 @@ def whiten_recipe_model(model_path: pathlib.Path, data: pathlib.Path, cfg: Recip
 
 
 def run_recipe(out: str | pathlib.Path, cfg: RecipeConfig = RecipeConfig(), *, data: str | pathlib.Path | None = None,
-               progress: Progress | None = None, jobs: int = 1) -> dict:
+               progress: Progress | None = None, jobs: int = 1, overwrite: bool = False) -> dict:
     """Simulate (into ``data``, default ``out/data``), train, tune, score; write ``out/model.pt`` and
     ``out/results.json``. Every stage resumes: mixtures and features on disk are reused, training restarts
-    from its last checkpoint, and a finished training is not repeated."""
+    from its last checkpoint, and a finished training is not repeated. One recipe at a time in ``out`` (a
+    second stops with one line); a ``model.pt`` or ``results.json`` there that no recipe wrote is replaced only
+    with ``overwrite``, checked before any work."""
+    from ...locks import folder_lock
+
     cfg.check()
     out = pathlib.Path(out)
+    _check_outputs(out, overwrite)
+    with folder_lock(out, "written by a recipe", "wait for it to finish (or stop it), or give another --out"):
+        return _run(out, cfg, data, progress, jobs)
+
+
+def _check_outputs(out: pathlib.Path, overwrite: bool) -> None:
+    """Refuse (one line) a ``model.pt`` or ``results.json`` in ``out`` that no recipe wrote: normlab's list of
+    what it wrote there holds it, or it records a recipe's settings (as every recipe's files do)."""
+    from ... import written
+
+    def a_recipes(f: pathlib.Path) -> bool:
+        try:
+            meta = provenance.read(f) if f.suffix == ".pt" else json.loads(f.read_text()).get("meta", {})
+            return isinstance(meta, dict) and isinstance(meta.get("recipe"), dict)
+        except Exception:  # noqa: BLE001   (not a model or not JSON: not a recipe's)
+            return False
+
+    theirs = [f for f in (out / "model.pt", out / "results.json") if f.exists() and not a_recipes(f)]
+    written.check(theirs, overwrite=overwrite, hint="give the recipe another --out")
+
+
+def _run(out: pathlib.Path, cfg: RecipeConfig, data, progress, jobs: int) -> dict:
+    from ... import written
+
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     data = simulate_splits(data or out / "data", cfg, progress, jobs, which="train")
@@ -440,5 +468,6 @@ def run_recipe(out: str | pathlib.Path, cfg: RecipeConfig = RecipeConfig(), *, d
         result["pipeline"] = tune_recipe_pipeline(tmp, data, cfg, jobs)
         result["seconds"]["pipeline"] = round(time.time() - t4, 1)
     tmp.replace(out / "model.pt")  # never a half-written model file
-    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    written.record(out / "model.pt")
+    written.write_text(out / "results.json", json.dumps(result, indent=2) + "\n")
     return result

@@ -295,6 +295,19 @@ def data_digest(folders: list[pathlib.Path]) -> str:
     return h.hexdigest()[:16]
 
 
+def _made_from(model_file: pathlib.Path, last: pathlib.Path, settings: dict) -> bool:
+    """Whether ``model_file`` is the model of the checkpoint ``last``: its record names that checkpoint's step and
+    these training settings. A run killed after its last checkpoint and before the model was written left the
+    model of an earlier session, which the rerun (no step left) kept as this one's."""
+    from . import provenance as model_provenance
+
+    try:
+        meta = model_provenance.read(model_file)
+        return meta.get("steps") == read_checkpoint(last)["step"] and meta.get("training") == settings
+    except Exception:  # noqa: BLE001   (absent, damaged, not a model: written again)
+        return False
+
+
 def _peer_lost(e: RuntimeError, rank: int, size: int, step: int, saved: int) -> Exception:
     """One line for a collective that failed because another rank vanished (killed, out of memory)."""
     return Unavailable(f"rank {rank} of {size} stopped at step {step + 1}: {str(e).splitlines()[0]} (a rank that "
@@ -394,7 +407,7 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
         seconds = time.perf_counter() - t0
         # a rerun with no step left leaves the model file of that checkpoint as it is: what was stored in it
         # since (diarize tune --save, whiten) was erased by a rewrite
-        kept = len(losses) == start and (out / "model.pt").is_file()
+        kept = len(losses) == start and _made_from(out / "model.pt", last, settings)
         if rank == 0 and not kept:
             tmp = out / ".model.pt.tmp"
             model.save(tmp)
