@@ -250,13 +250,17 @@ def test_a_stored_choice_is_kept_unless_the_best_wins_beyond_doubt():
 
 def test_cli_saves_the_choice_as_the_model_defaults(setup, tmp_path, capsys):
     root, dev, test = setup
+    from normlab.diarization.models.weights import sha256
+
     model = tmp_path / "m.pt"
     model.write_bytes((root / "m.pt").read_bytes())
+    tuned = sha256(model)  # the file as tuned: --save rewrites it after
     grid = [a for k, v in {**SEG, **STITCH}.items() for a in ("--grid", f"{k}={','.join(map(str, v))}")]
     assert main(["diarize", "tune", "--dev", str(dev), "--test", f"held={test}", "--model", str(model),
                  "--embedding", str(root / "enc.pt"), "--out", str(tmp_path / "t.json"), "--save", *grid]) == 0
     strict = {"parse_constant": lambda c: pytest.fail(f"t.json holds {c}: not JSON")}  # NaN where no overlap is output
     out = json.loads((tmp_path / "t.json").read_text(), **strict)
+    assert out["model_sha256"] == tuned and out["embedding_sha256"] == sha256(root / "enc.pt")  # what was tuned
     printed = capsys.readouterr().out
     assert "held (scored once), chosen: DER" in printed and "of bootstrap resamples of the dev files" in printed
     loaded = EENDModel.load(model)

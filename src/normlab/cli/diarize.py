@@ -247,7 +247,7 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
     from .. import written
     from .._checks import BadValue
     from ..diarization.models.eend import SHIPPED, model_path
-    from ..diarization.models.weights import is_asset
+    from ..diarization.models.weights import is_asset, sha256
     from ..diarization.pipeline.api import every_encoder, load_model
     from ..diarization.pipeline.segment_cache import remove as remove_segments
     from ..diarization.pipeline.segment_cache import segments_beside
@@ -294,7 +294,9 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
                            jobs=args.jobs, progress=show, incumbent=model.postprocess.get("modes"), cache=cache)
     run = {"dev": args.dev.split(","), "test": tests, "grid": args.grid, "embedding": args.embedding,
            "jobs": args.jobs, "save": args.save}  # what made the file, beside the versions
-    written.write_text(out, json.dumps({"model": str(args.model or SHIPPED), **result, "command": run,
+    files = {"model": model_path(args.model), "embedding": args.embedding}  # what was tuned, by content too
+    digests = {f"{k}_sha256": sha256(v) for k, v in files.items() if v is not None}
+    written.write_text(out, json.dumps({"model": str(args.model or SHIPPED), **digests, **result, "command": run,
                                         "provenance": record()}, indent=1) + "\n")
     if args.save:
         write_pipeline(args.model, result["modes"], result["speakers"],
