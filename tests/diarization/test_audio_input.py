@@ -340,6 +340,9 @@ def test_channels_that_cancel_in_the_mix_are_read_as_the_loudest_one(tmp_path):
         sf.write(path, np.stack([voice, 0.5 * np.roll(voice, 40)], axis=1), 16000, subtype="FLOAT")
         mixed = read_mono(path, 16000).numpy()
     assert np.corrcoef(mixed, voice)[0, 1] > 0.9
+    exact = np.stack([voice, -voice])  # cancelling exactly: no level to say ("3028 dB below them")
+    with pytest.warns(UserWarning, match=r"cancel when mixed to mono \(they cancel completely: .* channel 1 alone"):
+        as_mono(exact, 16000, 16000)
 
 
 @pytest.mark.parametrize("n", [2, 12, 16])
@@ -355,3 +358,83 @@ def test_many_tracks_each_with_its_own_talker_are_mixed_not_cut_to_one(n):
         wave, _ = as_mono(slots, 16000, 16000)
     heard = [float(np.abs(wave.numpy()[i * 8000:(i + 1) * 8000]).max()) for i in range(n)]
     assert min(heard) > 0.3 / n * 0.9  # every slot is in the mix
+
+
+def _formats() -> set:
+    return set(sf.available_formats())
+
+
+@pytest.mark.skipif("MP3" not in _formats(), reason="this libsndfile writes no MP3")
+def test_a_cut_short_compressed_file_reads_as_what_it_holds_and_says_so(tmp_path):
+    """A 150 s MP3 cut to 60% of its bytes holds about 90 s; it read as 150 s, the missing minute filled with a copy
+    of earlier audio (soundfile's blocks() handed a short read's buffer back whole), and nothing was said."""
+    sr = 16000
+    t = np.arange(10 * sr) / sr
+    tones = np.concatenate([0.3 * np.sin(2 * np.pi * (200 + 100 * k) * t) for k in range(15)]).astype(np.float32)
+    sf.write(tmp_path / "whole.mp3", tones, sr, format="MP3", subtype="MPEG_LAYER_III")
+    data = (tmp_path / "whole.mp3").read_bytes()
+    (tmp_path / "cut.mp3").write_bytes(data[: int(len(data) * 0.6)])
+    with sf.SoundFile(tmp_path / "cut.mp3") as f:
+        held = len(f.read())
+    with pytest.warns(UserWarning, match=r"cut.mp3: its header gives 150.0 s, the file holds .* \(cut short\?\)"):
+        mono = read_mono(tmp_path / "cut.mp3", sr).numpy()
+    assert abs(len(mono) - held) < sr // 10 and len(mono) < 0.7 * len(tones)
+    late = mono[len(mono) - 5 * sr :]  # its last seconds: the tone of that time, not one from earlier
+    expected = 200 + 100 * ((len(mono) - 2.5 * sr) // (10 * sr))
+    assert abs(np.argmax(np.abs(np.fft.rfft(late))) / 5 - expected) < 10
+
+
+@pytest.mark.skipif("WAV" not in _formats(), reason="no WAV writer")
+def test_a_gsm_wav_is_read(tmp_path):
+    """GSM 6.10 in a WAV file: libsndfile decodes it but cannot seek in it, and the block reader refused it
+    ("frames must be specified for non-seekable files")."""
+    sr = 8000
+    t = np.arange(int(4.5 * sr)) / sr
+    try:
+        sf.write(tmp_path / "g.wav", (0.3 * np.sin(2 * np.pi * 300 * t)).astype(np.float32), sr, format="WAV",
+                 subtype="GSM610")
+    except (sf.LibsndfileError, ValueError, TypeError):
+        pytest.skip("this libsndfile writes no GSM 6.10 WAV")
+    mono = read_mono(tmp_path / "g.wav", 16000)
+    assert abs(mono.numel() / 16000 - 4.5) < 0.1 and float(mono.abs().max()) > 0.1  # (GSM: 320-sample blocks)
+
+
+def test_samples_too_quiet_to_diarize_are_said(tmp_path):
+    """16-bit samples in an int32 array (``np.array`` of Python ints is int64) are read as PCM of that width,
+    -96 dBFS and below, where the features' floor flattens them and the pauses read as speech: said, not silent."""
+    pcm = (np.sin(np.linspace(0, 2000, 16000)) * 20000).astype(np.int16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        as_mono(pcm, 16000, 16000)  # int16: full scale, nothing to say
+        as_mono(np.zeros(16000, np.float32), 16000, 16000)  # digital silence: nothing either
+    for wide in (pcm.astype(np.int32), pcm.astype(np.int64), (pcm / 32768 * 1e-4).astype(np.float32)):
+        with pytest.warns(UserWarning, match=r"waveform: its loudest sample is -\d+ dBFS, too quiet to diarize"):
+            as_mono(wide, 16000, 16000)
+    sf.write(tmp_path / "quiet.wav", pcm.astype(np.float32) / 32768 * 1e-4, 16000, subtype="FLOAT")
+    with pytest.warns(UserWarning, match=r"quiet.wav: its loudest sample is -\d+ dBFS"):
+        read_mono(tmp_path / "quiet.wav", 16000)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no named pipes here")
+@pytest.mark.parametrize("fmt", ["WAV", "OGG"])
+def test_audio_read_from_a_pipe(tmp_path, fmt):
+    """`cat x.ogg | normlab diarize /dev/stdin`: a stream that does not say its length (libsndfile gives its
+    largest count) was refused as "array is too big"; a pipe could not be read in blocks at all."""
+    import os
+    import threading
+
+    if fmt not in _formats():
+        pytest.skip(f"this libsndfile writes no {fmt}")
+    voice = _tone(300, 2.5).astype(np.float32)
+    sf.write(tmp_path / f"x.{fmt.lower()}", voice, SR, format=fmt)
+    data = (tmp_path / f"x.{fmt.lower()}").read_bytes()
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    feeder = threading.Thread(target=lambda: fifo.write_bytes(data), daemon=True)
+    feeder.start()
+    got = []  # read in a thread of its own: a second open of the pipe (no writer left) would wait for good
+    reader = threading.Thread(target=lambda: got.append(read_mono(fifo, SR)), daemon=True)
+    reader.start()
+    reader.join(timeout=60)
+    assert got, "reading the pipe did not end (or failed: see the thread's exception above)"
+    assert abs(got[0].numel() - len(voice)) < SR // 20 and float(got[0].abs().max()) > 0.1

@@ -755,3 +755,16 @@ def test_a_bug_inside_the_per_file_loop_is_raised_not_reported_as_the_files_erro
     monkeypatch.setattr(api, "_diarize", bad_audio)  # the file's own fault: said, and the call goes on
     status = diarize_files([d / "talk.wav"], tmp_path / "out", model=d / "m.pt", embedding=d / "enc.pt")
     assert status == {str(d / "talk.wav"): f"{d / 'talk.wav'}: not audio"}
+
+
+def test_diarize_files_takes_paths_and_says_so_of_anything_else(tmp_path):
+    """An array, a dict (read as its keys: "waveform: no such file") or a None among the paths: a builtin
+    TypeError's traceback, or a wrong error, where ``diarize`` is what takes waveforms."""
+    from normlab import UserError
+    from normlab.diarization import diarize_files
+
+    for paths in (np.zeros(16000), {"waveform": np.zeros(16000), "sample_rate": 16000}, b"x.wav", ["x.wav", None],
+                  [b"x.wav"], [np.zeros(16000)]):
+        with pytest.raises(UserError, match=r"diarize_files takes paths of audio files, got .*diarize\(\) takes a "
+                                            r"waveform"):
+            diarize_files(paths, tmp_path / "out")

@@ -166,10 +166,23 @@ def _warn_if_narrow(what: str, sr: int) -> None:
                       f"{NARROWEST_RATE} Hz audio or wider: expect more missed and confused speech", stacklevel=3)
 
 
+#: the longest recording read, hours: a stream longer than this by its header does not say its length
+MAX_HOURS = 48
+
+#: a recording whose loudest sample is below this (-70 dBFS) is too quiet to diarize as it is: the features'
+#: power floor flattens it, and pauses read as speech (16-bit samples held in an int32 or int64 array are read as
+#: PCM of that width: -96 dBFS and below)
+QUIET_PEAK = 10 ** (-70 / 20)
+
+
 def _check_peak(peak: float, what: str) -> None:
     if peak > MAX_PEAK:
         raise AudioError(f"{what}: samples reach {peak:.3g}, far beyond any audio scale (full scale is 1.0; at most "
                          f"{MAX_PEAK:.3g}, 32-bit integer full scale, is read)")
+    if 0 < peak < QUIET_PEAK:
+        warnings.warn(f"{what}: its loudest sample is {20 * math.log10(peak):.0f} dBFS, too quiet to diarize as it "
+                      "is (pauses read as speech): scale it up (16-bit samples in an int32 or int64 array are read "
+                      "as PCM of that width: give them as int16, or as floats in [-1, 1])", stacklevel=3)
 
 
 #: a mix of a recording's N channels this far (10 dB) below what unrelated channels give, 1/N of their mean
@@ -186,10 +199,26 @@ def _cancelling(mixed: float, each: np.ndarray, what: str) -> int | None:
     if len(each) < 2 or not each.max() > 0 or mixed >= CANCELLED * each.mean() / len(each):
         return None
     loudest = int(each.argmax())
-    level = 10 * math.log10(max(mixed, 1e-300) / each.mean())
-    warnings.warn(f"{what}: its channels cancel when mixed to mono (the mix is {-level:.0f} dB below them: one "
-                  f"channel's polarity inverted?): diarizing channel {loudest + 1} alone", stacklevel=3)
+    level = -10 * math.log10(mixed / each.mean()) if mixed > 0 else math.inf
+    below = "they cancel completely" if level > 200 else f"the mix is {level:.0f} dB below them"
+    warnings.warn(f"{what}: its channels cancel when mixed to mono ({below}: one channel's polarity inverted?): "
+                  f"diarizing channel {loudest + 1} alone", stacklevel=3)
     return loudest
+
+
+def _blocks(f, n: int | None):
+    """The first ``n`` frames (None: all) of the open ``f`` in blocks of ``BLOCK_SECONDS`` (float32, frames x
+    channels), each
+    holding only what was decoded: ``SoundFile.blocks`` handed a cut-short file's last block back whole, its
+    buffer's stale tail included (a 150 s MP3 cut to 90 s read as 150 s, its end a copy of earlier audio), and
+    refused files libsndfile cannot seek in (GSM 6.10 WAV)."""
+    left = math.inf if n is None else n
+    while left > 0:
+        block = f.read(int(min(BLOCK_SECONDS * f.samplerate, left)), dtype="float32", always_2d=True)
+        if not len(block):
+            return
+        left -= len(block)
+        yield block
 
 
 def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
@@ -220,27 +249,33 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
                 raise AudioError(f"{path}: its header gives {sr} Hz; {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz "
                                  "are read")
             _warn_if_narrow(str(path), sr)
-            mono = np.empty(n, dtype=np.float32)
+            # a stream read from a pipe may not say its length (libsndfile gives its largest count): then its
+            # blocks are gathered as they come
+            known = n <= sr * MAX_HOURS * 3600
+            mono, parts = np.empty(n if known else 0, dtype=np.float32), []
             pos, mixed, each = 0, 0.0, np.zeros(f.channels)  # energies: of the mix, of each channel
-            for block in f.blocks(blocksize=BLOCK_SECONDS * sr, dtype="float32", always_2d=True):
-                part = mono[pos : pos + block.shape[0]]
+            for block in _blocks(f, n if known else None):
+                part = mono[pos : pos + block.shape[0]] if known else np.empty(block.shape[0], np.float32)
                 part[:] = block.mean(axis=1)
+                parts += [] if known else [part]
                 finite = finite and bool(np.isfinite(part).all())
                 peak = max(peak, float(np.abs(block).max(initial=0.0)))
                 if finite:
                     mixed += float(np.dot(part, part))
                     each += np.einsum("tc,tc->c", block, block, dtype=np.float64)
                 pos += block.shape[0]
-            mono = mono[:pos]
+            mono = mono[:pos] if known else np.concatenate(parts or [mono])
             channel = _cancelling(mixed, each, str(path))
-            if channel is not None and finite:  # read again, that channel alone
-                f.seek(0)
-                pos = 0
-                for block in f.blocks(blocksize=BLOCK_SECONDS * sr, dtype="float32", always_2d=True):
-                    mono[pos : pos + block.shape[0]] = block[:, channel]
-                    pos += block.shape[0]
-        told = _wav_header_frames(path)
-        if told is not None and 0 < pos < told:  # a copy cut short: diarized as what it holds, said once
+        regular = path.is_file()  # not a pipe: what was read can be opened again
+        if channel is not None and finite and regular:  # read again, that channel alone (opened again: some files
+            # cannot seek)
+            with sf.SoundFile(os.fsencode(path)) as f:
+                at = 0
+                for block in _blocks(f, pos):
+                    mono[at : at + block.shape[0]] = block[:, channel]
+                    at += block.shape[0]
+        told = (_wav_header_frames(path) if regular else None) or (n if known else 0)
+        if 0 < pos < told:  # a copy cut short: diarized as what it holds, said once
             warnings.warn(f"{path}: its header gives {told / sr:.1f} s, the file holds {pos / sr:.1f} s (cut "
                           "short?): diarizing what it holds", stacklevel=2)
     except AudioError:

@@ -245,7 +245,14 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
             raise BadType(f"{name} must be True or False, got {flag!r}")
     if format not in FORMATS:
         raise BadValue(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if isinstance(paths, (dict, bytes)) or hasattr(paths, "shape"):  # a dict's keys, an array's rows: not files
+        raise BadType(f"diarize_files takes paths of audio files, got {type(paths).__name__} (diarize() takes a "
+                      "waveform: an array, a tensor or a dict)")
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)  # one file, not its characters
+    odd = [p for p in paths if not isinstance(p, (str, os.PathLike))]  # (a None among them is one)
+    if odd:
+        raise BadType(f"diarize_files takes paths of audio files, got a {type(odd[0]).__name__} among them "
+                      "(diarize() takes a waveform: an array, a tensor or a dict)")
     paths = [os.fspath(p) if isinstance(p, os.PathLike) and not isinstance(p, pathlib.Path) else p for p in paths]
     if plot:
         from ..plot import pyplot
@@ -340,6 +347,8 @@ def _made_key(audio, settings: dict, prov: dict, weights: str, format: str, excl
     own source (a build of one version edited since), the format and ``exclusive``; None where the audio cannot
     be read (reading it for the diarization then says why, as for any other file)."""
     try:
+        if not pathlib.Path(audio).is_file():  # a pipe (/dev/stdin) is read once: by the decoder, not here
+            return None
         audio = written.digest(pathlib.Path(audio))
     except OSError:
         return None
