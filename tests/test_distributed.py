@@ -667,6 +667,11 @@ def test_a_kill_after_the_last_checkpoint_leaves_no_earlier_model_as_this_ones(t
     assert provenance.read(out / "model.pt")["steps"] == 2 and torch.load(out / "ckpt" / "last.pt")["step"] == 4
     capsys.readouterr()
     assert main(_train_args(tmp_path / "data", out, steps=4)) == 0
-    assert provenance.read(out / "model.pt")["steps"] == 4 and "wrote" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert provenance.read(out / "model.pt")["steps"] == 4 and f"wrote {out / 'model.pt'}" in said
+    assert "metrics.csv" not in said  # no step left: nothing written there
     assert main(_train_args(tmp_path / "data", out, steps=4)) == 0  # now it is this run's: left as it is
     assert "left as it is" in capsys.readouterr().out
+    assert main(_train_args(tmp_path / "data", out, steps=6)) == 0  # resumed: what this session trained, said
+    said = capsys.readouterr().out
+    assert "trained 6 steps (2 in this session)" in said and f"and {out / 'ckpt' / 'metrics.csv'}" in said

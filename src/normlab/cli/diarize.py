@@ -233,11 +233,13 @@ def _cmd_diarize_train(args: argparse.Namespace) -> int:
         losses = r["losses"]
         speed = (f"{r['samples_per_s']:.1f} sequences/s" if r["steps"] else
                  "no step left to train: the checkpoint had reached --steps")
-        model = (f"wrote {out / 'model.pt'} and" if r["model_written"] else
-                 f"{out / 'model.pt'} left as it is (what was stored in it since is kept); wrote")
-        print(f"trained {len(losses)} steps on {r['mixtures']} mixtures ({r['world_size']} process"
+        model = (f"wrote {out / 'model.pt'}" if r["model_written"] else
+                 f"{out / 'model.pt'} left as it is (what was stored in it since is kept)")
+        metrics = f" and {out / 'ckpt' / 'metrics.csv'}" if r["steps"] else ""  # (a rerun with no step writes none)
+        session = f" ({r['steps']} in this session)" if 0 < r["steps"] < len(losses) else ""  # a resumed run
+        print(f"trained {len(losses)} steps{session} on {r['mixtures']} mixtures ({r['world_size']} process"
               f"{'es' if r['world_size'] > 1 else ''}, {r['device']}; {speed}); "
-              f"final loss {sum(losses[-20:]) / len(losses[-20:]):.4f}; {model} {out / 'ckpt' / 'metrics.csv'}")
+              f"final loss {sum(losses[-20:]) / len(losses[-20:]):.4f}; {model}{metrics}")
     return 0
 
 
