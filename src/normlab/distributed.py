@@ -103,8 +103,8 @@ def peer_failure(error: BaseException) -> bool:
     error, a bug in a layer), which keeps its traceback."""
     import torch.distributed as dist
 
-    kinds = tuple(getattr(dist, n) for n in ("DistError",) if isinstance(getattr(dist, n, None), type))
-    if kinds and isinstance(error, kinds):
+    kind = getattr(dist, "DistError", None)  # (torch 2.1 and later)
+    if isinstance(kind, type) and isinstance(error, kind):
         return True
     text = str(error).lower()
     return isinstance(error, RuntimeError) and any(sign in text for sign in PEER_SIGNS)

@@ -60,8 +60,10 @@ def from_torch(layer: nn.TransformerEncoderLayer) -> TransformerBlock:
     getattr(block.ffn, slot).load_state_dict(layer.norm2.state_dict())
     getattr(block.ffn, slot).eps = layer.norm2.eps  # each norm its own eps (torch's constructor sets one for both)
     # each dropout its own rate, as torch's four modules hold them (the constructor's one rate may have been changed)
-    block.attn.drop.p, a.dropout = layer.dropout1.p, attn.dropout
-    block.ffn.fn.drop.p, block.ffn.drop.p = layer.dropout.p, layer.dropout2.p
+    block.attn.drop.p = layer.dropout1.p  # the attention branch's output
+    a.dropout = attn.dropout  # the attention weights
+    block.ffn.fn.drop.p = layer.dropout.p  # after the feed-forward's activation
+    block.ffn.drop.p = layer.dropout2.p  # the feed-forward branch's output
     return block.train(layer.training)
 
 

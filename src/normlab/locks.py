@@ -48,7 +48,11 @@ def _open_locked(path: pathlib.Path, shown, doing: str, hint: str):
     import fcntl
 
     while True:
-        f = open(path, "a+")  # noqa: SIM115   (closed here on every way out, else by the caller)
+        try:
+            f = open(path, "a+")  # noqa: SIM115   (closed here on every way out, else by the caller)
+        except FileNotFoundError:  # a holder that left nothing took its folder with it, after we made it: again
+            path.parent.mkdir(parents=True, exist_ok=True)
+            continue
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:  # another process holds it

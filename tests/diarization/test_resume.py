@@ -1,7 +1,9 @@
 """A stopped ``diarize`` or ``evaluate`` resumes: what the same inputs made is kept, not diarized again; anything
 that changed (the audio, a setting, the model, an edited output) is made again. Debug-sized models (fast)."""
 import json
+import pathlib
 
+import numpy as np
 import pytest
 import soundfile as sf
 import torch
@@ -30,7 +32,7 @@ def _run(d, out, paths=None, **kw):
     real = api._diarize
 
     def counting(p, *a, **k):
-        seen.append(p.name)
+        seen.append(pathlib.Path(p).name)
         return real(p, *a, **k)
 
     with pytest.MonkeyPatch.context() as mp:
@@ -165,6 +167,16 @@ def test_modules_given_as_objects_are_keyed_by_what_they_hold(files, tmp_path):
     with torch.no_grad():
         next(enc.parameters()).add_(1.0)
     assert _run(files, tmp_path, a, **kw)[2] == ["a.wav"]
+    model.whitening = {"matrix": torch.eye(256)}  # held beside the state dict: a map of the embeddings
+    assert _run(files, tmp_path, a, **kw)[2] == ["a.wav"] and _run(files, tmp_path, a, **kw)[2] == []
+    model.whitening = {"matrix": 2 * torch.eye(256)}
+    assert _run(files, tmp_path, a, **kw)[2] == ["a.wav"]
+    from normlab.diarization.pipeline.api import _weights_digest
+
+    model.whitening = {"matrix": torch.eye(256), "plda": {"mean": np.zeros(4)}}  # numpy inside: its bytes
+    before = _weights_digest(model)
+    model.whitening["plda"]["mean"][2] = 1.0
+    assert _weights_digest(model) != before
 
 
 def test_a_model_file_replaced_with_its_old_time_is_read_again(files, tmp_path):
@@ -229,4 +241,11 @@ def test_a_stop_between_writing_and_listing_leaves_an_output_the_rerun_takes(fil
         _run(files, tmp_path, a, num_speakers=2)
     monkeypatch.setattr(os, "replace", real_replace)
     status, _, seen = _run(files, tmp_path, a, num_speakers=2)  # the old output, still normlab's: replaced
+    assert seen == ["a.wav"] and set(status.values()) == {"ok"}
+
+
+def test_paths_held_in_an_array_are_paths(files, tmp_path):
+    """A numpy array (or pandas Series) of file names was accepted before the check for waveforms given as paths."""
+    names = np.array([str(files / "wav" / "a.wav")])
+    status, _, seen = _run(files, tmp_path, names)
     assert seen == ["a.wav"] and set(status.values()) == {"ok"}

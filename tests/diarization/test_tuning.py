@@ -1,6 +1,7 @@
 """Pipeline tuning (``pipeline/tuning.py``, ``normlab diarize tune``): the dev choice is the grid's minimum in each
 mode, held-out sets are scored once with it (never re-tuned), and a saved choice becomes the model's defaults."""
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -421,3 +422,7 @@ def test_dev_folders_whose_recordings_share_a_name_are_refused(setup, tmp_path, 
         tune_pipeline(model, encoder, [dev], {"t": [dev, tmp_path / "again"]}, segment_grid=SEG, stitch_grid=STITCH)
     with pytest.raises(UserError, match="--train: two recordings named 'r1'"):
         whiten.fit_files(model, encoder, [dev, tmp_path / "again"])
+    monkeypatch.chdir(dev.parent)  # one folder named twice (its path, and relative): once, as tune counts it
+    with pytest.raises(UserError) as named_twice:  # (this tiny model's window then refuses its default step)
+        whiten.fit_files(model, encoder, [dev, pathlib.Path(".") / dev.name])
+    assert "two recordings" not in str(named_twice.value)

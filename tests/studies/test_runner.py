@@ -538,3 +538,23 @@ def test_a_lock_taken_on_a_file_removed_since_is_taken_again_on_the_new_one(tmp_
     monkeypatch.setattr(fcntl, "flock", flock)
     with locks.folder_lock(folder, "trained", "wait"):  # it holds the file the name holds now: it says who holds it
         assert calls and (folder / locks.LOCK).read_text().startswith(f"process {os.getpid()} on ")
+
+
+def test_a_lock_whose_folder_went_with_the_last_holder_is_taken_there_again(tmp_path, monkeypatch):
+    """A holder that left nothing takes its folder with it; a process that had made the folder but not yet opened
+    the lock file stopped with FileNotFoundError instead of taking the lock."""
+    import builtins
+
+    from normlab import locks
+
+    calls = []
+
+    def racing_open(path, *args, **kw):  # the other holder leaves (and takes the folder) just before the open
+        if not calls:
+            calls.append(path)
+            pathlib.Path(path).parent.rmdir()
+        return builtins.open(path, *args, **kw)
+
+    monkeypatch.setattr(locks, "open", racing_open, raising=False)
+    with locks.folder_lock(tmp_path / "out" / "ckpt", "trained", "wait"):
+        assert calls and (tmp_path / "out" / "ckpt" / locks.LOCK).read_text().startswith(f"process {os.getpid()}")

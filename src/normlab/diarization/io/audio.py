@@ -242,6 +242,7 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
             raise EmptyAudio(f"{path}: no audio samples")
         return _finish(mono, 8000, sample_rate)
     finite, peak = True, 0.0
+    regular = path.is_file()  # not a pipe: its header's length can be trusted, and it can be opened again
     try:
         with sf.SoundFile(os.fsencode(path)) as f:  # bytes: a name that is not UTF-8 opens too
             sr, n = f.samplerate, f.frames
@@ -249,32 +250,39 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
                 raise AudioError(f"{path}: its header gives {sr} Hz; {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz "
                                  "are read")
             _warn_if_narrow(str(path), sr)
-            # a stream read from a pipe may not say its length (libsndfile gives its largest count): then its
-            # blocks are gathered as they come
-            known = n <= sr * MAX_HOURS * 3600
-            mono, parts = np.empty(n if known else 0, dtype=np.float32), []
+            # a stream from a pipe need not say its length (libsndfile gives its largest count, or what a writer
+            # put in the header before it knew): its blocks are gathered as they come, kept whole where it has
+            # channels that may cancel (it cannot be read again for one of them)
+            known = regular and n <= sr * MAX_HOURS * 3600
+            mono = np.empty(n if known else 0, dtype=np.float32)
+            parts, blocks = [], []
             pos, mixed, each = 0, 0.0, np.zeros(f.channels)  # energies: of the mix, of each channel
             for block in _blocks(f, n if known else None):
-                part = mono[pos : pos + block.shape[0]] if known else np.empty(block.shape[0], np.float32)
-                part[:] = block.mean(axis=1)
-                parts += [] if known else [part]
+                if known:
+                    part = mono[pos : pos + block.shape[0]]
+                    part[:] = block.mean(axis=1)
+                else:
+                    part = block.mean(axis=1, dtype=np.float32)
+                    parts.append(part)
+                    if f.channels > 1:
+                        blocks.append(block)
                 finite = finite and bool(np.isfinite(part).all())
                 peak = max(peak, float(np.abs(block).max(initial=0.0)))
                 if finite:
                     mixed += float(np.dot(part, part))
                     each += np.einsum("tc,tc->c", block, block, dtype=np.float64)
                 pos += block.shape[0]
-            mono = mono[:pos] if known else np.concatenate(parts or [mono])
+            mono = mono[:pos] if known else (np.concatenate(parts) if parts else mono)
             channel = _cancelling(mixed, each, str(path))
-        regular = path.is_file()  # not a pipe: what was read can be opened again
-        if channel is not None and finite and regular:  # read again, that channel alone (opened again: some files
-            # cannot seek)
-            with sf.SoundFile(os.fsencode(path)) as f:
+        if channel is not None and finite and not regular:  # that channel alone, from the blocks kept
+            mono = np.concatenate([b[:, channel] for b in blocks]).astype(np.float32)
+        elif channel is not None and finite:  # read again, that channel alone (opened again: some files cannot
+            with sf.SoundFile(os.fsencode(path)) as f:  # seek)
                 at = 0
                 for block in _blocks(f, pos):
                     mono[at : at + block.shape[0]] = block[:, channel]
                     at += block.shape[0]
-        told = (_wav_header_frames(path) if regular else None) or (n if known else 0)
+        told = (_wav_header_frames(path) or n) if regular else 0
         if 0 < pos < told:  # a copy cut short: diarized as what it holds, said once
             warnings.warn(f"{path}: its header gives {told / sr:.1f} s, the file holds {pos / sr:.1f} s (cut "
                           "short?): diarizing what it holds", stacklevel=2)

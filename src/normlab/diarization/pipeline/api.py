@@ -245,7 +245,7 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
             raise BadType(f"{name} must be True or False, got {flag!r}")
     if format not in FORMATS:
         raise BadValue(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
-    if isinstance(paths, (dict, bytes)) or hasattr(paths, "shape"):  # a dict's keys, an array's rows: not files
+    if isinstance(paths, (dict, bytes)):  # a dict's keys, a name's bytes: not files (an array's items are checked)
         raise BadType(f"diarize_files takes paths of audio files, got {type(paths).__name__} (diarize() takes a "
                       "waveform: an array, a tensor or a dict)")
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)  # one file, not its characters
@@ -336,9 +336,34 @@ def _weights_digest(*modules) -> str:
     a model carries beside it (its post-processing, its features)."""
     from .segment_cache import weights_digest
 
-    parts = [f"{weights_digest(m)}|{getattr(m, 'postprocess', None)!r}|{getattr(m, 'features', None)!r}"
-             for m in modules]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    h = hashlib.sha256()
+    for m in modules:
+        h.update(weights_digest(m).encode())
+        for attr in ("postprocess", "features", "whitening"):  # (the whitening and PLDA: tensors outside the state)
+            _hash_value(h, getattr(m, attr, None))
+    return h.hexdigest()
+
+
+def _hash_value(h, value) -> None:
+    """Feed ``value`` to ``h`` whole: a tensor's dtype, shape and bytes (its repr elides them), a mapping's
+    items in key order, a sequence's items; anything else by its repr."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        flat = value.detach().cpu().contiguous().reshape(-1)
+        h.update(f"tensor|{value.dtype}|{tuple(value.shape)}|".encode())
+        h.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    elif hasattr(value, "dtype") and hasattr(value, "tobytes"):  # a numpy array or number
+        h.update(f"array|{value.dtype}|{getattr(value, 'shape', ())}|".encode() + value.tobytes())
+    elif isinstance(value, dict):
+        for k in sorted(value, key=repr):
+            h.update(f"{k!r}:".encode())
+            _hash_value(h, value[k])
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _hash_value(h, v)
+    else:
+        h.update(f"{value!r};".encode())
 
 
 def _made_key(audio, settings: dict, prov: dict, weights: str, format: str, exclusive: bool) -> str | None:

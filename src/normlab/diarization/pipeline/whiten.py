@@ -117,6 +117,7 @@ def fit_files(model, encoder, dirs: list, *, lam: float = 1.0, per_folder: int |
     from .tuning import Segmenter, files_of, unique_recordings
 
     check_lam(lam)  # before the recordings are segmented (minutes), not after
+    dirs = list({pathlib.Path(d).resolve(): d for d in dirs}.values())  # a folder named twice counts once
     files = unique_recordings([f for d in dirs for f in files_of([d])[:per_folder]], "--train")
     if not files:
         raise BadValue(f"no recordings with references in {[str(d) for d in dirs]}")
