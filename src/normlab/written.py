@@ -6,6 +6,10 @@ the user's own files may already be: a reference RTTM under the recording's name
 the SHA-256 of what was written). A file about to be written that already exists is replaced only if that list
 holds it with its present contents: normlab's own earlier output, unchanged. Anything else (a file normlab did
 not write, or one edited since) stops the command before any work, unless the caller asks to overwrite.
+
+Beside ``files``, the list holds ``pending`` (contents about to be moved into place: a stop between the move
+and the listing leaves a file that is still normlab's) and ``made`` (what a file was made from, with the
+SHA-256 it was made with: a rerun keeps an output made from the same inputs, :func:`made`).
 """
 from __future__ import annotations
 
