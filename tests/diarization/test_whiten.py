@@ -270,3 +270,13 @@ def test_a_save_stopped_midway_leaves_the_model_and_no_temporary(tmp_path, monke
             write()
         assert sorted(p.name for p in tmp_path.iterdir()) == ["enc.pt", "m.pt"]
         assert model_path.read_bytes() == before
+
+
+def test_a_save_into_a_model_named_by_a_link_writes_the_model_it_names(tmp_path):
+    """``tune --save`` or ``whiten`` on a link to a model replaced the link with a file, and left the model the
+    link named as it was."""
+    model_path, _ = tiny_models(tmp_path, 1.0)
+    link = tmp_path / "current.pt"
+    link.symlink_to(model_path.name)
+    write_whitening(link, {"lam": 3.0})
+    assert link.is_symlink() and EENDModel.load(model_path).whitening["lam"] == 3.0

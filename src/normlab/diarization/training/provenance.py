@@ -142,10 +142,11 @@ def write(path: str | pathlib.Path, meta: dict) -> None:
 
 def _save(blob: dict, path: pathlib.Path) -> None:
     """``blob`` saved over the model file ``path`` whole: through a temporary beside it, removed however the save
-    ends (an interrupt left ``m.pipeline.tmp`` behind)."""
+    ends (an interrupt left ``m.pipeline.tmp`` behind). A link is followed: the file it names is the model (the
+    link was replaced by a file, and the model it named left as it was)."""
     from ... import written
 
-    written.replace_whole(path, lambda tmp: torch.save(blob, tmp))
+    written.replace_whole(path.resolve(), lambda tmp: torch.save(blob, tmp))
 
 
 def _writable_model(path: str | pathlib.Path) -> pathlib.Path:
