@@ -87,7 +87,7 @@ def _stderr_held():
                     data = data[os.write(2, data):]
 
 
-def _first_line(e: Exception) -> str:
+def first_line(e: BaseException) -> str:
     """The first line of ``e``'s message (torch's collectives add pages of C++ context), or its type's name."""
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
@@ -140,7 +140,7 @@ def _join(settings: dict, join_timeout: float, timeout_s: float):
             store, _, _ = next(rendezvous("env://", timeout=datetime.timedelta(seconds=join_timeout)))
         except (RuntimeError, ValueError, OSError) as e:  # DistStoreError / DistNetworkError are RuntimeErrors
             held["drop"] = True  # the C++ store's own log of it (40 lines of stack frames): this line says it
-            raise Unreachable(f"{failed} ({_first_line(e)[:200]}): {advice}") from None
+            raise Unreachable(f"{failed} ({first_line(e)[:200]}): {advice}") from None
         finally:
             watchdog.cancel()
     store.set_timeout(datetime.timedelta(seconds=timeout_s))
@@ -188,7 +188,7 @@ def process_group(device, timeout_s: float = 600.0):
             try:
                 dist.barrier()
             except RuntimeError as e:  # another rank stopped (killed) after its part: one line, not gloo's trace
-                lost = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                lost = first_line(e)
         dist.destroy_process_group()
         if done and lost is None:
             _leave_together(store, settings["rank"], settings["world"])
@@ -237,7 +237,7 @@ def on_rank0(enter, rank: int, world: int):
                 from ._checks import Unavailable
 
                 raise Unavailable(f"rank {rank} of {world} lost the other ranks before the first step "
-                                  f"({_first_line(e)}): "
+                                  f"({first_line(e)}): "
                                   "each process needs its own RANK from 0 to WORLD_SIZE - 1 (torchrun sets them); "
                                   "a rank that died is named by the launcher") from None
             if rank != 0 and said[0] is not None:

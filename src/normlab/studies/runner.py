@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from .. import __version__, tracking
+from .. import __version__, tracking, written
 from ..progress import Progress
 from ..provenance import code_digest, versions
 from ..workers import exit_on_interrupt
@@ -314,9 +314,8 @@ class Runner:
             # the runner's, which its workers share
             made = {"study": study, "cell": fn.__qualname__, "key": key, "config": config, "seconds": secs,
                     "versions": {**versions(), "source_digest": code_digest()}}
-            tmp = csv.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(made, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
-            os.replace(tmp, csv.with_suffix(".json"))
+            text = json.dumps(made, indent=1, sort_keys=True, default=str) + "\n"
+            written.replace_whole(csv.with_suffix(".json"), lambda tmp: tmp.write_text(text, encoding="utf-8"))
         self.store.put(key, study, fn.__qualname__, config, result, secs)
         results[key] = {"status": result.get("status", "ok"), **result}
         self.ran += 1

@@ -208,10 +208,9 @@ def _cancelling(mixed: float, each: np.ndarray, what: str) -> int | None:
 
 def _blocks(f, n: int | None):
     """The first ``n`` frames (None: all) of the open ``f`` in blocks of ``BLOCK_SECONDS`` (float32, frames x
-    channels), each
-    holding only what was decoded: ``SoundFile.blocks`` handed a cut-short file's last block back whole, its
-    buffer's stale tail included (a 150 s MP3 cut to 90 s read as 150 s, its end a copy of earlier audio), and
-    refused files libsndfile cannot seek in (GSM 6.10 WAV)."""
+    channels), each holding only what was decoded: ``SoundFile.blocks`` handed a cut-short file's last block back
+    whole, its buffer's stale tail included (a 150 s MP3 cut to 90 s read as 150 s, its end a copy of earlier
+    audio), and refused files libsndfile cannot seek in (GSM 6.10 WAV)."""
     left = math.inf if n is None else n
     while left > 0:
         block = f.read(int(min(BLOCK_SECONDS * f.samplerate, left)), dtype="float32", always_2d=True)

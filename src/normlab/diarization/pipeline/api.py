@@ -332,38 +332,16 @@ def _draw(timeline_png, result: Diarization, metadata: dict, path: pathlib.Path)
 
 
 def _weights_digest(*modules) -> str:
-    """SHA-256 of what the modules compute with: their state (``segment_cache.weights_digest``) and the settings
-    a model carries beside it (its post-processing, its features)."""
-    from .segment_cache import weights_digest
+    """SHA-256 of what the modules compute with: their state and the settings and maps a model carries beside it
+    (its post-processing, its features, its whitening and PLDA model)."""
+    from .segment_cache import hash_value, weights_digest
 
     h = hashlib.sha256()
     for m in modules:
         h.update(weights_digest(m).encode())
-        for attr in ("postprocess", "features", "whitening"):  # (the whitening and PLDA: tensors outside the state)
-            _hash_value(h, getattr(m, attr, None))
+        for attr in ("postprocess", "features", "whitening"):
+            hash_value(h, getattr(m, attr, None))
     return h.hexdigest()
-
-
-def _hash_value(h, value) -> None:
-    """Feed ``value`` to ``h`` whole: a tensor's dtype, shape and bytes (its repr elides them), a mapping's
-    items in key order, a sequence's items; anything else by its repr."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        flat = value.detach().cpu().contiguous().reshape(-1)
-        h.update(f"tensor|{value.dtype}|{tuple(value.shape)}|".encode())
-        h.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
-    elif hasattr(value, "dtype") and hasattr(value, "tobytes"):  # a numpy array or number
-        h.update(f"array|{value.dtype}|{getattr(value, 'shape', ())}|".encode() + value.tobytes())
-    elif isinstance(value, dict):
-        for k in sorted(value, key=repr):
-            h.update(f"{k!r}:".encode())
-            _hash_value(h, value[k])
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _hash_value(h, v)
-    else:
-        h.update(f"{value!r};".encode())
 
 
 def _made_key(audio, settings: dict, prov: dict, weights: str, format: str, exclusive: bool) -> str | None:

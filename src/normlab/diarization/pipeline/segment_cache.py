@@ -34,11 +34,28 @@ def segments_beside(out: str | os.PathLike) -> pathlib.Path:
 def weights_digest(module: torch.nn.Module) -> str:
     """SHA-256 over a module's parameters and buffers (names, shapes, dtypes, values)."""
     h = hashlib.sha256()
-    for name, t in sorted(module.state_dict().items()):
-        h.update(f"{name}|{tuple(t.shape)}|{t.dtype}".encode())
-        flat = t.detach().cpu().contiguous().reshape(-1)  # (a 0-dim buffer cannot be viewed as bytes)
-        h.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    hash_value(h, dict(module.state_dict()))
     return h.hexdigest()
+
+
+def hash_value(h, value) -> None:
+    """Feed ``value`` to the hash ``h`` whole: a tensor's or array's dtype, shape and bytes (a repr elides them),
+    a mapping's items in key order, a sequence's items; anything else by its repr."""
+    if isinstance(value, torch.Tensor):
+        flat = value.detach().cpu().contiguous().reshape(-1)  # (a 0-dim buffer cannot be viewed as bytes)
+        h.update(f"tensor|{value.dtype}|{tuple(value.shape)}|".encode())
+        h.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    elif hasattr(value, "dtype") and hasattr(value, "tobytes"):  # a numpy array or number
+        h.update(f"array|{value.dtype}|{getattr(value, 'shape', ())}|".encode() + value.tobytes())
+    elif isinstance(value, dict):
+        for k in sorted(value, key=repr):
+            h.update(f"{k!r}:".encode())
+            hash_value(h, value[k])
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            hash_value(h, v)
+    else:
+        h.update(f"{value!r};".encode())
 
 
 class SegmentCache:

@@ -118,7 +118,8 @@ def fit_files(model, encoder, dirs: list, *, lam: float = 1.0, per_folder: int |
 
     check_lam(lam)  # before the recordings are segmented (minutes), not after
     dirs = list({pathlib.Path(d).resolve(): d for d in dirs}.values())  # a folder named twice counts once
-    files = unique_recordings([f for d in dirs for f in files_of([d])[:per_folder]], "--train")
+    by_folder = {d: files_of([d])[:per_folder] for d in dirs}
+    files = unique_recordings([f for found in by_folder.values() for f in found], "--train")
     if not files:
         raise BadValue(f"no recordings with references in {[str(d) for d in dirs]}")
     # the whitening and the PLDA model are GE2E's: its pieces, with the settings chosen with GE2E where the file
@@ -145,5 +146,5 @@ def fit_files(model, encoder, dirs: list, *, lam: float = 1.0, per_folder: int |
         fitted["plda"] = vbx.fit(segs, cfg.threshold)
     except BadValue:  # one speaker with two pieces whitens, but gives no between-speaker covariance
         pass
-    fitted["folders"] = {pathlib.Path(d).name: len(files_of([d])[:per_folder]) for d in dirs}
+    fitted["folders"] = {pathlib.Path(d).name: len(found) for d, found in by_folder.items()}
     return fitted

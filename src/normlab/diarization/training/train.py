@@ -20,7 +20,7 @@ import torch
 
 from ... import provenance, tracking, written
 from ..._checks import BadValue, Unavailable, UserError, check_count
-from ...distributed import mean_over_ranks, peer_failure, shard, world
+from ...distributed import first_line, mean_over_ranks, peer_failure, shard, world
 from ...locks import folder_lock
 from .pit import pit_loss
 
@@ -310,7 +310,7 @@ def _made_from(model_file: pathlib.Path, last: pathlib.Path, settings: dict) -> 
 
 def _peer_lost(e: RuntimeError, rank: int, size: int, step: int, saved: int) -> Exception:
     """One line for a collective that failed because another rank vanished (killed, out of memory)."""
-    return Unavailable(f"rank {rank} of {size} stopped at step {step + 1}: {str(e).splitlines()[0]} (a rank that "
+    return Unavailable(f"rank {rank} of {size} stopped at step {step + 1}: {first_line(e)} (a rank that "
                        "died is named by the launcher); run the same command again to resume from "
                        + (f"the checkpoint at step {saved}" if saved else "the start"))
 
