@@ -294,7 +294,7 @@ class Tuner:
         #: why the last save did not write the file (None: it did, or nothing was saved yet)
         self.unsaved: str | None = None
         #: dispatch's memo of what ``auto`` runs for each kind of eager call (op, dtype, device, row length,
-        #: whether eps counts as 0, grad mode, threads, compiled allowed): filled as decisions are taken, never changed
+        #: eps, whether autograd records it, threads, compiled allowed): filled as decisions are taken, never changed
         self.routes: dict[tuple, str] = {}
 
     @property

@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from .._checks import BadValue, eps_vanishes
+from .._checks import BadValue
 from . import autotune
 from .autograd import NormFunction
 from .base import OP_SPECS, Kernel
@@ -91,11 +91,16 @@ def _onnx_exporting():
 _in_onnx_export = _onnx_exporting()
 
 
+#: ``torch.jit.is_tracing`` without its Python wrapper, whose other half, ``is_scripting()``, is False wherever Python
+#: runs the code (TorchScript, which does not, is not supported: README)
+_is_tracing = getattr(torch._C, "_is_tracing", torch.jit.is_tracing)
+
+
 def exporting() -> bool:
     """True while ``torch.jit`` traces/scripts or the ONNX exporter runs."""
-    # dynamo knows torch's own function (a constant to it), not the flags behind it
-    onnx = torch.onnx.is_in_onnx_export if torch.compiler.is_compiling() else _in_onnx_export
-    return torch.jit.is_tracing() or torch.jit.is_scripting() or onnx()
+    if torch.compiler.is_compiling():  # dynamo knows torch's own functions (constants to it), not what is behind them
+        return torch.jit.is_tracing() or torch.jit.is_scripting() or torch.onnx.is_in_onnx_export()
+    return _is_tracing() or _in_onnx_export()
 
 
 #: whether a ``torch.func`` transform (vmap, grad, jacrev, jvp...) is running: its tensors are wrappers with no
@@ -227,8 +232,8 @@ def _eager(impl: str, op: str, x: Tensor, eps: float, d: int, records: bool) -> 
     grad mode: a frozen encoder's forward gets the forward's decision, not the training pair's)."""
     if impl != "auto" or not autotune.enabled():
         return resolve(impl, op, x, eps, d)
-    route = (op, x.dtype, x.device, d, eps_vanishes(eps, x.dtype), records, torch.get_num_threads(),
-             _allow_compiled.get())
+    # eps itself, not whether it counts as 0 (what the decision reads): the same answers, without a torch.finfo a call
+    route = (op, x.dtype, x.device, d, eps, records, torch.get_num_threads(), _allow_compiled.get())
     routes = autotune.TUNER.routes
     name = routes.get(route)
     if name is None:
@@ -276,8 +281,9 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
             return out.reshape_as(x) if residual is None else (out[0].reshape_as(x), out[1].reshape_as(x))
         out = traceable(op, rows(x), rows(residual), w, b, eps, s_dtype)
     else:
-        records = torch.is_grad_enabled() and (x.requires_grad or any(t is not None and t.requires_grad
-                                                                        for t in (residual, w, b)))
+        records = torch.is_grad_enabled() and (x.requires_grad or (residual is not None and residual.requires_grad)
+                                               or (w is not None and w.requires_grad)
+                                               or (b is not None and b.requires_grad))
         if torch.compiler.is_compiling():
             # dynamo cannot trace a ctypes call; it inlines the fused math into the user's graph instead
             _check_forced(impl, op, x, eps)

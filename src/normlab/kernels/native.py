@@ -25,8 +25,7 @@ def _params(s: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None):
     rows with bfloat16 or float64 weights; a half weight beside a float32 bias) is converted to the
     accumulation dtype, as the C++ kernels do: exact for half weights, float64 ones rounded to float32 as
     there."""
-    dts = {p.dtype for p in (w, b) if p is not None}
-    if not dts or dts == {s.dtype}:
+    if (w is None or w.dtype == s.dtype) and (b is None or b.dtype == s.dtype):
         return w, b
     ad = acc_dtype(s.dtype)
     return (None if w is None else w.to(ad)), (None if b is None else b.to(ad))
