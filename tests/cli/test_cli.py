@@ -568,3 +568,22 @@ def test_an_out_of_memory_line_is_cut_at_a_words_end(capsys):
     said = err.split("out of memory (", 1)[1].rsplit("): ask for smaller sizes", 1)[0]
     assert said.endswith("12345 ...") and len(said) <= 164 and "\n" not in err
     assert cli._first_line("short one\nsecond") == "short one"
+
+
+def test_debug_switch_off_words_keep_the_one_line(monkeypatch, capsys):
+    """``NORMLAB_DEBUG=0`` (or false, or empty) turned debugging on: any non-empty value did."""
+    from normlab._checks import NotFound
+    from normlab.cli import main
+    from normlab.lab import accounting
+
+    def missing(preset):
+        raise NotFound("weights.pt: no such file")
+
+    monkeypatch.setattr(accounting, "count_preset", missing)
+    for off in ("0", "false", "off", " "):
+        monkeypatch.setenv("NORMLAB_DEBUG", off)
+        assert main(["count"]) == 2
+        assert capsys.readouterr().err == "normlab count: error: weights.pt: no such file\n"
+    monkeypatch.setenv("NORMLAB_DEBUG", "yes")
+    with pytest.raises(NotFound):
+        main(["count"])

@@ -5,8 +5,9 @@ with its parsers next to its handlers. Only the group being run builds its
 full parser, so ``normlab --help`` never imports torch.
 
 Errors: a usage error (argparse) or a :class:`normlab.UserError` from the
-library is the user's to fix: one line on stderr, exit status 2 (the
-traceback too with ``NORMLAB_DEBUG=1``). Any other exception is a bug: its
+library is the user's to fix: one line on stderr, exit status 2 (with
+``NORMLAB_DEBUG=1`` the error is raised on instead: its traceback, exit
+status 1). Any other exception is a bug: its
 traceback, a line saying so, exit status 1. Commands over many files
 (``diarize run``, ``evaluate``) write every file they can and exit 1 where
 some could not be read (each named on stderr with its one-line reason).
@@ -161,7 +162,7 @@ def _run(args) -> int:
 
 def _failed(args, e: Exception) -> int:
     """A command's exception as an exit status: one line for what the user can mend, a traceback for a bug."""
-    from .._checks import UserError, path_refused  # imports torch: only once something has gone wrong
+    from .._checks import UserError, env_on, path_refused  # imports torch: only once something has gone wrong
 
     if _a_path_the_system_refused(e):  # a folder that cannot be made, a file where a folder goes, no permission
         e = UserError(path_refused(e))
@@ -173,8 +174,8 @@ def _failed(args, e: Exception) -> int:
         print(f"{_prog(args)}: internal error ({type(e).__name__}): a bug in normlab, not a mistake in "
               "the command; please report it with the traceback above", file=sys.stderr)
         return 1
-    if os.environ.get("NORMLAB_DEBUG"):
-        raise
+    if os.environ.get("NORMLAB_DEBUG", "").strip() and env_on("NORMLAB_DEBUG"):  # set, and not 0/false/no/off
+        raise  # to the caller (a debugger, a test): Python prints the traceback, exit status 1
     message = str(e).splitlines()[0] if str(e) else type(e).__name__
     print(f"{_prog(args)}: error: {message}", file=sys.stderr)
     return 2

@@ -631,7 +631,8 @@ def add_parsers(sub, name: str) -> None:
                     help="writes OUT/model.pt, OUT/results.json (re-running resumes; required)")
     rc.add_argument("--data", default=None, type=a_path, help="folder for the simulated splits (default: OUT/data)")
     rc.add_argument("--threads", type=threads, default=2, help=f"torch threads per process {d}")
-    rc.add_argument("--jobs", type=jobs, default=2, help=f"simulation worker processes {d}")
+    rc.add_argument("--jobs", type=jobs, default=2,
+                    help=f"worker processes: the simulation, then the whitening's and the tuning's segmentation {d}")
     flag(rc, OVERWRITE, OVERWRITE_HELP)
     add_recipe_options(rc, {"norm": list(NORMS), "placement": list(PLACEMENTS), "encoder": ENCODERS, "head": HEADS,
                             "decay": ["none", "cosine"]})
