@@ -94,6 +94,10 @@ def test_version_names_normlab_torch_and_python():
      "--rt60 shapes style 'mixture'"),
     (["diarize", "simulate", "--out", "s", "--style", "conversation", "--beta", "3", "--max-utterances", "4",
       "--beta-by-count"], "--beta, --max-utterances, --beta-by-count shape style 'mixture'"),
+    # sounds alone: nobody speaks, so these wrote the same audio too, recorded as applied
+    (["diarize", "simulate", "--out", "s", "--style", "nonspeech", "--beta", "9", "--n-speakers", "4",
+      "--min-utterances", "1"], "--beta, --min-utterances, --n-speakers shape the speakers of the other styles"),
+    (["diarize", "simulate", "--out", "s", "--style", "nonspeech", "--sources", "all"], "--sources shapes the "),
     (["diarize", "train", "--data", "d", "--out", "o", "--warmup", "-1"], "expected a whole number >= 0, got '-1'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--d-model", "18"], "a multiple of 4, the encoder's heads"),
     (["diarize", "tune", "--dev", "/nonexistent"], "/nonexistent: no such folder"),
@@ -587,3 +591,16 @@ def test_debug_switch_off_words_keep_the_one_line(monkeypatch, capsys):
     monkeypatch.setenv("NORMLAB_DEBUG", "yes")
     with pytest.raises(NotFound):
         main(["count"])
+
+
+@pytest.mark.parametrize("argv", [["diarize", "score", "ref.rttm", ""], ["diarize", "score", "", "hyp.rttm"],
+                                  ["diarize", "evaluate", "wavs", ""], ["diarize", ""],
+                                  ["diarize", "whiten", "", "--train", "sim"]])
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(argv, tmp_path, monkeypatch, capsys):
+    """``score ref.rttm ""`` scored the folder's RTTMs, the reference among them, against it: 0.00%, exit 0."""
+    from normlab.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ref.rttm").write_text("SPEAKER a 1 0.000 1.000 <NA> <NA> A <NA> <NA>\n")
+    assert main(argv) == 2
+    assert "expected a path, got an empty one" in capsys.readouterr().err

@@ -608,6 +608,20 @@ def test_evaluate_reads_the_folder_layout_simulate_writes(tmp_path, monkeypatch)
     assert [p.name for p in seen] == ["talk.wav"] and result["total"]["0"]["der"] == 0.0
 
 
+def test_evaluate_passes_over_a_subfolder_named_like_audio(tmp_path, monkeypatch):
+    """A folder ``takes.wav/`` beside the recordings was taken for one: "a folder, not an audio file", exit 1."""
+    from normlab.diarization.metrics.evaluate import evaluate_folder
+    from normlab.diarization.pipeline import api
+
+    (tmp_path / "set" / "takes.wav").mkdir(parents=True)
+    sf.write(tmp_path / "set" / "talk.wav", np.zeros(SR, np.float32), SR)
+    write_rttm([Turn("talk", 0.0, 0.5, "A")], tmp_path / "ref.rttm")
+    seen = []
+    monkeypatch.setattr(api, "diarize_files", _diarized_as_half_a_second(seen))
+    result = evaluate_folder(tmp_path / "set", tmp_path / "ref.rttm", tmp_path / "out")
+    assert [p.name for p in seen] == ["talk.wav"] and result["total"]["0"]["der"] == 0.0
+
+
 def test_the_evaluation_table_prints_whole_recording_names():
     """Names were cut to 24 characters: two recordings with a long common prefix printed as one name."""
     from normlab.diarization.metrics.evaluate import format_evaluation

@@ -184,11 +184,17 @@ def _cmd_diarize_simulate(args: argparse.Namespace) -> int:
     timeline = {"beta": args.beta, "min_utterances": args.min_utterances, "max_utterances": args.max_utterances,
                 "rt60": tuple(args.rt60) if args.rt60 else None, "beta_by_count": args.beta_by_count or None}
     given = {k: v for k, v in timeline.items() if v is not None}
-    if given and args.style == "conversation":
-        options = ", ".join("--" + k.replace("_", "-") for k in given)
-        raise BadValue(f"{options} shape{'s' * (len(given) == 1)} style 'mixture' (EEND's independent timelines); "
-                       "style 'conversation' draws its turns, pauses and rooms its own way: leave "
-                       f"{'them' if len(given) > 1 else 'it'} out")
+    # and who speaks: style 'nonspeech' has nobody (a count or voices other than the defaults were ignored too)
+    voiced = [o for o, v, default in (("--n-speakers", args.n_speakers, 2), ("--min-speakers", args.min_speakers, 0),
+                                      ("--sources", args.sources, "espeak")) if v != default]
+    unused = [*("--" + k.replace("_", "-") for k in given), *(voiced if args.style == "nonspeech" else [])]
+    if unused and args.style != "mixture":
+        what, how = {"conversation": ("style 'mixture' (EEND's independent timelines)",
+                                      "draws its turns, pauses and rooms its own way"),
+                     "nonspeech": ("the speakers of the other styles",
+                                   "writes sounds alone, nobody speaking")}[args.style]
+        raise BadValue(f"{', '.join(unused)} shape{'s' * (len(unused) == 1)} {what}; style {args.style!r} {how}: "
+                       f"leave {'them' if len(unused) > 1 else 'it'} out")
     cfg = SimConfig(n_mixtures=args.n_mixtures, n_speakers=args.n_speakers, split=args.split, seed=args.seed,
                     min_speakers=args.min_speakers, sources=args.sources, augment=args.augment, style=args.style,
                     stretch_p=args.stretch_p, duration=tuple(args.duration) if args.duration else None, **given)
@@ -433,8 +439,9 @@ def add_parsers(sub, name: str) -> None:
     d = "(default: %(default)s)"
 
     sc = dsub.add_parser("score", help="diarization error rate of HYP against REF (RTTM files)")
-    sc.add_argument("ref", help="reference RTTM file, or a folder of them")
-    sc.add_argument("hyp", nargs="+", help="hypothesis RTTM files, or folders of them (e.g. the --out of diarize)")
+    sc.add_argument("ref", type=a_path, help="reference RTTM file, or a folder of them")
+    sc.add_argument("hyp", nargs="+", type=a_path,
+                    help="hypothesis RTTM files, or folders of them (e.g. the --out of diarize)")
     sc.add_argument("--collar", type=_seconds, default=0.25,
                     help=f"seconds forgiven on each side of every reference boundary (md-eval's -c) {d}")
     flag(sc, "--skip-overlap", "do not score overlapped reference speech")
@@ -565,7 +572,7 @@ def add_parsers(sub, name: str) -> None:
                        help=f"where the segmentation model runs: {DEVICE_HELP} {d}")
 
     rn = dsub.add_parser("run", help="write OUT/<stem>.rttm for each audio file (also: normlab diarize AUDIO...)")
-    rn.add_argument("audio", nargs="+", help="WAV/FLAC files, any sample rate and channel count")
+    rn.add_argument("audio", nargs="+", type=a_path, help="WAV/FLAC files, any sample rate and channel count")
     rn.add_argument("--out", type=a_folder, default="rttm", help=f"output folder {d}")
     rn.add_argument("--format", choices=["rttm", "json"], default="rttm",
                     help="rttm: OUT/<stem>.rttm; json: OUT/<stem>.json with the turns (uri, start, end, speaker), "
@@ -579,9 +586,10 @@ def add_parsers(sub, name: str) -> None:
 
     ev = dsub.add_parser("evaluate", help="diarize a folder of audio and print per-file and total DER "
                          "at collars 0 and 0.25 (as `diarize score` on the written RTTMs)")
-    ev.add_argument("wav_dir", help="folder of audio files (.wav, .flac, .ogg, .opus, .mp3, .aiff, .gsm); each "
-                    "file's stem is its uri")
-    ev.add_argument("ref", help="reference RTTM file")
+    ev.add_argument("wav_dir", type=a_path,
+                    help="folder of audio files (.wav, .flac, .ogg, .opus, .mp3, .aiff, .gsm); each file's stem is "
+                    "its uri")
+    ev.add_argument("ref", type=a_path, help="reference RTTM file")
     ev.add_argument("--uem", type=a_path, default=None, help="UEM file: score only these regions (default: per "
                     "recording, from the first turn to the last, of reference and hypothesis)")
     ev.add_argument("--out", type=a_folder, default="rttm", help=f"where the hypothesis RTTMs are written {d}")
@@ -614,7 +622,8 @@ def add_parsers(sub, name: str) -> None:
 
     wh = dsub.add_parser("whiten", help="fit the speaker embeddings' whitening and PLDA model (--clustering "
                          "vbx) on training conversations and store them in a model file")
-    wh.add_argument("model", help="EEND model file to store it in (a copy: the shipped model is read-only)")
+    wh.add_argument("model", type=a_path,
+                    help="EEND model file to store it in (a copy: the shipped model is read-only)")
     wh.add_argument("--train", nargs="+", action="extend", required=True, metavar="DIR",
                     help="training folders: wav/*.wav and ref.rttm, never dev or test recordings (required)")
     wh.add_argument("--lam", type=_rate, default=1.0, help=f"shrinkage towards the identity {d}")

@@ -98,9 +98,10 @@ PAST_END_S = 1.0
 
 
 def _audio_in(folder: pathlib.Path) -> list[pathlib.Path]:
+    """The audio files of ``folder`` (a subfolder named like one, ``takes.wav/``, is not one)."""
     from ..io.audio import AUDIO_SUFFIXES
 
-    return sorted(p for p in folder.iterdir() if p.suffix.lower() in AUDIO_SUFFIXES)
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in AUDIO_SUFFIXES and not p.is_dir())
 
 
 def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, out_dir: str | pathlib.Path, *,
