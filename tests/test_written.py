@@ -293,6 +293,33 @@ def test_a_write_that_fails_on_a_full_disk_is_said_as_a_full_disk(tmp_path, monk
         train_mod._save(tmp_path / "last.pt", {"step": 1})
 
 
+def test_every_whole_file_save_says_a_full_disk(tmp_path, monkeypatch):
+    """Saving a model (train's model.pt, whiten, tune --save) or any file written whole on a full disk printed
+    torch's "iostream error" with a traceback and "a bug in normlab", and left its temporary behind."""
+    import errno
+    import shutil
+    from collections import namedtuple
+
+    import torch
+
+    from normlab.diarization.models.eend import EENDModel, ModelConfig
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10 << 20, 10 << 20, 0))
+
+    def cut_short(obj, f):
+        pathlib.Path(f).write_bytes(b"PK half")
+        raise RuntimeError("basic_ios::clear: iostream error")
+
+    monkeypatch.setattr(torch, "save", cut_short)
+    for save in (lambda p: written.replace_whole(p, lambda tmp: torch.save({}, tmp)),
+                 lambda p: EENDModel(ModelConfig(d_model=16, n_layers=1, n_heads=4, d_ff=32)).save(p)):
+        with pytest.raises(OSError) as e:
+            save(tmp_path / "model.pt")
+        assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "model.pt")
+        assert list(tmp_path.iterdir()) == []  # no half-written temporary left
+
+
 def test_a_file_named_figures_in_the_report_folder_stops_it_before_any_cell(tmp_path):
     """A file where the figures folder goes was found only when the first figure was drawn, after the cells."""
     pytest.importorskip("matplotlib")

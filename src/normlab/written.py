@@ -261,7 +261,8 @@ def replace_whole(path, write: Callable[[pathlib.Path], object]) -> None:
         path.unlink()
     tmp = temporary(path, os.getpid())
     try:
-        write(tmp)
+        with full_disk_said(path, tmp):  # torch.save says "unexpected pos" on a full disk, libsndfile "System error"
+            write(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

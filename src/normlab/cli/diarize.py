@@ -304,12 +304,12 @@ def _cmd_diarize_tune(args: argparse.Namespace) -> int:
            "jobs": args.jobs, "save": args.save}  # what made the file, beside the versions
     files = {"model": model_path(args.model), "embedding": args.embedding}  # what was tuned, by content too
     digests = {f"{k}_sha256": sha256(v) for k, v in files.items() if v is not None}
-    written.write_text(out, json.dumps({"model": str(args.model or SHIPPED), **digests, **result, "command": run,
-                                        "provenance": record()}, indent=1) + "\n")
-    if args.save:
+    if args.save:  # before the result file, which says it was stored (a full disk stopped the save after it)
         write_pipeline(args.model, result["modes"], result["speakers"],
                        {k: v for k, v in result.items() if k != "grid"}, result["whitened"], result.get("ahc"),
                        result.get("vbx"), result.get("encoders"), result["readings"].get("vad_speech"))
+    written.write_text(out, json.dumps({"model": str(args.model or SHIPPED), **digests, **result, "command": run,
+                                        "provenance": record()}, indent=1) + "\n")
     remove_segments(cache)  # the result is kept: the segmentations are no longer needed
     print(format_tuning(result))
     print(f"wrote {args.out}" + (f"; stored the choice in {args.model}" if args.save else ""))
