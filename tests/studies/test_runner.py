@@ -59,6 +59,26 @@ def test_a_diverged_cell_is_a_result_kept_across_resumes(tmp_path):
     assert executions(log) == {1: 1, 2: 1}  # the diverged cell was not trained again
 
 
+def test_a_full_disk_under_a_sound_store_is_said_not_called_a_damaged_store(tmp_path, monkeypatch):
+    """On a full disk SQLite reads "disk I/O error": the store was called "not a normlab store ... move it away"
+    (or "damaged"), which had the user throw away finished cells."""
+    from normlab._checks import BadValue
+    from normlab.studies import runner
+
+    db = tmp_path / "runs.sqlite"
+    store = Store(str(db))
+    store.put("k", "s", "f", {}, {"v": 1}, 0.0)
+
+    def failing(*args, **kwargs):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(runner.sqlite3, "connect", failing)
+    for use in (lambda: Store(str(db)), lambda: store.get("k")):  # opening it, and a cell read from it after
+        with pytest.raises(BadValue) as e:
+            use()
+        assert "make room on its disk" in str(e.value) and "move it away" not in str(e.value)
+
+
 @pytest.mark.parametrize("content", ["text", "sqlite"])
 def test_a_file_of_the_users_under_the_stores_name_is_refused_and_left_as_it_was(tmp_path, content):
     """A text file, or someone's own SQLite database, named runs.sqlite: one line, and the file unchanged (the

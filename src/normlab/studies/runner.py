@@ -33,6 +33,7 @@ import json
 import multiprocessing as mp
 import os
 import pathlib
+import shutil
 import sqlite3
 import time
 import traceback
@@ -99,6 +100,8 @@ class Store:
         except sqlite3.DatabaseError as e:
             if "malformed" in str(e):  # a store cut short or overwritten in part
                 raise BadValue(self._damaged(e)) from None
+            if self._disk(e):
+                raise BadValue(self._disk(e)) from None
             raise BadValue(f"{path} is not a normlab store ({e}): give --out another folder, or move it away") \
                 from None
         if tables and not {"cells", "sessions"} <= tables:  # someone's own database under the store's name
@@ -133,9 +136,20 @@ class Store:
         except sqlite3.OperationalError as e:
             if "readonly" in str(e) or "unable to open" in str(e) or "locked" in str(e):
                 raise BadValue(f"{self.path}: cannot write there ({e}): give --out another folder") from None
-            raise BadValue(self._damaged(e)) from None
+            raise BadValue(self._disk(e) or self._damaged(e)) from None
         except sqlite3.DatabaseError as e:
-            raise BadValue(self._damaged(e)) from None
+            raise BadValue(self._disk(e) or self._damaged(e)) from None
+
+    def _disk(self, e: sqlite3.Error) -> str | None:
+        """The line for an error of the disk under a sound store (full: SQLite says "disk I/O error" where it could
+        not grow its journal), which "not a store" or "damaged" would have had the user throw away; else None."""
+        if "disk I/O error" not in str(e) and "disk is full" not in str(e):
+            return None
+        try:
+            free = f"; {shutil.disk_usage(os.path.dirname(os.path.abspath(self.path))).free:,} bytes free there"
+        except OSError:
+            free = ""
+        return f"{self.path}: cannot read or write it ({e}{free}): make room on its disk, or give --out another folder"
 
     def _damaged(self, why) -> str:
         return (f"{self.path} is damaged ({why}): move it away (its cells are then computed again), or give --out "
