@@ -44,3 +44,24 @@ def test_a_file_that_is_not_text_is_one_line_not_a_traceback(tmp_path):
         with pytest.raises(ValueError, match="is not a normlab metrics file .not UTF-8"):
             call()
     assert path.read_bytes() == bytes(range(256))
+
+
+def test_a_tensorboard_folder_it_cannot_write_is_one_line_and_no_metrics_begun(tmp_path, monkeypatch):
+    """A read-only (or immutable) TensorBoard folder failed inside the writer's thread: its traceback, the path as
+    bytes, and a metrics.csv begun with its header alone."""
+    import tempfile
+
+    import pytest
+
+    from normlab import tracking
+    from normlab._checks import UserError
+
+    pytest.importorskip("tensorboard", reason="TensorBoard is an optional extra (normlab[scale])")
+
+    def refused(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", refused)
+    with pytest.raises(UserError, match=r"--tensorboard .*tb: cannot write there \(Read-only file system\)"):
+        tracking.MetricsLog(tmp_path / "ckpt" / "metrics.csv", tensorboard=tmp_path / "tb")
+    assert not (tmp_path / "ckpt" / "metrics.csv").exists()

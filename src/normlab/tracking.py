@@ -36,9 +36,26 @@ def check_tensorboard():
 def _writer(tensorboard: str | os.PathLike | None, resume_step: int = 0):
     if tensorboard is None:
         return None
+    writer = check_tensorboard()
+    _writable(pathlib.Path(tensorboard))
     # a resumed run trains the steps after its checkpoint again: TensorBoard drops what it logged for them (a run
     # killed before its first checkpoint too: it starts again from step 1, and its curve was drawn twice)
-    return check_tensorboard()(str(tensorboard), purge_step=resume_step + 1)
+    return writer(str(tensorboard), purge_step=resume_step + 1)
+
+
+def _writable(folder: pathlib.Path) -> None:
+    """Make ``folder`` and write a file in it, or say in one line why not. TensorBoard's writer fails in its own
+    thread, which printed that thread's traceback and the path as bytes (a read-only or immutable folder)."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".normlab-probe"):
+            pass
+    except OSError as e:
+        from ._checks import UserError
+
+        raise UserError(f"--tensorboard {folder}: cannot write there ({e.strerror or e})") from None
 
 
 class MetricsLog:
@@ -53,6 +70,7 @@ class MetricsLog:
 
     def __init__(self, path: str | os.PathLike, resume_step: int = 0, tensorboard: str | os.PathLike | None = None):
         self.path = pathlib.Path(path)
+        self._tb = _writer(tensorboard, resume_step)  # first: a folder it cannot write leaves no metrics.csv begun
         self.path.parent.mkdir(parents=True, exist_ok=True)
         raw = _raw(self.path) if self.path.exists() else None
         rows = _parse(raw, self.path) if raw is not None else []
@@ -67,7 +85,6 @@ class MetricsLog:
             os.replace(tmp, self.path)
         self._file = open(self.path, "a", newline="", encoding="utf-8")
         self._csv = csv.writer(self._file)
-        self._tb = _writer(tensorboard, resume_step)
 
     def log(self, step: int, loss: float, lr: float, grad_norm: float, seconds: float) -> None:
         self._csv.writerow([step, f"{loss:.6g}", f"{lr:.6g}", f"{grad_norm:.6g}", f"{seconds:.3f}"])

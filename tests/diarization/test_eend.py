@@ -170,6 +170,27 @@ def test_a_checkpoint_that_is_not_one_is_one_clear_error_and_stays(tmp_path, con
     assert last.read_bytes() == before
 
 
+@pytest.mark.parametrize("change, why", [
+    ({"model": {}}, r"its model, optimizer or random state does not load: RuntimeError: Error\(s\) in loading"),
+    ({"optimizer": {"x": 1}}, "its model, optimizer or random state does not load: KeyError"),
+    ({"step": -5}, "its step is -5, not a whole number >= 0"),
+    ({"step": 1.5}, "its step is 1.5, not a whole number >= 0"),
+    ({"losses": "x"}, "its losses are not a list of numbers"),
+    ({"losses": [0.5]}, "it records 1 losses for its 2 steps"),
+])
+def test_a_damaged_checkpoint_is_one_clear_error_and_stays(tmp_path, change, why):
+    """A checkpoint whose weights do not load raised load_state_dict's RuntimeError with a traceback; one with a
+    negative step trained on with a negative learning rate."""
+    train(EENDModel(DEBUG), toy_batches, TrainConfig(steps=2, warmup=1), tmp_path)
+    last = tmp_path / "last.pt"
+    torch.save({**torch.load(last, weights_only=False), **change}, last)
+    before = last.read_bytes()
+    with pytest.raises(ValueError, match=rf"last.pt is not a checkpoint normlab can resume \({why}.*\): move it "
+                                         "away to start over") as e:
+        train(EENDModel(DEBUG), toy_batches, TrainConfig(steps=3, warmup=1), tmp_path)
+    assert "\n" not in str(e.value) and last.read_bytes() == before
+
+
 @pytest.mark.parametrize("rank", [0, 1])
 def test_only_rank_0_writes_checkpoints_and_metrics(tmp_path, monkeypatch, rank):
     """One rank of two (the process group faked: DDP is the bare model, the loss mean is the rank's own):

@@ -283,6 +283,40 @@ def test_a_damaged_model_file_is_refused_when_loaded(tmp_path, change, why):
     assert "\n" not in str(e.value)
 
 
+def _plda(dim: int = 4, **change) -> dict:
+    return {"mean": torch.zeros(dim), "transform": torch.eye(dim), "phi": torch.ones(dim), "pieces": 9,
+            "speakers": 3, **change}
+
+
+@pytest.mark.parametrize("whitening, why", [
+    ({"matrix": "x"}, r"its whitening matrix is not a tensor \(str\)"),
+    ({"matrix": [[1.0]]}, r"its whitening matrix is not a tensor \(list\)"),
+    ({"matrix": torch.eye(4, dtype=torch.int64)}, "whitening matrix holds int64 values, not floating-point"),
+    ({"matrix": torch.ones(4, 3)}, r"whitening matrix is \(4, 3\), not square"),
+    ({"matrix": torch.ones(4)}, r"whitening matrix is \(4,\), not a matrix"),
+    ({"matrix": torch.full((4, 4), float("nan"))}, "whitening matrix holds NaN or infinite values"),
+    ({"matrix": torch.eye(4), "plda": "x"}, "its whitening's PLDA model is not a table of tensors"),
+    ({"plda": {k: v for k, v in _plda().items() if k != "phi"}}, "PLDA model's phi is missing"),
+    ({"plda": _plda(transform=torch.ones(4, 3))}, r"PLDA model's transform is \(4, 3\), its mean 4-dimensional"),
+    ({"plda": _plda(phi=torch.ones(3))}, r"PLDA model's phi is \(3,\), its mean 4-dimensional"),
+    ({"plda": _plda(phi=-torch.ones(4))}, r"PLDA model's phi \(between-speaker variances\) holds values <= 0"),
+    ({"plda": _plda(mean=torch.full((4,), float("inf")))}, "PLDA model's mean holds NaN or infinite values"),
+    ({"matrix": torch.eye(8), "plda": _plda()}, "matrix is for 8-dimensional embeddings, its PLDA model for 4"),
+])
+def test_a_damaged_whitening_is_refused_when_loaded(tmp_path, whitening, why):
+    """Only the entry's being a dict was checked: a damaged whitening or PLDA model failed at clustering time with
+    a traceback (AttributeError, TypeError), or a NaN matrix as "embeddings hold NaN"."""
+    m = EENDModel(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32))
+    m.whitening = {"matrix": torch.eye(4), "lam": 1.0, "plda": _plda()}
+    m.save(tmp_path / "m.pt")
+    assert EENDModel.load(tmp_path / "m.pt").whitening["plda"]["phi"].shape == (4,)  # a whole one loads
+    m.whitening = whitening
+    m.save(tmp_path / "m.pt")
+    with pytest.raises(ValueError, match="m.pt is not a normlab EEND model file: .*" + why) as e:
+        EENDModel.load(tmp_path / "m.pt")
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("change, why", [
     ({"n_test": 0}, "n_test must be a whole number >= 1"),
     ({"frames": 0}, "frames must be a whole number >= 1"),

@@ -136,12 +136,10 @@ class EENDModel(nn.Module):
         """Config, post-processing, features, weights and ``provenance`` (versions, commit, machine), atomically."""
         from ...provenance import record
 
-        path = pathlib.Path(path)
-        tmp = written.temporary(path)
-        torch.save({"config": asdict(self.cfg), "postprocess": self.postprocess, "features": asdict(self.features),
-                    "state_dict": self.state_dict(), "provenance": record(),
-                    **({"whitening": self.whitening} if self.whitening is not None else {})}, tmp)
-        tmp.replace(path)
+        blob = {"config": asdict(self.cfg), "postprocess": self.postprocess, "features": asdict(self.features),
+                "state_dict": self.state_dict(), "provenance": record(),
+                **({"whitening": self.whitening} if self.whitening is not None else {})}
+        written.replace_whole(path, lambda tmp: torch.save(blob, tmp))  # (a full disk: said, no temporary left)
 
     @classmethod
     def load(cls, path: str | pathlib.Path | None = None) -> "EENDModel":
@@ -189,6 +187,11 @@ class EENDModel(nn.Module):
             raise BadValue(f"{not_ours}: its stored pipeline settings are not a table of settings")
         if whitening is not None and not isinstance(whitening, dict):
             raise BadValue(f"{not_ours}: its embedding whitening is not a table of tensors")
+        from ..pipeline.whiten import stored_problem
+
+        problem = stored_problem(whitening) if whitening is not None else None
+        if problem:
+            raise BadValue(f"{not_ours}: its {problem}")
         model.postprocess.update(post)
         model.whitening = whitening
         meta = blob.get("meta")

@@ -28,7 +28,7 @@ import torch
 from ..._checks import BadValue
 from ..io.rttm import Turn
 from .segment import Segmentation
-from .whiten import check_spread
+from .whiten import check_spread, tensor_problem
 
 
 def _norm(x: np.ndarray) -> np.ndarray:
@@ -78,6 +78,25 @@ def fit_groups(groups: list[np.ndarray]) -> dict:
     order = np.argsort(phi)[::-1]
     return {"mean": torch.from_numpy(mean).float(), "transform": torch.from_numpy(vecs[:, order]).float(),
             "phi": torch.from_numpy(np.maximum(phi[order], 1e-9)).float(), "pieces": n, "speakers": len(groups)}
+
+
+def stored_problem(plda) -> str | None:
+    """What is wrong with a model file's PLDA model (what :func:`fit_groups` returned, stored with the whitening),
+    as the end of a sentence ("its ..."); None if nothing: ``mean`` ``(dim,)``, ``transform`` ``(dim, dim)``,
+    ``phi`` ``(dim,)`` > 0 (:func:`vb` takes its square root and divides by ``1 + phi``), all finite."""
+    if not isinstance(plda, dict):
+        return "whitening's PLDA model is not a table of tensors"
+    for key, ndim in (("mean", 1), ("transform", 2), ("phi", 1)):
+        problem = tensor_problem(plda.get(key), f"PLDA model's {key}", ndim)
+        if problem:
+            return problem
+    dim = plda["mean"].shape[0]
+    for key, shape in (("transform", (dim, dim)), ("phi", (dim,))):
+        if tuple(plda[key].shape) != shape:
+            return f"PLDA model's {key} is {tuple(plda[key].shape)}, its mean {dim}-dimensional"
+    if not bool((plda["phi"] > 0).all()):
+        return "PLDA model's phi (between-speaker variances) holds values <= 0"
+    return None
 
 
 def project(embeddings: np.ndarray, plda: dict, dims: int) -> tuple[np.ndarray, np.ndarray]:

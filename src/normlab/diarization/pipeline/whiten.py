@@ -88,6 +88,47 @@ def fit(segmentations: list[tuple[Segmentation, list[Turn]]], threshold: float, 
             "pieces": pieces, "speakers": classes}
 
 
+def tensor_problem(value, name: str, ndim: int) -> str | None:
+    """What keeps ``value`` (a model file's field ``name``) from being a finite floating-point tensor of ``ndim``
+    dimensions, none empty, as the end of a sentence ("its ..."); None if nothing does."""
+    if value is None:
+        return f"{name} is missing"
+    if not isinstance(value, torch.Tensor):
+        return f"{name} is not a tensor ({type(value).__name__})"
+    if not value.is_floating_point():
+        return f"{name} holds {str(value.dtype).removeprefix('torch.')} values, not floating-point numbers"
+    if value.dim() != ndim or not value.numel():
+        return f"{name} is {tuple(value.shape)}, not a {'vector' if ndim == 1 else 'matrix'}"
+    if not bool(value.isfinite().all()):
+        return f"{name} holds NaN or infinite values"
+    return None
+
+
+def stored_problem(fitted: dict) -> str | None:
+    """What is wrong with a model file's whitening entry (what :func:`fit_files` stored), as the end of a sentence
+    ("its ..."); None if nothing. Checked when the file is loaded, as its weights are: a damaged entry read at
+    clustering time failed with a traceback, or as "embeddings hold NaN". Of the entry the pipeline reads the
+    matrix and the PLDA model (:func:`normlab.diarization.pipeline.vbx.stored_problem`), each optional; the
+    rest records what the fit was made on."""
+    from .vbx import stored_problem as plda_problem
+
+    matrix, plda = fitted.get("matrix"), fitted.get("plda")
+    if matrix is not None:
+        problem = tensor_problem(matrix, "whitening matrix", 2)
+        if problem is None and matrix.shape[0] != matrix.shape[1]:
+            problem = f"whitening matrix is {tuple(matrix.shape)}, not square"
+        if problem:
+            return problem
+    if plda is not None:
+        problem = plda_problem(plda)
+        if problem:
+            return problem
+        if matrix is not None and matrix.shape[0] != plda["mean"].shape[0]:  # both read one encoder's embeddings
+            return (f"whitening matrix is for {matrix.shape[0]}-dimensional embeddings, its PLDA model for "
+                    f"{plda['mean'].shape[0]}")
+    return None
+
+
 def apply(embeddings: torch.Tensor, matrix: torch.Tensor | None) -> torch.Tensor:
     """``embeddings (n, dim)`` mapped by ``matrix`` and L2-normalized again (the clustering's cosines)."""
     if matrix is None:

@@ -100,7 +100,20 @@ def read_checkpoint(path: pathlib.Path) -> dict:
     if missing:
         raise BadValue(f"{path} lacks {', '.join(missing)}: not a checkpoint normlab can resume; move it away to "
                        "start over, or give another --out")
+    step, losses = state["step"], state["losses"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:  # (a negative one trained at lr < 0)
+        raise _damaged(path, f"its step is {step!r}, not a whole number >= 0")
+    if not isinstance(losses, list) or not all(isinstance(x, numbers.Real) for x in losses):
+        raise _damaged(path, "its losses are not a list of numbers")
+    if len(losses) != step:  # one per step taken: the returned losses and the steps a rerun counts
+        raise _damaged(path, f"it records {len(losses)} losses for its {step} steps")
     return state
+
+
+def _damaged(path: pathlib.Path, why: str) -> BadValue:
+    """The refusal of the checkpoint at ``path``, damaged as ``why`` says."""
+    return BadValue(f"{path} is not a checkpoint normlab can resume ({why}): move it away to start over, or give "
+                    "another --out")
 
 
 #: what a checkpoint holds (``format`` counts changes to it; files before it had none and read as 1)
@@ -182,10 +195,15 @@ def train(model: torch.nn.Module, batches: Callable[[torch.Generator], Batch], c
             diff = _config_diff(state["config"], config)
             raise BadValue(f"{last} was trained with other settings ({'; '.join(diff[:3])}"
                              f"{'; ...' if len(diff) > 3 else ''}): use the same options, or another --out")
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        gen.set_state(state["gen"])
-        torch.set_rng_state(state["torch_rng"])
+        try:  # the settings matched (or were not given): a state that does not load is a damaged file
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            gen.set_state(state["gen"])
+            torch.set_rng_state(state["torch_rng"])
+        except Exception as e:
+            first = str(e).strip().splitlines()[0].rstrip(":") if str(e).strip() else ""
+            raise _damaged(last, f"its model, optimizer or random state does not load: {type(e).__name__}: "
+                                 f"{first[:160]}") from e
         if device.type == "cuda" and "cuda_rng" in state:  # the device's own stream draws the dropout masks there
             torch.cuda.set_rng_state(state["cuda_rng"], device)
         step, losses, seconds = state["step"], state["losses"], state.get("seconds", 0.0)
@@ -410,16 +428,19 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
         kept = len(losses) == start and _made_from(out / "model.pt", last, settings)
         if rank == 0 and not kept:
             tmp = out / ".model.pt.tmp"
-            model.save(tmp)
-            state = read_checkpoint(last)
-            model_provenance.write(tmp, {  # what made it, readable with training.provenance.read
-                "max_local_speakers": model_cfg.n_speakers, "window_frames": frames,
-                "window_seconds": round(frames * mixtures.cfg.frame_seconds, 6), "training": settings,
-                "steps": state["step"], "world_size": size, "train_seconds": round(state.get("seconds", 0.0), 1),
-                "train_sources": sources,
-                "versions": model_provenance.versions(), **({"diverged": state["diverged"]}
-                                                            if state.get("diverged") else {})})
-            os.replace(tmp, out / "model.pt")
+            try:  # (a full disk said in one line: the half-written model not left beside the rest)
+                model.save(tmp)
+                state = read_checkpoint(last)
+                model_provenance.write(tmp, {  # what made it, readable with training.provenance.read
+                    "max_local_speakers": model_cfg.n_speakers, "window_frames": frames,
+                    "window_seconds": round(frames * mixtures.cfg.frame_seconds, 6), "training": settings,
+                    "steps": state["step"], "world_size": size, "train_seconds": round(state.get("seconds", 0.0), 1),
+                    "train_sources": sources,
+                    "versions": model_provenance.versions(), **({"diverged": state["diverged"]}
+                                                                if state.get("diverged") else {})})
+                os.replace(tmp, out / "model.pt")
+            finally:
+                tmp.unlink(missing_ok=True)
         if rank == 0 and kept:
             state = read_checkpoint(last)
         diverged = state.get("diverged") if rank == 0 else None  # rank 0 reports; its checkpoint says
