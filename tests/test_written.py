@@ -327,3 +327,11 @@ def test_a_file_named_figures_in_the_report_folder_stops_it_before_any_cell(tmp_
     with pytest.raises(ValueError, match=r"figures: cannot write there"):
         run_studies(tmp_path, scale="test", only=["lesson_stats"], progress=False)
     assert not (tmp_path / "runs.sqlite").exists() and (tmp_path / "figures").read_text() == "mine"
+
+
+def test_a_list_that_cannot_be_replaced_leaves_no_temporary(tmp_path):
+    """A folder where the folder's list of written files goes: the error, and the list's temporary left beside."""
+    (tmp_path / written.LIST).mkdir()
+    with pytest.raises(OSError):
+        written.write_text(tmp_path / "a.rttm", "x")
+    assert not [f.name for f in tmp_path.iterdir() if f.name.endswith(".tmp")]

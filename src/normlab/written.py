@@ -171,9 +171,8 @@ def _note(path: pathlib.Path, sha: str, made: dict | None, pending: bool) -> Non
         notes = {k: v for k, v in notes.items() if k in files or k in waiting}
         data = {"files": dict(sorted(files.items()))}
         data |= {k: dict(sorted(v.items())) for k, v in (("pending", waiting), ("made", notes)) if v}
-        tmp = path.parent / f"{LIST}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, path.parent / LIST)
+        text = json.dumps(data, indent=1) + "\n"
+        replace_whole(path.parent / LIST, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def record(path, made: dict | None = None) -> None:

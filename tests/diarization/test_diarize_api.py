@@ -46,6 +46,26 @@ def _turns(d, audio, **kw):
     return diarize(audio, model=d / "m.pt", embedding=d / "enc.pt", **kw)
 
 
+def test_an_output_the_system_refuses_is_said_by_its_own_name(files, tmp_path, monkeypatch):
+    """An output that could not be moved into place (an immutable file) read "[Errno 1] Operation not permitted:
+    'out/.talk.rttm.13428.tmp' -> 'out/talk.rttm'", naming the temporary; a full disk named no file."""
+    import errno
+    import os
+
+    d, _ = files
+    real = os.replace
+
+    def refused(src, dst):
+        if str(dst).endswith(".rttm"):
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(src), None, str(dst))  # as the system
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", refused)
+    status = diarize_files([d / "talk.wav"], tmp_path / "out", model=d / "m.pt", embedding=d / "enc.pt")
+    assert status == {str(d / "talk.wav"): f"{tmp_path / 'out' / 'talk.rttm'}: Operation not permitted"}
+    assert not [f for f in (tmp_path / "out").iterdir() if f.name.endswith(".tmp")]  # no temporary left
+
+
 def test_inputs_of_every_kind_agree(files):
     d, audio = files
     from_path = diarize(d / "talk.wav", model=d / "m.pt", embedding=d / "enc.pt")

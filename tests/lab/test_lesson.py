@@ -1,5 +1,6 @@
 """The lesson runner reproduces both lessons and its criteria can fail."""
 import json
+import re
 
 import pytest
 import torch
@@ -102,4 +103,44 @@ def test_a_criterions_line_says_which_side_of_its_limit_the_value_is():
     assert lesson._below("c", "max abs error", 2.98e-7, "1e-5") == ("c", True, "max abs error 2.98e-07 < 1e-5")
     assert lesson._below("c", "max abs error", 1.28e-5, "1e-5") == ("c", False, "max abs error 1.28e-05 >= 1e-5")
     text = lesson.format_lesson(lesson.run_lesson())
-    assert "max |var - 1| " in text and " < 1e-3" in text and "1e-05" not in text
+    assert re.search(r"max \|var - var_x / \(var_x \+ eps\)\| \d\.\d\de-\d\d < 1e-5\n", text) and "1e-05" not in text
+
+
+def test_a_batch_of_near_constant_tokens_passes_every_criterion():
+    """(100000, 2, 4) holds tokens of variance ~5e-3: normalized, their variance is var_x / (var_x + eps), 2e-3
+    short of 1, and normalizing magnifies their float32 rounding by rstd ~ 13. `|var - 1| < 1e-3` failed them, and
+    at a batch of 1000000 `max abs error < 1e-5` too, though LayerNorm was right."""
+    r = lesson.run_lesson(lesson.LessonConfig(batch=100_000, tokens=2, d_model=4))
+    assert r["passed"], [c for c in r["criteria"] if not c["pass"]]
+    assert r["layernorm"]["max_abs_var_minus_1"] > 1e-3  # eps at work, as the criterion expects
+
+
+def _unbiased_variance(x, w, b, eps):
+    return (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=True, keepdim=True) + eps) * w + b, None
+
+
+def _variance_without_eps(x, w, b, eps):
+    return (x - x.mean(-1, keepdim=True)) / x.std(-1, unbiased=False, keepdim=True) * w + b, None
+
+
+@pytest.mark.parametrize("planted", [_unbiased_variance, _variance_without_eps])
+def test_a_wrong_variance_fails_at_a_batch_of_near_constant_tokens(monkeypatch, planted):
+    """The criteria expect what LayerNorm computes, not a looser bound: dividing by D - 1, or dropping eps (a
+    variance of exactly 1, which `|var - 1| < 1e-3` passed), FAILs."""
+    monkeypatch.setattr(lesson.reference, "layer_norm_forward", planted)
+    r = lesson.run_lesson(lesson.LessonConfig(batch=100_000, tokens=2, d_model=4))
+    failed = {c["name"] for c in r["criteria"] if not c["pass"]}
+    assert {"per-token variance ~ 1", "hand-written == torch"} <= failed and not r["passed"]
+
+
+def test_batchnorm_criterion_fails_when_companions_do_not_matter(monkeypatch):
+    """A BatchNorm normalizing by its running statistics in training too: token 0 does not change, a FAIL."""
+    from normlab.batchnorm import MaskedBatchNorm
+
+    class RunningStatisticsOnly(MaskedBatchNorm):
+        def forward(self, x, padding_mask=None):
+            return (x - self.running_mean) * torch.rsqrt(self.running_var + self.eps) * self.weight + self.bias
+
+    monkeypatch.setattr(lesson, "MaskedBatchNorm", RunningStatisticsOnly)
+    failed = {c["name"] for c in lesson.run_lesson()["criteria"] if not c["pass"]}
+    assert failed == {"BatchNorm depends on companions"}

@@ -45,15 +45,18 @@ class PreNormBlock(nn.Module):
         return x + self.sublayer(self.norm(x))  # B, T, D
 
 
-def _stats(y: torch.Tensor) -> dict:
-    """Per-token mean and (biased) variance over the last dim, and summaries."""
+def _stats(y: torch.Tensor, expected_var: torch.Tensor) -> dict:
+    """Per-token mean and (biased) variance over the last dim, and summaries; ``expected_var``: what each token's
+    variance should be, ``var_x / (var_x + eps)``."""
     mean = y.mean(dim=-1)  # B, T
     var = y.var(dim=-1, unbiased=False)  # B, T
+    var64 = y.double().var(dim=-1, unbiased=False)  # B, T   measured in float64: only LayerNorm's rounding remains
     return {
         "mean": mean.tolist(),
         "var": var.tolist(),
         "max_abs_mean": mean.abs().max().item(),
         "max_abs_var_minus_1": (var - 1).abs().max().item(),
+        "max_abs_var_minus_expected": (var64 - expected_var).abs().max().item(),
         "mean_std": y.std(dim=-1).mean().item(),  # lesson 003: unbiased std, averaged over tokens
     }
 
@@ -128,6 +131,17 @@ def run_lesson(cfg: LessonConfig = LessonConfig()) -> dict:
         y_rms = RMSNorm(D)(x)  # B, T, D
         inorm = nn.InstanceNorm1d(D)(x.transpose(1, 2)).transpose(1, 2)  # B, T, D  per channel over T
 
+    # What LayerNorm computes, in float64 from the float32 input (gamma = 1, beta = 0 as initialized). eps keeps a
+    # token's variance at var_x / (var_x + eps), short of 1 by about eps / var_x: far from 1 for the near-constant
+    # tokens a large batch of few features holds
+    x64 = x.double()  # B, T, D
+    var_x = x64.var(dim=-1, unbiased=False)  # B, T
+    rstd = torch.rsqrt(var_x + ours.eps)  # B, T
+    # float32 holds x to about 6e-8 of |x|, and normalizing multiplies that by rstd (up to 1/sqrt(eps) for a
+    # near-constant token): two correct float32 LayerNorms differ by about that much, so each token's difference is
+    # measured in units of 1 + rstd * max|x|
+    magnification = 1 + rstd * x64.abs().amax(dim=-1)  # B, T
+
     shapes = {
         "input": list(x.shape),
         "hand_written": list(y_hand.shape),
@@ -138,7 +152,7 @@ def run_lesson(cfg: LessonConfig = LessonConfig()) -> dict:
         "x + sublayer(norm(x))": list(res.shape),
         "block": list(y_block.shape),
     }
-    ln_stats = _stats(y_hand)
+    ln_stats = _stats(y_hand, var_x / (var_x + ours.eps))
     comparisons = {
         "batchnorm": _batch_mates(x.reshape(B * T, D), cfg.seed),
         "rmsnorm_max_abs_token_mean": y_rms.mean(dim=-1).abs().max().item(),
@@ -149,6 +163,10 @@ def run_lesson(cfg: LessonConfig = LessonConfig()) -> dict:
     errors = {
         "hand_vs_torch": (y_hand - y_torch).abs().max().item(),
         "module_vs_torch": (y_mod - y_torch).abs().max().item(),
+    }
+    scaled_errors = {  # each token's difference over its magnification
+        "hand_vs_torch": _scaled_error(y_hand, y_torch, magnification),
+        "module_vs_torch": _scaled_error(y_mod, y_torch, magnification),
     }
     overall = {
         "x_mean": x.mean().item(),
@@ -162,19 +180,20 @@ def run_lesson(cfg: LessonConfig = LessonConfig()) -> dict:
     criteria = [
         ("outputs are finite", finite, "no NaN or Inf in any output (hand-written, module, torch, block, RMSNorm)"),
         ("shapes stay [B, T, D]", all(s == [B, T, D] for s in shapes.values()), f"every output is {[B, T, D]}"),
-        _below("hand-written == torch", "max abs error", max(errors.values()), "1e-5"),
+        _below("hand-written == torch", "max abs error / (1 + rstd * max|x|)", max(scaled_errors.values()), "1e-6"),
         _below("per-token mean ~ 0", "max |mean|", ln_stats["max_abs_mean"], "1e-5"),
-        _below("per-token variance ~ 1", "max |var - 1|", ln_stats["max_abs_var_minus_1"], "1e-3"),
+        _below("per-token variance ~ 1", "max |var - var_x / (var_x + eps)|", ln_stats["max_abs_var_minus_expected"],
+               "1e-5"),
         ("parameters = 2 * D", n_params == 2 * D, f"{n_params} == {2 * D}"),
         (
             "LN ignores batch companions",
             bn["ln_bitwise_same_with_new_mates"] and bn["ln_batch1_bitwise_same"],
             "token 0 bitwise identical with new companions and alone",
         ),
-        (
+        (  # any change: it shrinks like 1/sqrt(B * T) (0.0015 at 8e6 tokens), below any fixed floor at some batch
             "BatchNorm depends on companions",
-            B * T > 1 and bn["bn_train_change_with_new_mates"] > 1e-3,
-            f"token 0 changes by {bn['bn_train_change_with_new_mates'] or 0:.3g} > 1e-3",
+            B * T > 1 and bn["bn_train_change_with_new_mates"] > 0,
+            f"token 0 changes by {bn['bn_train_change_with_new_mates'] or 0:.3g} > 0",
         ),
         (
             "RMSNorm does not centre",
@@ -186,6 +205,7 @@ def run_lesson(cfg: LessonConfig = LessonConfig()) -> dict:
         "config": asdict(cfg),
         "shapes": shapes,
         "max_abs_error": errors,
+        "max_scaled_error": scaled_errors,
         "layernorm": ln_stats,
         "overall": overall,
         "parameters": n_params,
@@ -193,6 +213,11 @@ def run_lesson(cfg: LessonConfig = LessonConfig()) -> dict:
         "criteria": [{"name": n, "pass": bool(ok), "detail": d} for n, ok, d in criteria],
         "passed": all(ok for _, ok, _ in criteria),
     }
+
+
+def _scaled_error(y: torch.Tensor, y_torch: torch.Tensor, magnification: torch.Tensor) -> float:
+    """The largest over tokens of ``max |y - y_torch|`` divided by the token's ``magnification``."""
+    return ((y - y_torch).abs().amax(dim=-1).double() / magnification).max().item()
 
 
 def _below(name: str, what: str, value: float, limit: str) -> tuple[str, bool, str]:

@@ -318,13 +318,22 @@ def _write_each(paths, out_dir, m, enc, cfg, counts, prov, format, exclusive, pl
         # AudioError and friends, said in one line per file; any other exception is a bug (a numpy ValueError
         # was said as the file's error, and evaluate scored it as all missed): its traceback stops the call,
         # and the files written before it are kept
-        except (UserError, OSError) as e:
+        except UserError as e:
             status[str(p)] = str(e)
+        except OSError as e:
+            status[str(p)] = _refused(e, out_dir)
         if on_result and status[str(p)] in DONE:  # outside the try: the caller's own errors are not the file's
             on_result(str(p), result)
         if progress:  # file i is done (counted from 0, as every progress callback)
             progress(i, len(paths), pathlib.Path(p).name)
     return status
+
+
+def _refused(e: OSError, out_dir) -> str:
+    """A file's OSError as the line a user reads: the path it names (a rename names the output second, after the
+    temporary written first) and the system's reason; one that names none (a full disk) names the folder."""
+    name = e.filename2 or e.filename
+    return f"{name if name is not None else out_dir}: {e.strerror or type(e).__name__}"
 
 
 def _draw(timeline_png, result: Diarization, metadata: dict, path: pathlib.Path) -> None:
