@@ -53,6 +53,9 @@ def test_version_names_normlab_torch_and_python():
     (["diarize", "train", "--data", "d", "--out", "o", "--batch", "100000000", "--frames", "50"],
      "a batch of 100000000 windows of 50 frames needs at least"),
     (["diarize", "recipe", "--out", "o", "--batch", "1000000000"], "windows of 100 frames needs at least"),
+    # built layer by layer while the memory climbed, without a word
+    (["diarize", "train", "--data", "d", "--out", "o", "--d-model", "16", "--n-layers", "100000000"],
+     "a model of 100,000,000 layers of width 16"),
     (["count", "--preset", "gpt"], "invalid choice: 'gpt'"),
     (["bench", "--shapes", "0x0"], "shape needs at least 1 row and 1 feature, got '0x0'"),
     (["bench", "--shapes", "8x0"], "shape needs at least 1 row and 1 feature, got '8x0'"),

@@ -126,8 +126,9 @@ class RecipeConfig:
         need(0 <= self.dropout < 1, "dropout", "in [0, 1)")
         need(math.isfinite(self.whiten_lam) and self.whiten_lam >= 0, "whiten_lam", "a finite number >= 0")
         model, _ = self.model_config(), self.train_config()  # the model and its training, checked as built
-        from .train import check_batch_fits
+        from .train import check_batch_fits, check_model_fits
 
+        check_model_fits(model)
         check_batch_fits(self.batch, self.frames, model.input_dim, model.n_heads)
         if self.tune_grid != "none":
             parse_grid([g for g in self.tune_grid.split(";") if g.strip()], (SEGMENT_GRID, STITCH_GRID))

@@ -349,13 +349,36 @@ def batch_statistics(model: torch.nn.Module) -> list[str]:
     return sorted({type(m).__name__ for m in model.modules() if isinstance(m, kinds)})
 
 
+def _memory_bytes() -> int | None:
+    """This machine's memory (None where it cannot be asked: no sysconf, as on Windows)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_model_fits(cfg) -> None:
+    """BadValue (one line) where an EEND model of ``cfg`` (a ``ModelConfig``) cannot be trained in this machine's
+    memory: its weights, their gradients and Adam's two moments (float32) alone are more than there is. 100,000
+    layers were built one by one while the memory climbed, without a word."""
+    total = _memory_bytes()
+    if total is None:
+        return
+    d, ff = cfg.d_model, cfg.d_ff
+    weights = cfg.input_dim * d + cfg.n_layers * (4 * d * d + 2 * d * ff)  # the input projection and each layer's
+    need = 4 * 4 * weights  # attention and feed-forward matrices: the bulk
+    if need > total:
+        raise BadValue(f"a model of {cfg.n_layers:,} layers of width {d} (feed-forward {ff}) needs at least "
+                       f"{need / 2**30:,.0f} GiB to train (weights, gradients, Adam's moments), more than this "
+                       f"machine's {total / 2**30:.0f} GiB: use fewer or narrower layers")
+
+
 def check_batch_fits(batch: int, frames: int, input_dim: int, n_heads: int) -> None:
     """BadValue (one line) where a batch cannot fit in this machine's memory: its windows' features and one
     layer's attention weights alone (float32) are more than the memory there is. A batch of 10^8 windows was
     drawn one window at a time until the system killed the process, without a word."""
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): nothing to compare with
+    total = _memory_bytes()
+    if total is None:  # nothing to compare with
         return
     need = 4 * batch * frames * (input_dim + n_heads * frames)
     if need > total:
@@ -385,6 +408,7 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
 
     check_count(batch, "batch")
     check_count(frames, "frames")
+    check_model_fits(model_cfg)
     check_batch_fits(batch, frames, model_cfg.input_dim, model_cfg.n_heads)
     out = pathlib.Path(out)
     if (out / "model.pt").is_dir():  # found only when the model was moved into place, after the training
