@@ -163,7 +163,11 @@ def test_dataset_batches_and_cli_train(tmp_path, capsys):
     assert EENDModel.load(tmp_path / "model" / "model.pt") and made["window_seconds"] == 8.0
     # the voices it heard, with their packages and licences, as the recipe's models record them
     assert made["train_sources"]["voices"] and "espeak-ng" in made["train_sources"]["licences"]
-    assert main(args[:7] + ["8"] + args[8:]) == 0  # resumes at step 6, runs 2 more
+    # settings stored since (tune --save) were for the weights before: the rewrite said it, not without a word
+    model_provenance.write_pipeline(tmp_path / "model" / "model.pt", {"eend": {"threshold": 0.4}}, "eend", {})
+    with pytest.warns(RuntimeWarning, match="pipeline settings of `diarize tune --save` stored in the one it "
+                                            "replaces were for the weights before"):
+        assert main(args[:7] + ["8"] + args[8:]) == 0  # resumes at step 6, runs 2 more
     assert "trained 8 steps" in capsys.readouterr().out
     with pytest.raises(ValueError, match="no wav"):
         MixtureSet(tmp_path / "model")

@@ -13,6 +13,7 @@ import numbers
 import os
 import pathlib
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -60,8 +61,6 @@ class TrainConfig:
             raise BadValue(f"restart_at needs decay='cosine' and warmup < restart_at < steps, got "
                            f"restart_at={self.restart_at}, warmup={self.warmup}, steps={self.steps}")
         if self.warmup >= self.steps:
-            import warnings
-
             warnings.warn(f"warmup ({self.warmup} steps) is not shorter than the run ({self.steps} steps): the "
                           f"learning rate never reaches its peak {self.lr:g}", UserWarning, stacklevel=3)
 
@@ -326,6 +325,20 @@ def _made_from(model_file: pathlib.Path, last: pathlib.Path, settings: dict) -> 
         return False
 
 
+def _stored_since(model_file: pathlib.Path) -> list[str]:
+    """What was stored in a trained ``model_file`` after its training (``diarize tune --save``'s settings,
+    ``diarize whiten``'s whitening): a rewrite of the file drops it."""
+    import torch
+
+    try:
+        blob = torch.load(model_file, map_location="cpu", weights_only=True)
+        post = blob.get("postprocess") or {}
+        return [what for what, there in (("the pipeline settings of `diarize tune --save`", post.get("modes")),
+                                         ("the whitening of `diarize whiten`", blob.get("whitening"))) if there]
+    except Exception:  # noqa: BLE001   (absent, damaged, not a model: nothing of the user's to lose in it)
+        return []
+
+
 def _peer_lost(e: RuntimeError, rank: int, size: int, step: int, saved: int) -> Exception:
     """One line for a collective that failed because another rank vanished (killed, out of memory)."""
     return Unavailable(f"rank {rank} of {size} stopped at step {step + 1}: {first_line(e)} (a rank that "
@@ -430,7 +443,6 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
         model.features = mixtures.cfg
         layers = batch_statistics(model)
         if size > 1 and rank == 0 and layers:
-            import warnings
 
             warnings.warn(f"this model's {', '.join(layers)} layers normalize over each process's part of the "
                           f"batch: it trains differently with the number of processes ({size} here; "
@@ -451,6 +463,11 @@ def train_run(data, out: str | pathlib.Path, model_cfg, cfg: TrainConfig, *, bat
         # since (diarize tune --save, whiten) was erased by a rewrite
         kept = len(losses) == start and _made_from(out / "model.pt", last, settings)
         if rank == 0 and not kept:
+            stored = _stored_since(out / "model.pt")
+            if stored:  # for the weights before these steps: said, not dropped without a word
+                warnings.warn(f"{out / 'model.pt'} now holds the model after step {len(losses)}; "
+                              f"{' and '.join(stored)} stored in the one it replaces were for the weights before: "
+                              "run them again", RuntimeWarning, stacklevel=2)
             tmp = out / ".model.pt.tmp"
             try:  # (a full disk said in one line: the half-written model not left beside the rest)
                 model.save(tmp)
