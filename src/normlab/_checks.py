@@ -70,6 +70,8 @@ def existing_file(path, what: str = "file") -> pathlib.Path:
     :class:`NotFound` naming it."""
     p = pathlib.Path(path)
     if not (p.is_file() or p.is_fifo()):
+        if p.exists() and not p.is_dir():  # /dev/null read as "no such file"
+            raise NotFound(f"{p}: not a {what} (a device or a socket)")
         raise NotFound(f"{p}: no such {what}" + (" (that is a folder)" if p.is_dir() else ""))
     return p
 

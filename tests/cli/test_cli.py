@@ -48,6 +48,7 @@ def test_version_names_normlab_torch_and_python():
     (["diarize", "train", "--data", "d", "--out", "o", "--encoder", "lstm"], "invalid choice: 'lstm'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--decay", "linear"], "invalid choice: 'linear'"),
     (["diarize", "score", "/nonexistent.rttm", "/nonexistent"], "/nonexistent.rttm: no such file"),
+    (["diarize", "score", "/dev/null", "a.rttm"], "/dev/null: not a file (a device or a socket)"),
     (["diarize", "score", "a.rttm", "a.rttm", "--uem", ""], "expected a path, got an empty one"),
     # drawn one window at a time until the system killed the process, without a word
     (["diarize", "train", "--data", "d", "--out", "o", "--batch", "100000000", "--frames", "50"],
