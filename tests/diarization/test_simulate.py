@@ -105,6 +105,19 @@ def test_a_rerun_with_fewer_mixtures_is_refused(tmp_path):
     assert len(read_rttm(simulate(out, SimConfig(**{**SMALL, "n_mixtures": 3})) / "ref.rttm")) == 3
 
 
+def test_a_rerun_keeps_a_reference_the_user_changed(tmp_path):
+    """A turn set right in ref.rttm (or a narrower all.uem) was written over by the next run, without a word."""
+    out = simulate(tmp_path / "s", SimConfig(**{**SMALL, "n_mixtures": 1}))
+    for name, edit in (("ref.rttm", "SPEAKER x 1 0.000 1.000 <NA> <NA> mine <NA> <NA>\n"), ("all.uem", "x 1 0 5\n")):
+        kept = (out / name).read_text()
+        (out / name).write_text(kept + edit)
+        with pytest.raises(ValueError, match=f"{name} was changed since normlab wrote it"):
+            simulate(out, SimConfig(**{**SMALL, "n_mixtures": 2}))
+        assert (out / name).read_text() == kept + edit
+        (out / name).write_text(kept)
+    assert len(read_rttm(simulate(out, SimConfig(**{**SMALL, "n_mixtures": 2})) / "ref.rttm")) == 2
+
+
 def test_a_folder_of_an_earlier_version_keeps_the_defaults_it_was_made_with(tmp_path):
     """Its config.json has no key for a setting added since (duration): it ran at that setting's default, so a
     resume at the default goes on and one with another value is refused (it grew the folder unrefused)."""

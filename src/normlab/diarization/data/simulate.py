@@ -339,6 +339,7 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     keys = [v.key for v in pool]
     _same_settings(out, cfg, keys)
     _no_others(out, cfg)
+    _references_unchanged(out)
     (out / "wav").mkdir(parents=True, exist_ok=True)
     settings = json.dumps({**asdict(cfg), "voices": keys}, indent=2) + "\n"
     _write_config(out, settings)  # first: it marks the folder as normlab's (a killed run resumes)
@@ -377,8 +378,22 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
         uem[uri] = [(0.0, sf.info(str(wav)).duration)]
     write_rttm(all_turns, out / "ref.rttm")
     write_uem(uem, out / "all.uem")
+    for name in ("ref.rttm", "all.uem"):
+        written.record(out / name)
     _write_config(out, settings)
     return out
+
+
+def _references_unchanged(out: pathlib.Path) -> None:
+    """``ref.rttm`` and ``all.uem`` are written again from the mixtures' own references at the end of every run: a
+    user's edits to them since (a turn set right, a narrower UEM) were replaced without a word. Refused where the
+    folder's list of what normlab wrote holds them and they changed (a folder simulated before it kept them passes)."""
+    ours = written.listed(out)
+    for name in ("ref.rttm", "all.uem"):
+        path = out / name
+        if name in ours and path.is_file() and written.digest(path) != ours[name]:
+            raise BadValue(f"{path} was changed since normlab wrote it, and simulating writes it again from the "
+                           "mixtures' own references: move it away first (or copy your edits elsewhere)")
 
 
 #: what made a folder's audio: its voices' packages with their versions and licences, and normlab's, torch's,
