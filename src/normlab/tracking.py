@@ -48,6 +48,10 @@ def _writable(folder: pathlib.Path) -> None:
     thread, which printed that thread's traceback and the path as bytes (a read-only or immutable folder)."""
     import tempfile
 
+    if folder.exists() and not folder.is_dir():
+        from ._checks import BadValue
+
+        raise BadValue(f"--tensorboard {folder} is a file, not a folder for TensorBoard's event files")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".normlab-probe"):

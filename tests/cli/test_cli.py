@@ -102,6 +102,9 @@ def test_version_names_normlab_torch_and_python():
     (["diarize", "simulate", "--out", "s", "--style", "nonspeech", "--beta", "9", "--n-speakers", "4",
       "--min-utterances", "1"], "--beta, --min-utterances, --n-speakers shape the speakers of the other styles"),
     (["diarize", "simulate", "--out", "s", "--style", "nonspeech", "--sources", "all"], "--sources shapes the "),
+    # read as a range error ("1 <= MIN <= MAX <= 3600 ... got (5.0, 6.0)"): the style is what is wrong
+    (["diarize", "simulate", "--out", "s", "--duration", "5", "6"], "duration (seconds of talk) is for style "
+                                                                    "'conversation'; style 'mixture' draws"),
     (["diarize", "train", "--data", "d", "--out", "o", "--warmup", "-1"], "expected a whole number >= 0, got '-1'"),
     (["diarize", "train", "--data", "d", "--out", "o", "--d-model", "18"], "a multiple of 4, the encoder's heads"),
     (["diarize", "tune", "--dev", "/nonexistent"], "/nonexistent: no such folder"),

@@ -280,3 +280,14 @@ def test_a_save_into_a_model_named_by_a_link_writes_the_model_it_names(tmp_path)
     link.symlink_to(model_path.name)
     write_whitening(link, {"lam": 3.0})
     assert link.is_symlink() and EENDModel.load(model_path).whitening["lam"] == 3.0
+
+
+def test_whiten_on_a_model_without_a_whitening_says_it_has_none():
+    """With the default speaker encoder it read "the model file's whitening and PLDA model were fitted on GE2E
+    embeddings", of a model file holding neither."""
+    from normlab.diarization.models.eend import EENDModel, ModelConfig
+    from normlab.diarization.pipeline.config import PipelineConfig
+
+    model = EENDModel(ModelConfig(d_model=16, n_layers=1, n_heads=4, d_ff=32))
+    with pytest.raises(ValueError, match="the model file holds no embedding whitening"):
+        PipelineConfig.for_model(model, whiten=True, speaker_encoder="campplus")

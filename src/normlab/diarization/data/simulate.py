@@ -100,7 +100,10 @@ class SimConfig:
         if self.rt60 is not None and not MIN_RT60 <= self.rt60[0] <= self.rt60[1] <= MAX_RT60:
             raise BadValue(f"rt60 must be MIN MAX seconds with {MIN_RT60:g} <= MIN <= MAX <= {MAX_RT60:g} (a small "
                            f"room reads about 0.2, a cathedral about 8), got {list(self.rt60)}")
-        if self.duration is not None and (self.style != "conversation" or len(self.duration) != 2
+        if self.duration is not None and self.style != "conversation":  # not a range error: the wrong style
+            raise BadValue(f"duration (seconds of talk) is for style 'conversation'; style {self.style!r} draws "
+                           "its length from its utterances: leave it out")
+        if self.duration is not None and (len(self.duration) != 2
                                           or not 1.0 <= self.duration[0] <= self.duration[1] <= MAX_DURATION):
             raise BadValue(f"duration is MIN MAX seconds of talk with 1 <= MIN <= MAX <= {MAX_DURATION:g}, for style "
                            f"'conversation', got {self.duration!r} with style {self.style!r}")

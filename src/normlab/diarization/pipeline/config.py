@@ -213,6 +213,9 @@ class PipelineConfig:
             raise BadValue("unknown pipeline option" + ("s " if len(unknown) > 1 else " ")
                            + ", ".join(_with_hint(k, names) for k in unknown))
         cfg = cls(**kw)
+        if cfg.whiten and getattr(model, "whitening", None) is None:  # first: none to speak of below
+            raise BadValue("whiten is on but the model file holds no embedding whitening (fit one: normlab diarize "
+                           "whiten MODEL --train DIR)")
         if cfg.speaker_encoder != "ge2e" and (cfg.whiten or cfg.clustering == "vbx"):
             raise BadValue(f"the model file's whitening and PLDA model were fitted on GE2E embeddings: "
                            f"{'whiten' if cfg.whiten else 'clustering vbx'} needs speaker_encoder 'ge2e', not "
@@ -223,9 +226,6 @@ class PipelineConfig:
                                "MODEL --train DIR)")
             if cfg.whiten:
                 raise BadValue("clustering 'vbx' has its own model of the embeddings: whiten applies to 'ahc' only")
-        if cfg.whiten and getattr(model, "whitening", None) is None:
-            raise BadValue("whiten is on but the model file holds no embedding whitening (fit one: normlab diarize "
-                           "whiten MODEL --train DIR)")
         if cfg.speakers == "eend" and cfg.vad == "speech":
             raise BadValue("vad 'speech' (Silero alone decides speech) reads the model in speakers mode 'speech'; "
                            "with speakers 'eend' use vad 'gate'")
