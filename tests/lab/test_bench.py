@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 import torch
@@ -78,6 +79,23 @@ def test_bench_writes_a_figure_and_what_changed_its_timings(monkeypatch, tmp_pat
     monkeypatch.setattr(cpu, "available", lambda: False)  # no kernels built here: said, not their flags
     assert bench.machine()["kernel_flags"] is None and "C++ kernels unavailable" in bench.kernels_note(
         bench.machine())
+
+
+def test_a_figure_that_cannot_be_written_is_named_and_leaves_nothing(monkeypatch, tmp_path):
+    """On a full disk the JSON and table were left without their figure, and the error named no file."""
+    import errno
+
+    from normlab.lab import bench_figure, bench_files
+
+    def full(kind, result, path):
+        pathlib.Path(path).write_bytes(b"\x89PNG half")
+        raise OSError(errno.ENOSPC, "No space left on device")  # as matplotlib's writer says it: no file named
+
+    monkeypatch.setattr(bench_figure, "draw", full)
+    with pytest.raises(OSError) as e:
+        bench_files.write(tmp_path, "norms", {"rows": []}, "table")
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "bench.png")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_half_precision_rows_count_their_own_bytes():

@@ -76,10 +76,24 @@ def write(out: str | os.PathLike, kind: str, result: dict, table: str) -> list[p
     from .bench_figure import draw
 
     data, md, png = outputs(out, kind)
-    written.write_text(data, json.dumps(result, indent=2))
-    written.write_text(md, table + "\n")
-    files = [data, md]
-    if draw(kind, result, png):
-        written.record(png)
-        files.append(png)
+    # the figure first, into a temporary: on a full disk it fails first (the largest file), named, and nothing of
+    # this run is left (the JSON and the table were left without their figure, the error naming no file)
+    tmp = written.temporary(png, os.getpid())
+    try:
+        try:
+            with written.full_disk_said(png, tmp):
+                drawn = draw(kind, result, tmp)
+        except OSError as e:
+            if e.filename is None:  # matplotlib's write error names no file
+                raise OSError(e.errno, e.strerror, str(png)) from e
+            raise
+        written.write_text(data, json.dumps(result, indent=2))
+        written.write_text(md, table + "\n")
+        files = [data, md]
+        if drawn:
+            os.replace(tmp, png)
+            written.record(png)
+            files.append(png)
+    finally:
+        tmp.unlink(missing_ok=True)
     return files
