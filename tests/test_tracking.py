@@ -61,7 +61,7 @@ def test_a_tensorboard_folder_it_cannot_write_is_one_line_and_no_metrics_begun(t
     def refused(*args, **kwargs):
         raise OSError(30, "Read-only file system")
 
-    monkeypatch.setattr(tempfile, "NamedTemporaryFile", refused)
+    monkeypatch.setattr(tempfile, "TemporaryFile", refused)
     with pytest.raises(UserError, match=r"--tensorboard .*tb: cannot write there \(Read-only file system\)"):
         tracking.MetricsLog(tmp_path / "ckpt" / "metrics.csv", tensorboard=tmp_path / "tb")
     assert not (tmp_path / "ckpt" / "metrics.csv").exists()
@@ -76,6 +76,6 @@ def test_a_tensorboard_path_that_is_a_file_is_said_as_one(tmp_path):
 
     pytest.importorskip("tensorboard", reason="TensorBoard is an optional extra (normlab[scale])")
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(UserError, match="notes.txt is a file, not a folder"):
+    with pytest.raises(UserError, match="--tensorboard .*notes.txt is a file, not a folder"):
         tracking.MetricsLog(tmp_path / "metrics.csv", tensorboard=tmp_path / "notes.txt")
     assert (tmp_path / "notes.txt").read_text() == "mine"

@@ -324,7 +324,7 @@ def test_a_file_named_figures_in_the_report_folder_stops_it_before_any_cell(tmp_
     """A file where the figures folder goes was found only when the first figure was drawn, after the cells."""
     pytest.importorskip("matplotlib")
     (tmp_path / "figures").write_text("mine")
-    with pytest.raises(ValueError, match=r"figures: cannot write there"):
+    with pytest.raises(ValueError, match=r"figures is a file, not a folder"):
         run_studies(tmp_path, scale="test", only=["lesson_stats"], progress=False)
     assert not (tmp_path / "runs.sqlite").exists() and (tmp_path / "figures").read_text() == "mine"
 
@@ -335,3 +335,10 @@ def test_a_list_that_cannot_be_replaced_leaves_no_temporary(tmp_path):
     with pytest.raises(OSError):
         written.write_text(tmp_path / "a.rttm", "x")
     assert not [f.name for f in tmp_path.iterdir() if f.name.endswith(".tmp")]
+
+
+def test_an_output_folder_named_by_a_broken_link_says_where_it_points(tmp_path):
+    """It read "cannot write there (File exists)"."""
+    (tmp_path / "out").symlink_to(tmp_path / "gone" / "out")
+    with pytest.raises(ValueError, match=r"--out .*out is a link to .*gone/out, which does not exist"):
+        written.writable_folder(tmp_path / "out")

@@ -17,6 +17,8 @@ import csv
 import os
 import pathlib
 
+from . import written
+
 COLUMNS = ("step", "loss", "lr", "grad_norm", "seconds")
 
 _collector: list | None = None  # rows of the cell running in this process, when the runner collects them
@@ -37,29 +39,10 @@ def _writer(tensorboard: str | os.PathLike | None, resume_step: int = 0):
     if tensorboard is None:
         return None
     writer = check_tensorboard()
-    _writable(pathlib.Path(tensorboard))
+    written.writable_folder(tensorboard, "--tensorboard")  # its writer's thread failed with a traceback
     # a resumed run trains the steps after its checkpoint again: TensorBoard drops what it logged for them (a run
     # killed before its first checkpoint too: it starts again from step 1, and its curve was drawn twice)
     return writer(str(tensorboard), purge_step=resume_step + 1)
-
-
-def _writable(folder: pathlib.Path) -> None:
-    """Make ``folder`` and write a file in it, or say in one line why not. TensorBoard's writer fails in its own
-    thread, which printed that thread's traceback and the path as bytes (a read-only or immutable folder)."""
-    import tempfile
-
-    if folder.exists() and not folder.is_dir():
-        from ._checks import BadValue
-
-        raise BadValue(f"--tensorboard {folder} is a file, not a folder for TensorBoard's event files")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".normlab-probe"):
-            pass
-    except OSError as e:
-        from ._checks import UserError
-
-        raise UserError(f"--tensorboard {folder}: cannot write there ({e.strerror or e})") from None
 
 
 class MetricsLog:

@@ -94,6 +94,11 @@ def writable_folder(folder, option: str = "--out") -> pathlib.Path:
     import tempfile
 
     folder = pathlib.Path(folder)
+    if folder.is_symlink() and not folder.exists():  # mkdir said "File exists"
+        raise BadValue(f"{option} {folder} is a link to {os.readlink(folder)}, which does not exist: make that "
+                       f"folder, or give another {option}")
+    if folder.exists() and not folder.is_dir():
+        raise BadValue(f"{option} {folder} is a file, not a folder: give another {option}")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
