@@ -41,6 +41,18 @@ def from_torch(layer: nn.TransformerEncoderLayer) -> TransformerBlock:
     attn = layer.self_attn
     d = attn.embed_dim
     bias = attn.in_proj_bias is not None
+    # what normlab's attention does not compute (each read as plain attention: outputs 0.05-0.18 off, silently),
+    # and linear maps of which some have a bias and some not (a state dict missing its bias)
+    extra = [name for name, there in (("add_bias_kv", attn.bias_k is not None), ("add_zero_attn", attn.add_zero_attn),
+                                      ("kdim/vdim other than embed_dim", not attn._qkv_same_embed_dim)) if there]
+    if extra:
+        raise BadValue(f"unsupported self_attn: {', '.join(extra)} (normlab's attention has one projection of "
+                       "queries, keys and values and nothing added to them)")
+    biased = {name: m.bias is not None for name, m in (("out_proj", attn.out_proj), ("linear1", layer.linear1),
+                                                        ("linear2", layer.linear2))}
+    if any(b != bias for b in biased.values()):
+        raise BadValue(f"the layer's linear maps must all have a bias or none; in_proj: {bias}, "
+                       + ", ".join(f"{k}: {v}" for k, v in biased.items()))
     p = layer.linear1.weight
     block = TransformerBlock(
         d, attn.num_heads, layer.linear1.out_features, norm="layernorm",
@@ -79,8 +91,14 @@ def to_torch(block: TransformerBlock) -> nn.TransformerEncoderLayer:
         raise BadValue(f"torch's layer supports relu and gelu, block uses {ffn.activation!r}")
     slot = "pre_norm" if block.placement == "pre" else "post_norm"
     norm = getattr(block.attn, slot)
-    if type(norm).__name__ != "LayerNorm":
-        raise BadValue(f"torch's layer uses LayerNorm, block uses {type(norm).__name__}")
+    for n in (norm, getattr(block.ffn, slot)):  # both slots: an RMSNorm in the second read as LayerNorm's bias
+        if type(n).__name__ != "LayerNorm":
+            raise BadValue(f"torch's layer uses LayerNorm, block uses {type(n).__name__}")
+    biased = {"qkv_proj": a.qkv_proj.bias is not None, "out_proj": a.out_proj.bias is not None,
+              "fc1": ffn.fc1.bias is not None, "fc2": ffn.fc2.bias is not None}
+    if len(set(biased.values())) > 1:
+        raise BadValue("torch's layer has a bias on all its linear maps or on none; block: "
+                       + ", ".join(f"{k}: {v}" for k, v in biased.items()))
     if a.causal:
         raise BadValue("block is causal and torch's layer is not by itself (it takes is_causal=True and a mask at "
                        "each call): not converted")

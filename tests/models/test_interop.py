@@ -221,3 +221,39 @@ def test_from_torch_keeps_each_dropouts_own_rate():
         same = nn.TransformerEncoderLayer(8, 2, 16, dropout=rate, batch_first=True)
         back = interop.to_torch(interop.from_torch(same))
         assert (back.dropout1.p, back.self_attn.dropout, back.dropout.p, back.dropout2.p) == (rate,) * 4
+
+
+def test_an_additive_attention_mask_is_refused_not_read_inverted():
+    """HF's "extended" mask (0 keep, -10000 pad) was read as 0 = padding: every kept token masked, silently."""
+    config = {"hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1, "intermediate_size": 16,
+              "vocab_size": 20, "max_position_embeddings": 8}
+    model = interop.BertEncoder(config).eval()
+    ids, keep = torch.randint(1, 20, (2, 6)), torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]])
+    with pytest.raises(ValueError, match="attention_mask must hold 1 for a token and 0 for padding"):
+        model(ids, (1 - keep).float() * -10000.0)
+    with torch.no_grad():  # the 0/1 form, as an integer, a float or a bool mask: one answer
+        torch.testing.assert_close(model(ids, keep), model(ids, keep.bool()), rtol=0, atol=0)
+        torch.testing.assert_close(model(ids, keep.float()), model(ids, keep.bool()), rtol=0, atol=0)
+
+
+def test_what_normlab_s_attention_does_not_compute_is_refused_not_converted():
+    """add_bias_kv and add_zero_attn were read as plain attention (outputs 0.18 and 0.045 off, silently); kdim/vdim
+    and linear maps of which only some had a bias, and an RMSNorm in a block's second slot, failed inside torch."""
+    for kw, says in (({"add_bias_kv": True}, "add_bias_kv"), ({"add_zero_attn": True}, "add_zero_attn"),
+                     ({"kdim": 4, "vdim": 4}, "kdim/vdim")):
+        layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+        layer.self_attn = nn.MultiheadAttention(8, 2, batch_first=True, **kw)
+        with pytest.raises(ValueError, match=f"unsupported self_attn: {says}"):
+            interop.from_torch(layer)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+    layer.linear1 = nn.Linear(8, 16, bias=False)
+    with pytest.raises(ValueError, match="all have a bias or none.*linear1: False"):
+        interop.from_torch(layer)
+    block = normlab.TransformerBlock(8, 2)
+    block.ffn.pre_norm = normlab.RMSNorm(8)
+    with pytest.raises(ValueError, match="torch's layer uses LayerNorm, block uses RMSNorm"):
+        interop.to_torch(block)
+    block = normlab.TransformerBlock(8, 2)
+    block.ffn.fn.fc1 = nn.Linear(8, block.ffn.fn.fc1.out_features, bias=False)
+    with pytest.raises(ValueError, match="a bias on all its linear maps or on none.*fc1: False"):
+        interop.to_torch(block)

@@ -71,6 +71,12 @@ class BertEncoder(nn.Module):
         types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
         h = self.word_embeddings(input_ids) + self.position_embeddings(pos) + self.token_type_embeddings(types)
         h = self.emb_norm(h)  # B, T, D
+        m = attention_mask
+        if isinstance(m, torch.Tensor) and m.dtype != torch.bool and values_known(m) and bool(((m != 0) & (m != 1))
+                                                                                          .any()):
+            # an additive mask (0 keep, -10000 pad: HF's "extended" form) read as 0 = padding inverted every token
+            raise BadValue("attention_mask must hold 1 for a token and 0 for padding (or be a bool tensor); an "
+                           "additive mask (0 keep, -10000 pad) is another form: pass (mask == 0) instead")
         pad = None if attention_mask is None else attention_mask == 0  # B, T   True = padding
         return self.encoder(h, pad)  # B, T, D
 
