@@ -21,7 +21,17 @@ import torch
 from torch import nn
 
 from . import functional as F
-from ._checks import BadValue, ShapeLike, acc_dtype, as_shape, check_eps, check_input, check_residual
+from ._checks import (
+    BadType,
+    BadValue,
+    ShapeLike,
+    acc_dtype,
+    as_shape,
+    check_device,
+    check_eps,
+    check_input,
+    check_residual,
+)
 
 __all__ = ["LayerNorm", "RMSNorm", "ScaleNorm", "DyT"]
 
@@ -168,7 +178,11 @@ class _AddThenNorm:
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         if residual is None:
             return self._norm(x)
+        if not (isinstance(residual, torch.Tensor) and residual.dtype.is_floating_point):  # (a bool mask was
+            got = residual.dtype if isinstance(residual, torch.Tensor) else type(residual).__name__  # added as 0/1)
+            raise BadType(f"residual must be a floating-point tensor, got {got}")
         check_residual(residual, x)
+        check_device(residual, x, "residual")
         s = x + residual
         return self._norm(s), s
 

@@ -255,3 +255,31 @@ def test_n_layers_takes_any_whole_number_as_the_other_sizes_do():
     assert len(normlab.TransformerEncoder(np.int64(16), 4, np.int64(2)).layers) == 2
     with pytest.raises(ValueError, match="n_layers must be a whole number >= 1"):
         normlab.TransformerEncoder(16, 4, np.int64(0))
+
+
+@pytest.mark.parametrize("make", [lambda: normlab.TransformerBlock(8, 2, placement="post"),
+                                  lambda: normlab.TransformerBlock(8, 2, norm="none"),
+                                  lambda: normlab.TransformerBlock(8, 2),
+                                  lambda: normlab.ConformerBlock(8, 2, placement="post")])
+def test_a_block_called_by_itself_checks_what_an_encoder_checks(make):
+    """A post-style block reached torch's "mat1 and mat2 shapes cannot be multiplied", a float64 input "must have
+    the same dtype", an integer residual was added as it was, a list one raised AttributeError."""
+    block = make()
+    x = torch.randn(2, 5, 8)
+    for args, error, says in (((torch.randn(2, 5, 7),), ValueError, r"expected hidden of shape \(B, T, 8\)"),
+                              ((x.double(),), TypeError, "the input is torch.float64 but the block's parameters"),
+                              ((x.long(),), TypeError, "the block needs floating-point input"),
+                              ((x, [0.0]), TypeError, "residual .* must be a floating-point tensor or None, got list"),
+                              ((x, x.long()), TypeError, "floating-point tensor or None, got torch.int64")):
+        with pytest.raises(error, match=says):
+            block(*args)
+
+
+@pytest.mark.parametrize("norm", ["scalenorm", "dyt"])
+def test_a_norm_without_a_fused_kernel_refuses_a_residual_that_is_not_a_stream(norm):
+    """ScaleNorm and DyT added a bool mask given as the residual as 0/1, and an integer one as it was."""
+    module = normlab.make_norm(norm, 8)
+    x = torch.randn(2, 5, 8)
+    for residual in (x > 0, x.long()):
+        with pytest.raises(TypeError, match="residual must be a floating-point tensor"):
+            module(x, residual)

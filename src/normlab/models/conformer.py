@@ -95,6 +95,7 @@ class ConformerBlock(Block):
 
     def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None) -> Carry:
+        self.check_carry(hidden, residual, self.attn.fn.d_model)
         for unit in (self.ffn1, self.attn, self.conv, self.ffn2):
             hidden, residual = unit(hidden, residual, mask)  # B, T, D
         if self.final_norm is None:

@@ -45,6 +45,20 @@ class Block(nn.Module):
                 mask: torch.Tensor | None = None) -> Carry:
         raise NotImplementedError
 
+    def check_carry(self, hidden, residual, width: int) -> None:
+        """What an encoder checks of its input, for a block called by itself: ``hidden`` a floating tensor ending
+        in ``width`` features, of the block's dtype, and ``residual`` None or a floating tensor. A post-style
+        block reached torch's "mat1 and mat2 shapes cannot be multiplied", a float64 input "must have the same
+        dtype", an integer residual was added as it was, a list one raised AttributeError."""
+        if not (isinstance(hidden, torch.Tensor) and hidden.dim() >= 2 and hidden.shape[-1] == width):
+            got = list(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
+            raise BadValue(f"expected hidden of shape (B, T, {width}), got {got}")
+        check_input_dtype(hidden, self, "block")
+        if residual is not None and not (isinstance(residual, torch.Tensor)
+                                         and (residual.dtype.is_floating_point or residual.dtype == torch.bool)):
+            got = residual.dtype if isinstance(residual, torch.Tensor) else type(residual).__name__
+            raise BadType(f"the residual (the pending stream) must be a floating-point tensor or None, got {got}")
+
 
 class Stack(nn.Module):
     """``n_layers`` blocks from ``make_block(spec)``, initialised by ``init``, and the final norm.
@@ -158,7 +172,7 @@ def _autocasting(device_type: str) -> bool:
         return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
 
 
-def check_input_dtype(x: torch.Tensor, model: nn.Module) -> None:
+def check_input_dtype(x: torch.Tensor, model: nn.Module, what: str = "encoder") -> None:
     """An encoder's input must be floating point and, outside autocast, of its parameters' dtype: one line naming
     both (a float64 input to a float32 model failed inside its first Linear, and an integer one with a norm's
     error or torch's, by placement)."""
@@ -166,10 +180,10 @@ def check_input_dtype(x: torch.Tensor, model: nn.Module) -> None:
     if p is None or x.dtype == p.dtype:
         return
     if not x.dtype.is_floating_point:
-        raise BadType(f"the input is {x.dtype}: the encoder needs floating-point input ({p.dtype}, as its "
+        raise BadType(f"the input is {x.dtype}: the {what} needs floating-point input ({p.dtype}, as its "
                       "parameters)")
     if not _autocasting(x.device.type):  # under autocast the layers cast it
-        raise BadType(f"the input is {x.dtype} but the encoder's parameters are {p.dtype}: convert one to the "
+        raise BadType(f"the input is {x.dtype} but the {what}'s parameters are {p.dtype}: convert one to the "
                       f"other (model.to({p.dtype}) or x.to({p.dtype}))")
 
 

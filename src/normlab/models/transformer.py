@@ -66,6 +66,7 @@ class TransformerBlock(Block):
 
     def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None) -> Carry:
+        self.check_carry(hidden, residual, self.attn.fn.d_model)
         return self.ffn(*self.attn(hidden, residual, mask), mask)
 
 
