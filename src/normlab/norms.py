@@ -16,6 +16,7 @@ subclass keeps the fused path.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 from torch import nn
@@ -258,6 +259,8 @@ class DyT(_AddThenNorm, nn.Module):
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
         self.normalized_shape = as_shape(normalized_shape)
+        if isinstance(alpha_init, bool) or not isinstance(alpha_init, numbers.Real):  # math's "must be real number"
+            raise BadType(f"alpha_init must be a number, got {type(alpha_init).__name__}")
         if not math.isfinite(alpha_init):
             raise BadValue(f"alpha_init must be finite, got {alpha_init}")
         self.alpha_init = alpha_init

@@ -1,11 +1,12 @@
 """Norms and placements by name: ``make_norm(name, dim)``, ``NORMS``, ``PLACEMENTS``."""
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 from torch import nn
 
-from ._checks import check_choice
+from ._checks import BadValue, check_choice
 from .batchnorm import MaskedBatchNorm
 from .norms import DyT, LayerNorm, RMSNorm, ScaleNorm
 
@@ -38,6 +39,13 @@ def make_norm(name: str, dim: int, **kw) -> nn.Module:
     RMSNorm((64,), eps=None, elementwise_affine=True)
     """
     check_norm(name)
+    params = inspect.signature(NORMS[name]).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):  # (the constructor's TypeError named no norm_kw)
+        own = [k for k in params if k not in ("self", "normalized_shape", "num_features", "device", "dtype")]
+        unknown = [k for k in kw if k not in own and k not in ("device", "dtype")]
+        if unknown:
+            raise BadValue(f"{', '.join(map(repr, unknown))}: not an argument of {NORMS[name].__name__} (norm "
+                           f"{name!r}); valid: {', '.join(own)}")
     return NORMS[name](dim, **kw)
 
 

@@ -257,3 +257,12 @@ def test_what_normlab_s_attention_does_not_compute_is_refused_not_converted():
     block.ffn.fn.fc1 = nn.Linear(8, block.ffn.fn.fc1.out_features, bias=False)
     with pytest.raises(ValueError, match="a bias on all its linear maps or on none.*fc1: False"):
         interop.to_torch(block)
+
+
+@pytest.mark.parametrize("key, value", [("hidden_size", "8"), ("vocab_size", 0), ("type_vocab_size", -1)])
+def test_a_bert_config_of_wrong_sizes_names_its_key(key, value):
+    """hidden_size "8" failed in torch.empty, vocab_size 0 with an IndexError at padding_idx."""
+    config = {"hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1, "intermediate_size": 16,
+              "vocab_size": 20, "max_position_embeddings": 8, key: value}
+    with pytest.raises(ValueError, match=f"the config's {key} must be a whole number >= 1"):
+        interop.BertEncoder(config)

@@ -275,3 +275,18 @@ def test_masked_batchnorm_resets_as_torchs_batchnorm_and_builds_on_meta():
     norms = [m for m in model.modules() if isinstance(m, MaskedBatchNorm)]
     assert norms and all(torch.equal(m.running_var, torch.ones(16)) and int(m.num_batches_tracked) == 0
                          and torch.equal(m.weight, torch.ones(16)) for m in norms)
+
+
+def test_a_norm_argument_of_the_wrong_name_or_kind_is_named():
+    """norm_kw={"foo": 1} raised the constructor's TypeError ("unexpected keyword argument"), naming no norm_kw;
+    DyT(alpha_init="0.5") raised math's "must be real number, not str"."""
+    import normlab
+    from normlab.registry import make_norm
+
+    with pytest.raises(ValueError, match="'foo': not an argument of LayerNorm .*valid: eps, elementwise_affine, bias"):
+        normlab.TransformerBlock(8, 2, norm_kw={"foo": 1})
+    with pytest.raises(ValueError, match="'bias': not an argument of ScaleNorm"):
+        make_norm("scalenorm", 8, bias=False)
+    assert make_norm("layernorm", 8, eps=1e-6).eps == 1e-6
+    with pytest.raises(TypeError, match="alpha_init must be a number, got str"):
+        normlab.DyT(8, alpha_init="0.5")

@@ -15,7 +15,7 @@ import pickle
 import torch
 from torch import nn
 
-from .._checks import BadValue, MissingDependency, NotFound
+from .._checks import BadValue, MissingDependency, NotFound, check_count
 from ..kernels.dispatch import values_known
 from ..norms import LayerNorm
 from .transformer import TransformerEncoder
@@ -33,6 +33,9 @@ class BertEncoder(nn.Module):
         lacking = [k for k in _CONFIG_KEYS if k not in config]
         if lacking:
             raise BadValue(f"not a BERT config: it lacks {', '.join(lacking)}")
+        for key in ("hidden_size", "vocab_size", "max_position_embeddings", "type_vocab_size"):  # (torch's
+            if key in config:  # "empty(): argument 'size' failed to unpack", an IndexError at padding_idx)
+                check_count(config[key], f"the config's {key}")
         d, eps = config["hidden_size"], config.get("layer_norm_eps", 1e-12)
         act = config.get("hidden_act", "gelu")
         if act not in ("gelu", "relu"):
