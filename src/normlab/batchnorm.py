@@ -33,7 +33,8 @@ class MaskedBatchNorm(nn.Module):
         super().__init__()
         check_count(num_features, "num_features")
         check_eps(eps)
-        if momentum is not None and not (isinstance(momentum, (int, float)) and 0 <= momentum <= 1):
+        if momentum is not None and (isinstance(momentum, bool)
+                                     or not (isinstance(momentum, (int, float)) and 0 <= momentum <= 1)):
             raise BadValue(f"momentum must be a number in [0, 1] or None (a cumulative average), got {momentum!r}")
         fk = {"device": device, "dtype": dtype}
         self.num_features, self.eps, self.momentum = num_features, eps, momentum

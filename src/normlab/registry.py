@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from ._checks import BadValue, check_choice
+from ._checks import BadValue, check_choice, check_count
 from .batchnorm import MaskedBatchNorm
 from .norms import DyT, LayerNorm, RMSNorm, ScaleNorm
 
@@ -17,7 +17,7 @@ NORMS: dict[str, Callable[..., nn.Module]] = {
     "scalenorm": ScaleNorm,
     "dyt": DyT,
     "batchnorm": MaskedBatchNorm,
-    "none": lambda dim, **kw: nn.Identity(),
+    "none": lambda dim, **kw: check_count(dim, "dim") or nn.Identity(),  # its size checked as the others' are
 }
 
 #: placement name -> what it computes for one residual unit ``x -> F``

@@ -283,3 +283,18 @@ def test_a_norm_without_a_fused_kernel_refuses_a_residual_that_is_not_a_stream(n
     for residual in (x > 0, x.long()):
         with pytest.raises(TypeError, match="residual must be a floating-point tensor"):
             module(x, residual)
+
+
+def test_values_that_built_a_wrong_thing_are_refused_when_given():
+    """max_frames=0 built an encoder refusing every clip; momentum=True a BatchNorm at momentum 1; the 'none' norm
+    took any size; the FLOP count a KeyError for an unknown norm and negative FLOPs for a negative size."""
+    from normlab.lab.accounting import flops_per_token
+    from normlab.registry import make_norm
+
+    for build, says in ((lambda: normlab.VideoEncoder(8, 2, 1, n_patches=4, max_frames=0), "max_frames"),
+                        (lambda: make_norm("batchnorm", 8, momentum=True), "momentum"),
+                        (lambda: make_norm("none", -3), "dim must be a whole number"),
+                        (lambda: flops_per_token(8, 16, 10, norm="foo"), "unknown norm 'foo'"),
+                        (lambda: flops_per_token(-1, 16, 10), "d_model must be a whole number")):
+        with pytest.raises(ValueError, match=says):
+            build()

@@ -16,7 +16,7 @@ from collections import defaultdict
 import torch
 from torch import nn
 
-from .._checks import check_choice
+from .._checks import check_choice, check_count
 from ..batchnorm import MaskedBatchNorm
 from ..norms import DyT, LayerNorm, RMSNorm, ScaleNorm
 
@@ -70,6 +70,10 @@ def norm_parameters(model: nn.Module) -> dict:
 def flops_per_token(d_model: int, d_ff: int, seq_len: int, norm: str = "layernorm", norms_per_layer: int = 2,
                     swiglu: bool = False) -> dict:
     """Forward FLOPs per token per layer: each norm, all norms, attention, feed-forward."""
+    check_choice(norm, NORM_OPS_PER_FEATURE, "norm")  # (a KeyError; negative sizes gave negative FLOPs)
+    for value, name in ((d_model, "d_model"), (d_ff, "d_ff"), (seq_len, "seq_len")):
+        check_count(value, name)
+    check_count(norms_per_layer, "norms_per_layer", least=0)
     per_norm = NORM_OPS_PER_FEATURE[norm] * d_model
     attn = 8 * d_model**2 + 4 * seq_len * d_model
     ffn = (6 if swiglu else 4) * d_model * d_ff

@@ -84,6 +84,7 @@ class VideoEncoder(Stack):
                  dropout: float = 0.0, init: str = "torch", norm_kw: dict | None = None, max_frames: int = 1024):
         check_choice(attention, ATTENTIONS, "attention")
         check_count(n_patches, "n_patches")
+        check_count(max_frames, "max_frames")  # (0 built, and every clip was refused at its first forward)
         block = DividedBlock if attention == "divided" else TransformerBlock
         super().__init__(n_layers, lambda spec: block(d_model, n_heads, d_ff, dropout=dropout, spec=spec),
                          dim=d_model, norm=norm, placement=placement, init=init, norm_kw=norm_kw,
