@@ -5,6 +5,10 @@ against. Each function works on the last dimension ``D`` of ``x`` (shape
 ``[..., D]``, written ``N, D`` below with ``N`` the number of rows: tokens,
 frames, patches). Every line carries its shape. The derivation of the backward
 passes is in ``docs/layernorm.md``; the equation numbers below refer to it.
+The functions take their arguments as given, unchecked, so that each line
+stays the math: a weight of another shape broadcasts as torch's arithmetic
+does, a negative ``eps`` gives NaN. :mod:`normlab.functional` is the checked
+entry point (one clear error for each of those).
 
 Numerics (the contract in ``docs/numerics.md``):
 
