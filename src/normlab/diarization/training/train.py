@@ -328,8 +328,6 @@ def _made_from(model_file: pathlib.Path, last: pathlib.Path, settings: dict) -> 
 def _stored_since(model_file: pathlib.Path) -> list[str]:
     """What was stored in a trained ``model_file`` after its training (``diarize tune --save``'s settings,
     ``diarize whiten``'s whitening): a rewrite of the file drops it."""
-    import torch
-
     try:
         blob = torch.load(model_file, map_location="cpu", weights_only=True)
         post = blob.get("postprocess") or {}
