@@ -401,3 +401,47 @@ def test_uem_line_of_the_wrong_number_of_fields_says_so(tmp_path, capsys):
                      "--uem", str(tmp_path / uem)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and f"{uem}:" in err[0] and "expected 4 fields" in err[0], err
+
+
+def test_what_was_scored_silently_wrong_is_refused_or_right():
+    """skip_overlap="no" was true (overlap left out); a speaker None beside "A" failed inside sorted(); sum() of
+    results failed at 0 + a result."""
+
+    ref, hyp = [T(0, 5, "A"), T(4, 8, "B")], [T(0, 4.5, "x"), T(4.5, 8, "y")]
+    with pytest.raises(TypeError, match="skip_overlap must be True or False, got 'no'"):
+        diarization_error_rate(ref, hyp, skip_overlap="no")
+    with pytest.raises(BadValue, match="its uri and speaker must be strings"):
+        diarization_error_rate([T(0, 1, None), T(2, 3, "A")], hyp)
+    one = diarization_error_rate(ref, hyp)
+    assert sum([one, one]).total == 2 * one.total == (one + one).total
+    with pytest.raises(TypeError):
+        one + 1
+
+
+def test_exclusive_turns_reads_a_generator_and_refuses_what_it_dropped():
+    """A generator gave [] (it was read twice); a turn of negative or NaN length was dropped and another
+    recording's turn cut this one's, silently."""
+    from normlab.diarization import exclusive_turns
+
+    turns = [T(0, 2, "A"), T(1, 3, "B")]
+    assert exclusive_turns(t for t in turns) == exclusive_turns(turns) == [T(0, 2, "A"), T(2, 3, "B")]
+    for bad, says in (([Turn("a", 1.0, -0.5, "A"), T(0, 2, "B")], "duration"),
+                      ([Turn("a", NAN, 1.0, "A")], "start"), ([T(0, 2, "A"), T(1, 3, "B", uri="b")], "2 recordings")):
+        with pytest.raises(BadValue, match=says):
+            exclusive_turns(bad)
+
+
+def test_annotation_labels_that_would_become_one_speaker_are_refused():
+    """'spk A' and 'spk_A' (and 1 and '1') became one speaker, silently: the DER changed."""
+    core = pytest.importorskip("pyannote.core", reason="pyannote.core is an optional extra (normlab[annotation])")
+    from normlab.diarization import from_annotation, to_annotation
+
+    ann = core.Annotation(uri="m")
+    ann[core.Segment(0, 1)] = "spk A"
+    ann[core.Segment(1, 2)] = "spk_A"
+    with pytest.raises(BadValue, match="speaker labels 'spk A' and 'spk_A' both become 'spk_A'"):
+        from_annotation(ann)
+    with pytest.raises(BadValue, match="duration"):
+        to_annotation([Turn("a", 2.0, -1.0, "A"), T(0, 1, "B")])
+    with pytest.raises(TypeError, match="not a {uri: turns} table"):
+        to_annotation({"a": [T(0, 1, "A")]})

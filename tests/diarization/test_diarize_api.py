@@ -384,7 +384,7 @@ def test_annotations_keep_the_recording_and_write_as_rttm():
     assert to_annotation(Diarization([], uri="quiet")).uri == "quiet"
     gen = (t for t in [Turn("g", 0.0, 1.0, "s"), Turn("g", 2.0, 1.0, "t")])  # read once: still both turns
     assert len(to_annotation(gen)) == 2
-    with pytest.raises(ValueError, match="the turns of one recording, got 2"):
+    with pytest.raises(ValueError, match="has turns of 2 recordings"):
         to_annotation([Turn("a", 0.0, 1.0, "s"), Turn("b", 0.0, 1.0, "s")])
     ann = Annotation(uri="my meeting")
     ann[Segment(0.0, 1.0)] = "Ann\tLee"

@@ -56,13 +56,31 @@ def check_seconds(value, what: str) -> None:
 
 
 def check_turn(turn) -> None:
-    """Raise BadValue unless ``turn`` is a ``Turn`` whose start and duration pass ``check_seconds``."""
+    """Raise BadValue unless ``turn`` is a ``Turn`` of string uri and speaker whose start and duration pass
+    ``check_seconds``."""
     if not isinstance(turn, Turn):
         raise BadValue(f"expected a Turn, got {type(turn).__name__} {turn!r:.80}")
+    if type(turn.speaker) is not str or type(turn.uri) is not str:  # (None beside "A" failed inside sorted())
+        raise BadValue(f"{turn!r:.80}: its uri and speaker must be strings")
     s, d = turn.start, turn.duration
     if not (type(s) in (float, int) and type(d) in (float, int) and 0 <= s <= MAX_SECONDS and 0 <= d <= MAX_SECONDS):
         check_seconds(s, f"{turn}: start")  # the message made only here: DER checks every turn of every call
         check_seconds(d, f"{turn}: duration")
+
+
+def check_turns(turns, what: str, hint: str = "give one recording's at a time", table: str = "") -> list:
+    """``turns`` must be one recording's: a list of ``Turn`` (``check_turn``) of a single uri; returns it.
+    ``hint``: what to do with several recordings' turns; ``table``: what takes a ``{uri: turns}`` table."""
+    if not isinstance(turns, (list, tuple)):
+        raise BadValue(f"{what} must be a list of one recording's turns, got a {type(turns).__name__}"
+                       + (f" ({table} takes {{uri: turns}})" if table and isinstance(turns, dict) else ""))
+    for t in turns:
+        check_turn(t)
+    uris = sorted({str(t.uri) for t in turns})
+    if len(uris) > 1:
+        raise BadValue(f"{what} has turns of {len(uris)} recordings ({', '.join(uris[:3])}"
+                       f"{', ...' if len(uris) > 3 else ''}): {hint}")
+    return turns
 
 
 _FIELD_SEP = re.compile(r"[ \t\f\v]+")  # spaces and tabs only: other white space (a no-break space) is part of a field

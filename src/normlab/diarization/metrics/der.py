@@ -17,8 +17,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..._checks import BadValue
-from ..io.rttm import Turn, check_seconds, check_turn
+from ..._checks import BadType, BadValue
+from ..io.rttm import Turn, check_seconds, check_turns
 from ..io.uem import check_region
 
 Intervals = list[tuple[float, float]]
@@ -93,8 +93,16 @@ class DERResult:
         return err / self.total
 
     def __add__(self, other: "DERResult") -> "DERResult":
+        if not isinstance(other, DERResult):
+            return NotImplemented
         return DERResult(self.false_alarm + other.false_alarm, self.missed + other.missed,
                          self.confusion + other.confusion, self.total + other.total)
+
+    def __radd__(self, other) -> "DERResult":
+        """``sum(results)``: its start, 0, adds nothing."""
+        if other == 0:
+            return self
+        return NotImplemented
 
     def format(self) -> str:
         t = self.total or 1.0
@@ -108,16 +116,7 @@ class DERResult:
 
 
 def _check_turns(turns, what: str) -> None:
-    """``turns`` must be one recording's: a list of ``Turn`` (``check_turn``) of a single uri."""
-    if not isinstance(turns, (list, tuple)):
-        raise BadValue(f"{what} must be a list of one recording's turns, got a {type(turns).__name__}"
-                       + (" (score() takes {uri: turns})" if isinstance(turns, Mapping) else ""))
-    for t in turns:
-        check_turn(t)
-    uris = sorted({str(t.uri) for t in turns})
-    if len(uris) > 1:
-        raise BadValue(f"{what} has turns of {len(uris)} recordings ({', '.join(uris[:3])}"
-                       f"{', ...' if len(uris) > 3 else ''}): score one at a time, or all with score({{uri: turns}})")
+    check_turns(turns, what, "score one at a time, or all with score({uri: turns})", table="score()")
 
 
 def _check_uem(uem) -> None:
@@ -140,6 +139,8 @@ def scored_region(reference: list[Turn], hypothesis: list[Turn], *, collar: floa
     ``collar`` such a number and ``uem`` None or a list of ``(start, end)`` regions in order.
     """
     check_seconds(collar, "collar")
+    if not isinstance(skip_overlap, bool):  # ("no" was true: overlap left out, silently)
+        raise BadType(f"skip_overlap must be True or False, got {skip_overlap!r}")
     _check_turns(reference, "reference")
     _check_turns(hypothesis, "hypothesis")
     _check_uem(uem)

@@ -34,7 +34,7 @@ from ... import written
 from ..._checks import BadType, BadValue, MissingDependency, UserError
 from ..io.audio import SAMPLE_RATE, as_field, as_mono, recording_uri
 from ..io.features import FeatureConfig
-from ..io.rttm import Turn, check_token, read_rttm
+from ..io.rttm import Turn, check_token, check_turns, read_rttm
 from .cluster import check_speaker_counts
 from .config import PipelineConfig
 from .output import FORMATS, Diarization, render
@@ -400,11 +400,10 @@ def to_annotation(turns: list[Turn], uri: str | None = None):
     except ImportError:
         raise MissingDependency("to_annotation needs pyannote.core: pip install 'normlab[annotation]'") from None
     own = getattr(turns, "uri", None)  # a Diarization names its recording, even without turns
-    turns = list(turns)  # (a generator is read once)
-    uris = {t.uri for t in turns}
-    if len(uris) > 1:
-        raise BadValue(f"to_annotation takes the turns of one recording, got {len(uris)} ({', '.join(sorted(uris)[:3])}"
-                       f"{' ...' if len(uris) > 3 else ''})")
+    if isinstance(turns, dict):
+        raise BadType("to_annotation takes one recording's list of turns, not a {uri: turns} table")
+    # (a generator is read once; a turn of negative or NaN length was dropped silently)
+    turns = check_turns(list(turns), "to_annotation's turns", "give one recording's at a time")
     uri = uri or own or (turns[0].uri if turns else None)
     ann = Annotation(uri=uri)
     for i, t in enumerate(sorted(turns)):
@@ -416,11 +415,14 @@ def from_annotation(annotation, uri: str | None = None) -> list[Turn]:
     """Turns of a ``pyannote.core.Annotation``: the recording's name and the speaker labels as strings, each run
     of white space one ``_`` (as a file's name becomes its recording's), so that they write as RTTM fields."""
     uri = as_field(uri or annotation.uri or "audio")
-    turns = []
+    turns, seen = [], {}
     for seg, _, label in annotation.itertracks(yield_label=True):
         speaker = as_field(str(label))
         if not speaker:
             raise BadValue(f"speaker label {label!r} at {seg.start:.3f} s has no characters an RTTM field can hold")
+        if seen.setdefault(speaker, label) != label:  # ('spk A' and 'spk_A', 1 and '1': two speakers made one)
+            raise BadValue(f"speaker labels {seen[speaker]!r} and {label!r} both become {speaker!r} as an RTTM "
+                           "field: rename one")
         turns.append(Turn(uri, float(seg.start), float(seg.end - seg.start), speaker))
     return sorted(turns)
 

@@ -14,7 +14,7 @@ import bisect
 import json
 
 from ..._checks import BadValue
-from ..io.rttm import Turn, check_turn, format_rttm
+from ..io.rttm import Turn, check_turn, check_turns, format_rttm
 
 #: boundaries closer than this are one (seconds): turns made as start + duration end an ulp apart
 SAME_INSTANT = 1e-9
@@ -25,6 +25,7 @@ def exclusive_turns(turns: list[Turn]) -> list[Turn]:
 
     Boundaries within ``SAME_INSTANT`` of each other are one: two speakers who stop on the same frame have ends
     that differ in the last bit (``start + duration``), and the gap between them was a turn of 4e-16 s."""
+    turns = check_turns(list(turns), "turns")  # (a generator was read once: [], and bad turns dropped silently)
     if not turns:
         return []
     raw = sorted({b for t in turns for b in (t.start, t.end)})
