@@ -445,3 +445,22 @@ def test_annotation_labels_that_would_become_one_speaker_are_refused():
         to_annotation([Turn("a", 2.0, -1.0, "A"), T(0, 1, "B")])
     with pytest.raises(TypeError, match="not a {uri: turns} table"):
         to_annotation({"a": [T(0, 1, "A")]})
+
+
+def test_a_diarization_is_what_its_docstring_says_or_refused(tmp_path):
+    """A uri other than its turns', two recordings' turns, a NaN duration (its JSON then failed) and an
+    is_exclusive of "no" were taken; write_rttm of one Turn read its fields as turns."""
+    from normlab.diarization import Diarization
+
+    for kw, error, says in (({"turns": [T(0, 2, "A")], "uri": "zz"}, ValueError, "turns of 'a' too"),
+                            ({"turns": [T(0, 2, "A"), T(1, 3, "B", uri="b")]}, ValueError, "turns of 'b' too"),
+                            ({"turns": [], "uri": "a b"}, ValueError, "uri must be non-empty and without spaces"),
+                            ({"turns": [T(0, 2, "A")], "duration": NAN}, ValueError, "duration"),
+                            ({"turns": [T(0, 2, "A")], "is_exclusive": "no"}, TypeError, "is_exclusive")):
+        with pytest.raises(error, match=says):
+            Diarization(kw.pop("turns"), **kw)
+    assert Diarization([T(0, 2, "A")], duration=3.0).to_json()
+    with pytest.raises(TypeError, match="a list of turns, not one Turn"):
+        write_rttm(T(0, 1, "A"), tmp_path / "y.rttm")
+    with pytest.raises(BadValue, match="is a folder where the RTTM file goes"):
+        write_rttm([T(0, 1, "A")], tmp_path)

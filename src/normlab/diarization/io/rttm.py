@@ -11,7 +11,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ..._checks import BadValue, read_text_file
+from ..._checks import BadType, BadValue, read_text_file
 
 
 @dataclass(frozen=True, order=True)
@@ -146,4 +146,9 @@ def format_rttm(turns: list[Turn]) -> str:
 
 
 def write_rttm(turns: list[Turn], path: str | pathlib.Path) -> None:
-    pathlib.Path(path).write_text(format_rttm(turns), encoding="utf-8")
+    if isinstance(turns, Turn):  # (its fields were read as the turns)
+        raise BadType("write_rttm takes a list of turns, not one Turn: write_rttm([turn], path)")
+    path = pathlib.Path(path)
+    if path.is_dir():  # (IsADirectoryError; read_rttm says it this way)
+        raise BadValue(f"{path} is a folder where the RTTM file goes")
+    path.write_text(format_rttm(turns), encoding="utf-8")

@@ -13,8 +13,8 @@ from __future__ import annotations
 import bisect
 import json
 
-from ..._checks import BadValue
-from ..io.rttm import Turn, check_turn, check_turns, format_rttm
+from ..._checks import BadType, BadValue
+from ..io.rttm import Turn, check_seconds, check_token, check_turn, check_turns, format_rttm
 
 #: boundaries closer than this are one (seconds): turns made as start + duration end an ulp apart
 SAME_INSTANT = 1e-9
@@ -87,6 +87,17 @@ class Diarization(list):
                  settings: dict | None = None, provenance: dict | None = None, is_exclusive: bool = False):
         super().__init__(sorted(_checked(t) for t in turns))  # BadValue on a turn of bad times
         self.uri = uri if uri is not None else (self[0].uri if self else "audio")
+        # what the docstring says it is, checked (a uri other than its turns', two recordings' turns, a NaN
+        # duration that its JSON then could not hold were all taken)
+        check_token(self.uri, "uri")
+        others = sorted({t.uri for t in self} - {self.uri})
+        if others:
+            raise BadValue(f"a Diarization holds the turns of one recording ({self.uri!r}); got turns of "
+                           f"{', '.join(map(repr, others[:3]))} too")
+        if duration is not None:
+            check_seconds(duration, "duration")
+        if not isinstance(is_exclusive, bool):
+            raise BadType(f"is_exclusive must be True or False, got {is_exclusive!r}")
         self.duration = duration
         self.settings = _plain(dict(settings or {}))  # numpy numbers a caller passed: JSON's numbers
         self.provenance = dict(provenance or {})
