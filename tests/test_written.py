@@ -263,25 +263,34 @@ def test_a_report_into_a_folder_it_cannot_make_says_how_out(tmp_path):
     assert (tmp_path / "afile").read_text() == "mine"
 
 
-def test_a_write_that_fails_on_a_full_disk_is_said_as_a_full_disk(tmp_path, monkeypatch):
-    """torch.save on a full disk raised "unexpected pos" (and libsndfile "System error"): a traceback and "a bug
-    in normlab", and the half-written checkpoint left behind."""
-    import errno
+def _full_disk(monkeypatch, free: int, says: str):
+    """A disk with ``free`` bytes left, where ``torch.save`` writes half a file and raises ``says`` (as its
+    writer does when the disk fills); returns the ``disk_usage`` tuple type, to make room again."""
     import shutil
     from collections import namedtuple
 
     import torch
 
-    from normlab.diarization.training import train as train_mod
-
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10 << 20, 10 << 20, 512))
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10 << 20, 10 << 20, free))
 
     def cut_short(obj, f):
         pathlib.Path(f).write_bytes(b"PK half")
-        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 52928 vs 52820")
+        raise RuntimeError(says)
 
     monkeypatch.setattr(torch, "save", cut_short)
+    return usage
+
+
+def test_a_write_that_fails_on_a_full_disk_is_said_as_a_full_disk(tmp_path, monkeypatch):
+    """torch.save on a full disk raised "unexpected pos" (and libsndfile "System error"): a traceback and "a bug
+    in normlab", and the half-written checkpoint left behind."""
+    import errno
+    import shutil
+
+    from normlab.diarization.training import train as train_mod
+
+    usage = _full_disk(monkeypatch, 512, "[enforce fail at inline_container.cc:672] . unexpected pos 52928 vs 52820")
     with pytest.raises(OSError) as e:
         train_mod._save(tmp_path / "last.pt", {"step": 1})
     assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "last.pt")
@@ -297,21 +306,12 @@ def test_every_whole_file_save_says_a_full_disk(tmp_path, monkeypatch):
     """Saving a model (train's model.pt, whiten, tune --save) or any file written whole on a full disk printed
     torch's "iostream error" with a traceback and "a bug in normlab", and left its temporary behind."""
     import errno
-    import shutil
-    from collections import namedtuple
 
     import torch
 
     from normlab.diarization.models.eend import EENDModel, ModelConfig
 
-    usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10 << 20, 10 << 20, 0))
-
-    def cut_short(obj, f):
-        pathlib.Path(f).write_bytes(b"PK half")
-        raise RuntimeError("basic_ios::clear: iostream error")
-
-    monkeypatch.setattr(torch, "save", cut_short)
+    _full_disk(monkeypatch, 0, "basic_ios::clear: iostream error")
     for save in (lambda p: written.replace_whole(p, lambda tmp: torch.save({}, tmp)),
                  lambda p: EENDModel(ModelConfig(d_model=16, n_layers=1, n_heads=4, d_ff=32)).save(p)):
         with pytest.raises(OSError) as e:
