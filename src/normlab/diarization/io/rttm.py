@@ -60,7 +60,7 @@ def check_turn(turn) -> None:
     ``check_seconds``."""
     if not isinstance(turn, Turn):
         raise BadValue(f"expected a Turn, got {type(turn).__name__} {turn!r:.80}")
-    if type(turn.speaker) is not str or type(turn.uri) is not str:  # (None beside "A" failed inside sorted())
+    if not (isinstance(turn.speaker, str) and isinstance(turn.uri, str)):  # (None beside "A" failed in sorted())
         raise BadValue(f"{turn!r:.80}: its uri and speaker must be strings")
     s, d = turn.start, turn.duration
     if not (type(s) in (float, int) and type(d) in (float, int) and 0 <= s <= MAX_SECONDS and 0 <= d <= MAX_SECONDS):
