@@ -464,3 +464,23 @@ def test_a_diarization_is_what_its_docstring_says_or_refused(tmp_path):
         write_rttm(T(0, 1, "A"), tmp_path / "y.rttm")
     with pytest.raises(BadValue, match="is a folder where the RTTM file goes"):
         write_rttm([T(0, 1, "A")], tmp_path)
+
+
+def test_to_turns_and_pit_bce_name_what_they_cannot_take():
+    """to_turns: a NaN threshold gave no turns and two equal labels one speaker, silently; a 1-D probs or a float
+    median failed inside torch. pit_bce: labels of 2 gave a loss; a 2-D batch failed unpacking a tuple."""
+    from normlab.diarization import pit_bce, to_turns
+
+    p = torch.tensor([[0.9, 0.1]] * 20 + [[0.1, 0.9]] * 20)
+    assert {t.speaker for t in to_turns(p, 0.1, "a", median=1)} == {"spk0", "spk1"}
+    for kw, error, says in (({"threshold": NAN}, ValueError, "threshold"), ({"labels": ["A", "A"]}, ValueError,
+                            "each of the 2 speakers once"), ({"median": 3.0}, TypeError, "median")):
+        with pytest.raises(error, match=says):
+            to_turns(p, 0.1, "a", **{"median": 1, **kw})
+    with pytest.raises(TypeError, match=r"probs must be a floating-point tensor \(frames, speakers\)"):
+        to_turns(p[:, 0], 0.1, "a")
+    logits, labels = torch.randn(2, 5, 3), (torch.rand(2, 5, 3) > 0.5).float()
+    for args, says in (((logits, labels * 2), "labels must be 0 or 1"), ((logits[0], labels[0]), "batch, frames"),
+                       ((logits, labels, torch.zeros(2, 4, dtype=torch.bool)), "mask must be a bool tensor")):
+        with pytest.raises(ValueError, match=says):
+            pit_bce(*args)

@@ -5,8 +5,8 @@ import math
 
 import torch
 
-from ..._checks import BadValue
-from ..io.rttm import Turn
+from ..._checks import BadType, BadValue
+from ..io.rttm import Turn, check_token
 
 
 def median_filter(active: torch.Tensor, width: int) -> torch.Tensor:
@@ -72,10 +72,25 @@ def hold(active: torch.Tensor, probs: torch.Tensor, low: float) -> torch.Tensor:
 def to_turns(probs: torch.Tensor, frame_seconds: float, uri: str, *, threshold: float = 0.5, median: int = 11,
              labels: list[str] | None = None) -> list[Turn]:
     """Turns from ``probs (frames, speakers)``: active where ``p > threshold``, smoothed, then runs."""
+    # (a NaN or > 1 threshold gave no turns, two equal labels merged two speakers, a 1-D probs or a float median
+    # failed inside torch)
+    if not (isinstance(probs, torch.Tensor) and probs.dim() == 2 and probs.dtype.is_floating_point):
+        got = list(probs.shape) if isinstance(probs, torch.Tensor) else type(probs).__name__
+        raise BadType(f"probs must be a floating-point tensor (frames, speakers), got {got}")
     if not 0 < frame_seconds < math.inf:  # (0 made zero-length turns, a negative one negative durations)
         raise BadValue(f"frame_seconds must be a finite number of seconds > 0, got {frame_seconds}")
-    if labels is not None and len(labels) < probs.shape[1]:
-        raise BadValue(f"{len(labels)} labels for {probs.shape[1]} speakers")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+        raise BadValue(f"threshold must be a probability from 0 to 1, got {threshold!r}")
+    if isinstance(median, bool) or not isinstance(median, int):
+        raise BadType(f"median must be an odd whole number of frames, got {median!r}")
+    check_token(uri, "uri")
+    if labels is not None:
+        if len(labels) < probs.shape[1]:
+            raise BadValue(f"{len(labels)} labels for {probs.shape[1]} speakers")
+        if len(set(labels)) < len(labels):
+            raise BadValue(f"labels must name each of the {probs.shape[1]} speakers once, got {list(labels)[:8]}")
+        for label in labels:
+            check_token(label, "a speaker label")
     active = median_filter((probs > threshold).to(torch.uint8), median).bool()  # T, S
     labels = labels or [f"spk{k}" for k in range(probs.shape[1])]
     turns = [Turn(uri, a * frame_seconds, (b - a) * frame_seconds, labels[k])

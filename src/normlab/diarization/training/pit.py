@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as TF
 
+from ..._checks import BadType, BadValue
+from ...kernels.dispatch import values_known
 from ..models.powerset import classes_of
 from .permutation import best_per_sequence, permutations
 
@@ -22,8 +24,7 @@ def pit_bce(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | Non
     loss : scalar tensor
     perms : (batch, speakers) long, the label column assigned to each output
     """
-    if logits.shape != labels.shape:
-        raise ValueError(f"logits {list(logits.shape)} and labels {list(labels.shape)} differ in shape")
+    check_batch(logits, labels, mask)
     b, t, s = logits.shape
     valid = torch.ones(b, t, dtype=logits.dtype, device=logits.device) if mask is None else (~mask).to(logits.dtype)
     n = valid.sum(1).clamp_min(1)  # B
@@ -33,6 +34,25 @@ def pit_bce(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | Non
         bce = TF.binary_cross_entropy_with_logits(logits, labels[..., p].to(logits.dtype), reduction="none")
         losses.append((bce.mean(-1) * valid).sum(1) / n)  # B
     return _best(losses, table)
+
+
+def check_batch(logits, labels, mask) -> None:
+    """One line for what a loss cannot take (torch's errors, a tuple unpacking's, or a loss of labels of 2)."""
+    for t, name in ((logits, "logits"), (labels, "labels")):
+        if not (isinstance(t, torch.Tensor) and t.dim() == 3):
+            got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise BadValue(f"{name} must be a tensor (batch, frames, speakers), got {got}")
+    if logits.shape != labels.shape:
+        raise BadValue(f"logits {list(logits.shape)} and labels {list(labels.shape)} differ in shape")
+    if not logits.dtype.is_floating_point:
+        raise BadType(f"logits must be floating point, got {logits.dtype}")
+    if values_known(labels) and bool(((labels != 0) & (labels != 1)).any()):
+        raise BadValue("labels must be 0 or 1 (a speaker silent or talking in a frame)")
+    if mask is not None and not (isinstance(mask, torch.Tensor) and mask.dtype == torch.bool
+                                 and tuple(mask.shape) == tuple(logits.shape[:2])):
+        got = f"{mask.dtype} {list(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise BadValue(f"mask must be a bool tensor (batch, frames) = {list(logits.shape[:2])}, True = padding; got "
+                       f"{got}")
 
 
 def _best(losses: list[torch.Tensor], table: torch.Tensor):
