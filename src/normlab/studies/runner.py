@@ -100,8 +100,9 @@ class Store:
         except sqlite3.DatabaseError as e:
             if "malformed" in str(e):  # a store cut short or overwritten in part
                 raise BadValue(self._damaged(e)) from None
-            if self._disk(e):
-                raise BadValue(self._disk(e)) from None
+            disk = self._disk(e)
+            if disk:
+                raise BadValue(disk) from None
             raise BadValue(f"{path} is not a normlab store ({e}): give --out another folder, or move it away") \
                 from None
         if tables and not {"cells", "sessions"} <= tables:  # someone's own database under the store's name
