@@ -403,7 +403,7 @@ def to_annotation(turns: list[Turn], uri: str | None = None):
     if isinstance(turns, dict):
         raise BadType("to_annotation takes one recording's list of turns, not a {uri: turns} table")
     # (a generator is read once; a turn of negative or NaN length was dropped silently)
-    turns = check_turns(list(turns), "to_annotation's turns", "give one recording's at a time")
+    turns = check_turns(list(turns), "to_annotation's turns")
     uri = uri or own or (turns[0].uri if turns else None)
     ann = Annotation(uri=uri)
     for i, t in enumerate(sorted(turns)):
