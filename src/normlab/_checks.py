@@ -182,6 +182,16 @@ def check_count(value, name: str, *, least: int = 1) -> None:
         raise BadValue(f"{name} must be a whole number >= {least}, got {value!r}")
 
 
+def check_flag(value, name: str) -> None:
+    """``value`` must be True or False (numpy's bools and 0/1 too): ``overwrite="no"`` is true in Python."""
+    try:
+        ok = value in (True, False)
+    except (TypeError, ValueError):  # an array compares element by element
+        ok = False
+    if not ok:
+        raise BadType(f"{name} must be True or False, got {value!r}")
+
+
 def check_rate(value, name: str) -> None:
     """``value`` must be a probability in [0, 1) (a dropout rate)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:

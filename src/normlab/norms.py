@@ -30,6 +30,7 @@ from ._checks import (
     as_shape,
     check_device,
     check_eps,
+    check_flag,
     check_input,
     check_residual,
 )
@@ -39,6 +40,8 @@ __all__ = ["LayerNorm", "RMSNorm", "ScaleNorm", "DyT"]
 
 def _init_affine(m: nn.Module, elementwise_affine: bool, bias: bool, factory_kwargs: dict) -> None:
     """Register ``weight`` (and ``bias``) of shape ``m.normalized_shape``, or None, as torch does."""
+    check_flag(elementwise_affine, "elementwise_affine")  # (torch takes bias="no" as a bias)
+    check_flag(bias, "bias")
     m.elementwise_affine = elementwise_affine
     if elementwise_affine:
         m.weight = nn.Parameter(torch.empty(m.normalized_shape, **factory_kwargs))
@@ -153,6 +156,7 @@ class RMSNorm(nn.Module):
         self.normalized_shape = as_shape(normalized_shape)
         check_eps(eps, allow_none=True)
         self.eps = eps
+        check_flag(elementwise_affine, "elementwise_affine")
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
             self.weight = nn.Parameter(torch.empty(self.normalized_shape, **factory_kwargs))

@@ -106,6 +106,15 @@ def test_model_shapes_padding_and_save_load(tmp_path):
         EENDModel(ModelConfig(encoder="lstm"))
 
 
+def test_a_model_built_from_a_path_points_to_load():
+    """EENDModel("model.pt") failed with AttributeError: 'str' object has no attribute 'encoder'."""
+    with pytest.raises(TypeError, match=r"^EENDModel takes a ModelConfig, got str \(a saved model loads with "
+                                        r"EENDModel.load\(path\)\)$"):
+        EENDModel("model.pt")
+    with pytest.raises(TypeError, match=r"^EENDModel takes a ModelConfig, got dict$"):
+        EENDModel({"d_model": 64})
+
+
 def test_the_model_of_a_diverged_training_says_so_when_loaded(tmp_path):
     """`tune --model` (and diarize) took a diverged training's model as any other: DER 100%, without a word."""
     import warnings

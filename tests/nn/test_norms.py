@@ -290,3 +290,8 @@ def test_a_norm_argument_of_the_wrong_name_or_kind_is_named():
     assert make_norm("layernorm", 8, eps=1e-6).eps == 1e-6
     with pytest.raises(TypeError, match="alpha_init must be a number, got str"):
         normlab.DyT(8, alpha_init="0.5")
+    with pytest.raises(TypeError, match="^bias must be True or False, got 'no'$"):
+        normlab.LayerNorm(8, bias="no")  # (torch's LayerNorm keeps a bias: "no" is true)
+    with pytest.raises(TypeError, match="^elementwise_affine must be True or False, got 'False'$"):
+        normlab.RMSNorm(8, elementwise_affine="False")
+    assert normlab.LayerNorm(8, bias=0).bias is None and normlab.RMSNorm(8, elementwise_affine=1).weight is not None

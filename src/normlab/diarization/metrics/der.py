@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..._checks import BadType, BadValue
+from ..._checks import BadValue, check_flag
 from ..io.rttm import Turn, check_seconds, check_turns
 from ..io.uem import check_region
 
@@ -139,8 +139,7 @@ def scored_region(reference: list[Turn], hypothesis: list[Turn], *, collar: floa
     ``collar`` such a number and ``uem`` None or a list of ``(start, end)`` regions in order.
     """
     check_seconds(collar, "collar")
-    if not isinstance(skip_overlap, bool):  # ("no" was true: overlap left out, silently)
-        raise BadType(f"skip_overlap must be True or False, got {skip_overlap!r}")
+    check_flag(skip_overlap, "skip_overlap")  # ("no" was true: overlap left out, silently)
     _check_turns(reference, "reference")
     _check_turns(hypothesis, "hypothesis")
     _check_uem(uem)

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ... import written
-from ..._checks import BadValue, NotFound, check_choice, check_count, check_rate
+from ..._checks import BadType, BadValue, NotFound, check_choice, check_count, check_rate
 from ...models.conformer import ConformerEncoder
 from ...models.transformer import TransformerEncoder
 from ...nn.constants import DeviceConstant
@@ -100,6 +100,9 @@ class EENDModel(nn.Module):
 
     def __init__(self, cfg: ModelConfig = ModelConfig()):
         super().__init__()
+        if not isinstance(cfg, ModelConfig):  # EENDModel("model.pt") meant EENDModel.load
+            hint = " (a saved model loads with EENDModel.load(path))" if isinstance(cfg, (str, os.PathLike)) else ""
+            raise BadType(f"EENDModel takes a ModelConfig, got {type(cfg).__name__}{hint}")
         self.cfg = cfg
         self.postprocess = dict(DEFAULT_POSTPROCESS)
         self.whitening: dict | None = None

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from ... import written
-from ..._checks import BadType, BadValue, MissingDependency, UserError
+from ..._checks import BadType, BadValue, MissingDependency, UserError, check_flag
 from ..io.audio import SAMPLE_RATE, as_field, as_mono, recording_uri
 from ..io.features import FeatureConfig
 from ..io.rttm import Turn, check_token, check_turns, read_rttm
@@ -151,8 +151,7 @@ def diarize(audio, *, sample_rate: int | None = None, num_speakers: int | None =
     """
     if uri is not None:  # checked before any work, as the RTTM writer would check it after all of it
         check_token(uri, "uri")
-    if exclusive not in (True, False):  # (numpy's bools and 0/1 too)
-        raise BadType(f"exclusive must be True or False, got {exclusive!r}")
+    check_flag(exclusive, "exclusive")
     m, enc, cfg, counts, prov = _prepare(model, embedding, num_speakers, min_speakers, max_speakers, options)
     result = _diarize(audio, sample_rate, m, enc, cfg, uri, counts, prov)
     return result.exclusive() if exclusive else result
@@ -241,8 +240,7 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
     (:mod:`normlab.written`), or with ``overwrite``; never beside its own audio.
     """
     for name, flag in (("exclusive", exclusive), ("plot", plot), ("overwrite", overwrite)):
-        if flag not in (True, False):  # (numpy's bools and 0/1 too): overwrite="no" replaced a user's file
-            raise BadType(f"{name} must be True or False, got {flag!r}")
+        check_flag(flag, name)  # overwrite="no" replaced a user's file
     if format not in FORMATS:
         raise BadValue(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     if isinstance(paths, (dict, bytes)):  # a dict's keys, a name's bytes: not files (an array's items are checked)

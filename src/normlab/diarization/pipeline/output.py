@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import json
 
-from ..._checks import BadType, BadValue
+from ..._checks import BadValue, check_flag
 from ..io.rttm import Turn, check_seconds, check_token, check_turn, check_turns, format_rttm
 
 #: boundaries closer than this are one (seconds): turns made as start + duration end an ulp apart
@@ -96,8 +96,7 @@ class Diarization(list):
                            f"{', '.join(map(repr, others[:3]))} too")
         if duration is not None:
             check_seconds(duration, "duration")
-        if not isinstance(is_exclusive, bool):
-            raise BadType(f"is_exclusive must be True or False, got {is_exclusive!r}")
+        check_flag(is_exclusive, "is_exclusive")
         self.duration = duration
         self.settings = _plain(dict(settings or {}))  # numpy numbers a caller passed: JSON's numbers
         self.provenance = dict(provenance or {})
