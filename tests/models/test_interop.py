@@ -266,3 +266,18 @@ def test_a_bert_config_of_wrong_sizes_names_its_key(key, value):
               "vocab_size": 20, "max_position_embeddings": 8, key: value}
     with pytest.raises(ValueError, match=f"the config's {key} must be a whole number >= 1"):
         interop.BertEncoder(config)
+
+
+def test_load_bert_reads_safetensors_without_the_safetensors_package(tmp_path, monkeypatch):
+    """A wheel installed with its user extras has no `safetensors` package: load_bert refused model.safetensors,
+    the format transformers writes by default, though normlab reads the format itself."""
+    import sys
+
+    hf = _tiny_bert(tmp_path)
+    assert (tmp_path / "model.safetensors").exists()
+    monkeypatch.setitem(sys.modules, "safetensors", None)  # import safetensors: ImportError
+    monkeypatch.setitem(sys.modules, "safetensors.torch", None)
+    ids = torch.randint(1, 99, (2, 6))
+    with torch.no_grad():
+        torch.testing.assert_close(interop.load_bert(tmp_path)(ids), hf(input_ids=ids).last_hidden_state,
+                                   rtol=1e-4, atol=1e-4)

@@ -15,9 +15,10 @@ import pickle
 import torch
 from torch import nn
 
-from .._checks import BadValue, MissingDependency, NotFound, check_count
+from .._checks import BadValue, NotFound, check_count
 from ..kernels.dispatch import values_known
 from ..norms import LayerNorm
+from ..safetensors_file import read_safetensors
 from .transformer import TransformerEncoder
 
 #: what a BERT config must say (the rest has BERT's defaults)
@@ -124,17 +125,11 @@ def _bert_key_map(n_layers: int) -> dict[str, tuple[str, ...]]:
 
 def _read_weights(path: pathlib.Path) -> dict[str, torch.Tensor]:
     st, pt = path / "model.safetensors", path / "pytorch_model.bin"
-    if st.exists():
+    if st.exists():  # read by normlab itself: the core install has no `safetensors` package
         try:
-            from safetensors.torch import load_file
-        except ImportError as e:
-            raise MissingDependency("reading model.safetensors needs the 'safetensors' package") from e
-        try:
-            return load_file(str(st))
-        except Exception as e:
-            if not (isinstance(e, OSError) or type(e).__module__.startswith("safetensors")):
-                raise  # not the file's fault
-            raise BadValue(f"{st} cannot be read as safetensors ({str(e)[:120]})") from None
+            return read_safetensors(st)[0]
+        except (BadValue, OSError) as e:
+            raise BadValue(f"{st} cannot be read as safetensors ({str(e).removeprefix(f'{st} ')[:120]})") from None
     if pt.exists():
         try:
             return torch.load(pt, map_location="cpu", weights_only=True)
