@@ -1,6 +1,9 @@
 """The package's own namespace: names imported on first use."""
+import os
 import subprocess
 import sys
+
+import pytest
 
 
 def test_dir_lists_each_public_name_once_and_every_one_resolves():
@@ -21,3 +24,32 @@ def test_every_artifact_names_the_source_it_came_from():
 
     rec = record()
     assert re.fullmatch(r"[0-9a-f]{16}", rec["source_digest"]) and rec["source_digest"] == code_digest()
+
+
+def test_the_commit_recorded_is_normlabs_own_not_an_enclosing_repositorys(tmp_path):
+    """A wheel installed with `pip install --target vendor` inside a user's git repository recorded that
+    repository's commit as normlab's in every model file, checkpoint and results.json."""
+    import shutil
+
+    from normlab.provenance import git_commit
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+
+    def repo(top, pyproject):
+        top.mkdir(parents=True)
+        (top / "pyproject.toml").write_text(pyproject)
+        env = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a",
+               "GIT_COMMITTER_EMAIL": "a@b", "HOME": str(tmp_path), "PATH": os.environ["PATH"]}
+        for args in (["init", "-q"], ["add", "pyproject.toml"], ["commit", "-q", "-m", "x"]):
+            subprocess.run(["git", "-C", str(top), *args], check=True, env=env, capture_output=True)
+        return subprocess.run(["git", "-C", str(top), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    theirs = repo(tmp_path / "project", '[project]\nname = "their-app"\n')
+    for installed in ("vendor/normlab", "src/normlab", "lib/site-packages/normlab"):
+        (tmp_path / "project" / installed).mkdir(parents=True)
+        assert git_commit(tmp_path / "project" / installed) is None, installed
+    ours = repo(tmp_path / "checkout", '[project]\nname = "normlab"\n')
+    (tmp_path / "checkout" / "src" / "normlab").mkdir(parents=True)
+    assert git_commit(tmp_path / "checkout" / "src" / "normlab") == ours != theirs

@@ -17,14 +17,26 @@ import platform
 import subprocess
 import sys
 
+#: normlab's source files, whose bytes :func:`code_digest` covers
+PACKAGE = pathlib.Path(__file__).resolve().parent
+_CODE_SUFFIXES = (".py", ".cpp")
 
-@functools.lru_cache(maxsize=1)
-def git_commit() -> str | None:
-    """The commit of the normlab source tree (with ``-dirty`` when it has changes), or None outside git."""
-    root = pathlib.Path(__file__).resolve().parents[2]
-    if not (root / ".git").exists():
+
+@functools.lru_cache(maxsize=None)
+def git_commit(package: pathlib.Path | None = None) -> str | None:
+    """The commit of the normlab source tree (with ``-dirty`` when it has changes), or None outside one.
+
+    ``package`` (normlab's own folder by default) must be ``src/normlab`` of a checkout whose top holds normlab's
+    ``pyproject.toml`` and ``.git``: a wheel installed inside another project's repository (``pip install
+    --target``, a vendored copy) has no commit of its own, not that project's.
+    """
+    package = pathlib.Path(package) if package is not None else PACKAGE
+    root = package.parents[1]
+    if package.parent.name != "src" or not (root / ".git").exists():
         return None
     try:
+        if 'name = "normlab"' not in (root / "pyproject.toml").read_text(errors="replace"):
+            return None
         run = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,  # noqa: E731
                                         timeout=10)
         head = run("rev-parse", "HEAD")
@@ -34,11 +46,6 @@ def git_commit() -> str | None:
         return head.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
-
-
-#: normlab's source files, whose bytes :func:`code_digest` covers
-PACKAGE = pathlib.Path(__file__).resolve().parent
-_CODE_SUFFIXES = (".py", ".cpp")
 
 
 @functools.lru_cache(maxsize=None)

@@ -30,7 +30,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 ASSETS = ("eend_real.pt", "eend_pre_ln.pt", "eend_local4.pt", "ge2e.safetensors", "ge2e.LICENSE", "ge2e.NOTICE",
           "silero_vad.safetensors", "silero_vad.LICENSE", "silero_vad.NOTICE", "campplus.safetensors",
           "campplus.LICENSE", "campplus.NOTICE")
-MUST = [f"normlab/diarization/assets/{a}" for a in ASSETS] + ["normlab/kernels/cpu_kernels.cpp", "normlab/__init__.py"]
+MUST = [f"normlab/diarization/assets/{a}" for a in ASSETS] + ["normlab/kernels/cpu_kernels.cpp", "normlab/__init__.py",
+                                                               "normlab/py.typed"]
 #: a wheel above this is carrying something it should not (measured: 42.4 MB, 46.4 MB of files installed)
 MAX_WHEEL_BYTES = 46_000_000
 
@@ -99,6 +100,11 @@ def test_the_wheel_holds_the_package_its_assets_and_licences_and_nothing_else(di
     assert "normlab = normlab.cli:main" in entry
     assert [n for n in names if n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE")], \
         "normlab's own licence is not in the wheel"
+    # the metadata covers the weights it ships: CAM++ and GE2E are Apache-2.0, with their licences and notices
+    licences = {n.split(".dist-info/licenses/", 1)[1] for n in names if ".dist-info/licenses/" in n}
+    assert {f"src/normlab/diarization/assets/{e}.{k}" for e in ("campplus", "ge2e", "silero_vad")
+            for k in ("LICENSE", "NOTICE")} <= licences, licences
+    assert _metadata(wheel)["License-Expression"] == "MIT AND Apache-2.0"
     size = wheel.stat().st_size
     print(f"wheel {wheel.name}: {size / 1e6:.1f} MB")
     assert size < MAX_WHEEL_BYTES, size
