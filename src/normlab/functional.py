@@ -17,6 +17,7 @@ from ._checks import (
     as_shape,
     check_device,
     check_eps,
+    check_flag,
     check_input,
     check_param,
     check_residual,
@@ -107,6 +108,7 @@ def rms_norm(
 
 
 def _add_norm(x, residual, normalized_shape, weight, bias, eps, residual_in_fp32, impl, *, rms):
+    check_flag(residual_in_fp32, "residual_in_fp32")  # ("no" kept s in float32)
     half = (torch.float16, torch.bfloat16)
     if isinstance(x, Tensor) and isinstance(residual, Tensor) and x.dtype.is_floating_point and \
             residual.dtype.is_floating_point and not (residual_in_fp32 and x.dtype in half):

@@ -204,7 +204,7 @@ class ScaleNorm(_AddThenNorm, nn.Module):
 
     Args:
         normalized_shape: int or sequence of ints.
-        eps: lower bound on the norm; finite and >= 0. Default ``1e-5``.
+        eps: lower bound on the norm; finite and >= 0. Default ``1e-5``. At ``eps=0`` a zero row gives 0.
     """
 
     __constants__ = ["normalized_shape", "eps"]
@@ -226,7 +226,11 @@ class ScaleNorm(_AddThenNorm, nn.Module):
         dims = tuple(range(-len(self.normalized_shape), 0))
         xa = x.to(acc_dtype(x.dtype))  # *, D   float32 (float64) arithmetic
         norm = torch.linalg.vector_norm(xa, dim=dims, keepdim=True).clamp(min=self.eps)  # *, 1
-        return (xa * (self.g / norm)).to(x.dtype)
+        # a zero row at eps = 0 gives 0, not 0 * inf = NaN (a padded frame's NaN reaches the valid frames through
+        # attention); the inner where keeps its gradient finite too
+        some = norm > 0
+        scale = torch.where(some, self.g / torch.where(some, norm, torch.ones_like(norm)), torch.zeros_like(norm))
+        return (xa * scale).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}"

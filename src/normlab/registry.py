@@ -17,7 +17,8 @@ NORMS: dict[str, Callable[..., nn.Module]] = {
     "scalenorm": ScaleNorm,
     "dyt": DyT,
     "batchnorm": MaskedBatchNorm,
-    "none": lambda dim, **kw: check_count(dim, "dim") or nn.Identity(),  # its size checked as the others' are
+    # its size checked as the others' are; no arguments (an unknown norm_kw is refused, as for the others)
+    "none": lambda dim, device=None, dtype=None: check_count(dim, "dim") or nn.Identity(),
 }
 
 #: placement name -> what it computes for one residual unit ``x -> F``
@@ -41,11 +42,12 @@ def make_norm(name: str, dim: int, **kw) -> nn.Module:
     check_norm(name)
     params = inspect.signature(NORMS[name]).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):  # (the constructor's TypeError named no norm_kw)
-        own = [k for k in params if k not in ("self", "normalized_shape", "num_features", "device", "dtype")]
+        own = [k for k in params if k not in ("self", "dim", "normalized_shape", "num_features", "device", "dtype")]
         unknown = [k for k in kw if k not in own and k not in ("device", "dtype")]
         if unknown:
-            raise BadValue(f"{', '.join(map(repr, unknown))}: not an argument of {NORMS[name].__name__} (norm "
-                           f"{name!r}); valid: {', '.join(own)}")
+            of = f"{NORMS[name].__name__} (norm {name!r})" if name != "none" else "norm 'none' (no norm)"
+            raise BadValue(f"{', '.join(map(repr, unknown))}: not an argument of {of}; valid: "
+                           f"{', '.join(own) or 'none'}")
     return NORMS[name](dim, **kw)
 
 

@@ -297,3 +297,32 @@ def test_an_unknown_op_is_one_line_naming_the_valid_ones():
                  lambda: kernels.dispatch("layernorm", x, None, (8,), None, None, 1e-5)):
         with pytest.raises(ValueError, match="unknown op 'layernorm'; valid: layer_norm, rms_norm"):
             call()
+
+
+def test_switches_that_are_not_flags_are_refused():
+    """Read by truthiness, "no" switched each of these on: residual_in_fp32="no" kept s in float32,
+    set_autotune("off") left autotuning on, use_compiled("no") allowed the compiled kernels."""
+    import normlab.functional as NF
+    from normlab import kernels
+    from normlab.kernels import autotune
+
+    x = torch.randn(2, 8).half()
+    with pytest.raises(TypeError, match="^residual_in_fp32 must be True or False, got 'no'$"):
+        NF.add_layer_norm(x, x, 8, residual_in_fp32="no")
+    assert NF.add_rms_norm(x, x, 8, residual_in_fp32=0)[1].dtype == torch.float16
+    before = autotune.enabled()
+    with pytest.raises(TypeError, match="set_autotune's argument must be True or False, got 'off'"):
+        autotune.set_autotune("off")
+    assert autotune.enabled() == before
+    with pytest.raises(TypeError, match="use_compiled's argument must be True or False, got 'no'"):
+        with kernels.use_compiled("no"):
+            pass
+
+
+def test_a_forced_cpu_kernel_on_a_dtype_it_has_none_for_says_so():
+    """float8 was blamed on a build that "could not be built or loaded here": the kernels were built, float8 is
+    no dtype of theirs."""
+    import normlab.functional as NF
+
+    with pytest.raises(ValueError, match=r"^impl 'cpu' does not support layer_norm for torch.float8_e4m3fn on cpu"):
+        NF.layer_norm(torch.randn(3, 8).to(torch.float8_e4m3fn), 8, impl="cpu")

@@ -298,3 +298,26 @@ def test_values_that_built_a_wrong_thing_are_refused_when_given():
                         (lambda: flops_per_token(-1, 16, 10), "d_model must be a whole number")):
         with pytest.raises(ValueError, match=says):
             build()
+
+
+def test_block_options_that_are_not_flags_and_unknown_block_arguments_are_refused():
+    """causal="no" ran causal attention (equal to causal=True), bias="no" kept the biases; an unknown block
+    argument (kernel_size for a Transformer) was the block constructor's TypeError, norm='none' took any
+    norm_kw."""
+    import normlab
+    from normlab.nn import FeedForward
+
+    with pytest.raises(TypeError, match="^causal must be True or False, got 'no'$"):
+        normlab.TransformerEncoder(8, 2, 1, causal="no")
+    with pytest.raises(TypeError, match="^bias must be True or False, got 'no'$"):
+        normlab.TransformerBlock(8, 2, bias="no")
+    with pytest.raises(TypeError, match="^bias must be True or False, got 'False'$"):
+        FeedForward(8, 16, bias="False")
+    with pytest.raises(ValueError, match="^'kernel_size': not an argument of TransformerEncoder or its "
+                                         "TransformerBlock; the block's own: attn_dropout, activation, causal, bias$"):
+        normlab.TransformerEncoder(8, 2, 1, kernel_size=3)
+    with pytest.raises(ValueError, match="^'activation': not an argument of ConformerEncoder or its ConformerBlock"):
+        normlab.ConformerEncoder(8, 2, 1, activation="relu")
+    assert normlab.ConformerEncoder(8, 2, 1, kernel_size=3) is not None
+    with pytest.raises(ValueError, match=r"^'eps': not an argument of norm 'none' \(no norm\); valid: none$"):
+        normlab.TransformerEncoder(8, 2, 1, norm="none", norm_kw={"eps": 1e-3})

@@ -295,3 +295,26 @@ def test_a_norm_argument_of_the_wrong_name_or_kind_is_named():
     with pytest.raises(TypeError, match="^elementwise_affine must be True or False, got 'False'$"):
         normlab.RMSNorm(8, elementwise_affine="False")
     assert normlab.LayerNorm(8, bias=0).bias is None and normlab.RMSNorm(8, elementwise_affine=1).weight is not None
+
+
+def test_scalenorm_at_eps_zero_gives_a_zero_row_zero_and_keeps_padding_out():
+    """ScaleNorm(eps=0) made a zero row 0 * inf = NaN; in an encoder a zero-padded frame's NaN reached the valid
+    frames through attention (NaN times an attention weight of 0 is NaN)."""
+    import normlab
+
+    x = torch.zeros(2, 8, dtype=torch.float64, requires_grad=True)
+    norm = normlab.ScaleNorm(8, eps=0.0).double()
+    y = norm(x)
+    assert torch.equal(y, torch.zeros_like(y))
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all() and torch.isfinite(norm.g.grad).all()
+    torch.manual_seed(0)
+    v = torch.randn(3, 8, dtype=torch.float64)
+    torch.testing.assert_close(norm(v), norm.g * v / v.norm(dim=-1, keepdim=True))  # unchanged elsewhere
+    torch.manual_seed(0)
+    seq = torch.randn(2, 5, 8)
+    mask = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    seq[mask] = 0
+    enc = normlab.TransformerEncoder(8, 2, 2, 16, norm="scalenorm", norm_kw={"eps": 0.0}, pos="none").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(enc(seq, mask)[1, :3], enc(seq[1:, :3])[0])

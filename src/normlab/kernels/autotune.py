@@ -63,7 +63,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .._checks import acc_dtype, env_on
+from .._checks import acc_dtype, check_flag, env_on
 from . import build
 from .base import OP_SPECS, Kernel
 
@@ -102,6 +102,8 @@ def enabled() -> bool:
 def set_autotune(on: bool | None) -> bool:
     """Switch measuring on or off for the process (None: read ``NORMLAB_AUTOTUNE`` again); returns the old state."""
     global _enabled
+    if on is not None:
+        check_flag(on, "set_autotune's argument")  # (set_autotune("off") turned it on)
     old = enabled()
     _enabled = None if on is None else bool(on)
     return old

@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from .._checks import BadValue
+from .._checks import BadValue, check_flag
 from . import autotune
 from .autograd import NormFunction
 from .base import OP_SPECS, Kernel
@@ -66,6 +66,7 @@ def use_compiled(enabled: bool):
     faster and worker processes skip the cold start. The setting is a context
     variable: it applies to this thread (or asyncio task) and ends with the block.
     """
+    check_flag(enabled, "use_compiled's argument")
     token = _allow_compiled.set(bool(enabled))
     try:
         yield

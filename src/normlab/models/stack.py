@@ -14,6 +14,7 @@ final norm, are one fused add+norm wherever the norm takes ``residual``.
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import torch
@@ -144,6 +145,14 @@ class SequenceEncoder(Stack):
                  max_len: int = 4096, **block_kw) -> None:
         check_sizes(d_model, n_heads, d_ff, dropout, block_kw.get("attn_dropout"))
         check_count(max_len, "max_len")
+        params = inspect.signature(self.block).parameters
+        own = [k for k in params if k not in ("self", "d_model", "n_heads", "d_ff", "dropout", "spec")]
+        unknown = [k for k in block_kw if k not in own]
+        if unknown and not any(p.kind is p.VAR_KEYWORD for p in params.values()):  # (the block's TypeError)
+            mine = inspect.signature(type(self).__init__).parameters  # the block arguments the encoder sets itself
+            theirs = [k for k in own if k not in mine and k not in ("layer_index", "n_layers")]
+            raise BadValue(f"{', '.join(map(repr, unknown))}: not an argument of {type(self).__name__} or its "
+                           f"{self.block.__name__}; the block's own: {', '.join(theirs)}")
         if input_dim is not None:
             check_count(input_dim, "input_dim")
         inputs = {"input_proj": nn.Linear(input_dim, d_model) if input_dim else None,

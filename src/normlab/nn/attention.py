@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as TF
 from torch import nn
 
-from .._checks import BadType, BadValue, check_padding_mask
+from .._checks import BadType, BadValue, check_flag, check_padding_mask
 
 
 def attention_mask(key_padding_mask: torch.Tensor | None, t: int, causal: bool, device) -> torch.Tensor | None:
@@ -100,6 +100,8 @@ class MultiHeadSelfAttention(nn.Module):
         super().__init__()
         if d_model % n_heads:
             raise BadValue(f"d_model {d_model} is not divisible by n_heads {n_heads}")
+        check_flag(bias, "bias")
+        check_flag(causal, "causal")  # ("no" ran causal attention)
         self.d_model, self.n_heads, self.dropout, self.causal = d_model, n_heads, dropout, causal
         self.qkv_proj = QKVLinear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)

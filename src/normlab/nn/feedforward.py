@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as TF
 from torch import nn
 
-from .._checks import check_choice
+from .._checks import check_choice, check_flag
 from ..kernels.dispatch import exporting, transformed
 from .hooks import idle_dropout, plain
 
@@ -48,6 +48,7 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", dropout: float = 0.0, bias: bool = True):
         super().__init__()
         check_choice(activation, ACTIVATIONS, "activation")
+        check_flag(bias, "bias")
         self.activation = activation
         self.fc1 = nn.Linear(d_model, d_ff, bias=bias)
         self.gate = nn.Linear(d_model, d_ff, bias=bias) if activation == "swiglu" else None
