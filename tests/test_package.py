@@ -53,3 +53,15 @@ def test_the_commit_recorded_is_normlabs_own_not_an_enclosing_repositorys(tmp_pa
     ours = repo(tmp_path / "checkout", '[project]\nname = "normlab"\n')
     (tmp_path / "checkout" / "src" / "normlab").mkdir(parents=True)
     assert git_commit(tmp_path / "checkout" / "src" / "normlab") == ours != theirs
+
+
+def test_the_command_recorded_can_be_typed_again():
+    """Under `python -m normlab` (and `torchrun -m normlab`) every artifact recorded `__main__.py lesson ...`."""
+    from normlab.provenance import command
+
+    assert command(["/venv/bin/normlab", "lesson", "--json"]) == "normlab lesson --json"
+    assert command(["/src/normlab/__main__.py", "lesson", "--json"]).endswith(" -m normlab lesson --json")
+    assert command(["normlab", "diarize", "my file.wav"]) == "normlab diarize 'my file.wav'"
+    out = subprocess.run([sys.executable, "-m", "normlab", "lesson", "--json", "--d-model", "8", "--tokens", "4"],
+                         capture_output=True, text=True, timeout=300)
+    assert '"argv": "python -m normlab lesson --json --d-model 8 --tokens 4"' in out.stdout, out.stdout[-500:]

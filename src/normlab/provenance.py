@@ -14,6 +14,7 @@ import hashlib
 import os
 import pathlib
 import platform
+import shlex
 import subprocess
 import sys
 
@@ -88,8 +89,20 @@ def record() -> dict:
                     "cpu": cpu_name(), "cpus": os.cpu_count() or 0, "hostname": platform.node(),
                     "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
         "threads": int(torch.get_num_threads()),
-        "argv": " ".join(sys.argv[:1] and [os.path.basename(sys.argv[0]), *sys.argv[1:]]),
+        "argv": command(),
     }
+
+
+def command(argv: list[str] | None = None) -> str:
+    """The command that is running, as it can be typed again: ``normlab lesson --json``; under ``python -m``
+    (``python -m normlab ...``, ``torchrun -m normlab ...``) ``python -m normlab ...``, not ``__main__.py ...``."""
+    argv = list(sys.argv if argv is None else argv)
+    if not argv:
+        return ""
+    program = os.path.basename(argv[0])
+    if program == "__main__.py":  # the package's own folder names it
+        program = f"python -m {os.path.basename(os.path.dirname(argv[0]))}"
+    return " ".join([program, *(shlex.quote(a) for a in argv[1:])])
 
 
 def describe(prov: dict) -> str:

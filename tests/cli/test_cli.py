@@ -74,6 +74,7 @@ def test_version_names_normlab_torch_and_python():
     (["lesson", "--seed", "99999999999999999999999"], "expected a whole number from 0 to 2**63 - 1"),
     (["bench", "--compile"], "--compile needs --model"),
     (["report", "--address", "1.2.3.4:99"], "--address joins a Ray cluster: it needs --executor ray"),
+    (["study", "lesson_stats", "--address", ""], "--address joins a Ray cluster: it needs --executor ray"),  # ran
     (["diarize", "x.wav", "--bogus"], "normlab diarize run: error: unrecognized arguments: --bogus (see normlab "
                                       "diarize run --help)"),
     (["bench", "--model", "--dispatch"], "--model times the whole encoder"),

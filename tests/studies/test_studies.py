@@ -184,6 +184,7 @@ class _FakeRunner:
 
     def __init__(self, result):
         self.result, self.seen = result, []
+        self.run_id = "fake"
 
     def map(self, study, fn, cfgs):
         self.seen.extend(cfgs)
@@ -286,6 +287,22 @@ def test_the_timing_cell_is_keyed_by_the_machine(tmp_path):
                                     "ms_per_repeat": {"layernorm": [2.0], "rmsnorm": [1.0]}})
     rms_speed.run(Context(fake, "test", tmp_path))
     assert provenance.cpu_name() in fake.seen[0]["machine"]
+
+
+def test_the_timing_cell_is_timed_again_by_every_run(tmp_path, monkeypatch):
+    """A 12a timing taken on a busy machine was read back from the store by every later run: one busy moment
+    fixed a FAIL in that folder for good."""
+    from normlab.studies import criteria, rms_speed
+
+    monkeypatch.setitem(criteria.CRITERIA, "12a", criteria.CRITERIA["12a"].at(n=64, d=16, repeats=1))
+    store = Store(str(tmp_path / "runs.sqlite"))
+    first = Runner(store)
+    rms_speed.run(Context(first, "test", tmp_path / "f1"))
+    rms_speed.run(Context(first, "test", tmp_path / "f1"))  # within a run (a retry) the timing is kept
+    assert first.ran == 1
+    again = Runner(store)
+    rms_speed.run(Context(again, "test", tmp_path / "f2"))
+    assert again.ran == 1
 
 
 def test_a_partial_rerun_never_joins_a_report_of_another_scale(tmp_path, monkeypatch):
@@ -447,3 +464,15 @@ def test_claim_9_reads_its_own_limit(monkeypatch, tmp_path):
     c = {r["id"]: r for r in load("training").run(Context(stuck, "quick", tmp_path))["claims"]}
     assert c["6"]["verdict"] == "FAIL"  # 1.5 is not above claim 6's 2.0
     assert c["9"]["verdict"] == "PASS" and "stays above 1 in a majority" in c["9"]["criterion"]
+
+
+def test_a_file_named_metrics_in_the_folder_is_refused_before_any_work(tmp_path):
+    """`metrics` as a file was found when the first training cell wrote its curve: that cell and the one beside
+    it were lost, on every run."""
+    from normlab._checks import BadValue
+    from normlab.studies.report import run_studies
+
+    (tmp_path / "metrics").write_text("mine\n")
+    with pytest.raises(BadValue, match=r"metrics is a file, not a folder \(the studies' training curves go there\)"):
+        run_studies(tmp_path, scale="test", only=["lesson_stats"], progress=False)
+    assert not (tmp_path / "runs.sqlite").exists() and (tmp_path / "metrics").read_text() == "mine\n"

@@ -17,7 +17,7 @@ def _report(args: argparse.Namespace) -> int:
     from ..devices import resolve
     from ..studies.report import run_studies, study_tables, verdict_table
 
-    if args.address and args.executor != "ray":
+    if args.address is not None and args.executor != "ray":  # ("" as well: it ran locally without a word)
         from .._checks import BadValue
 
         raise BadValue("--address joins a Ray cluster: it needs --executor ray (the local executor has no address)")

@@ -39,6 +39,10 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
                   hint="give --out another folder")
     written.writable_folder(out)  # a read-only folder: one line with a way out, not the lock file's OS error
     written.writable_folder(out / "figures")  # a file of that name was found after all the cells had run
+    metrics = out / "metrics"  # the training cells' curves: made by the first that has one, so checked here
+    if metrics.exists() and not metrics.is_dir():  # (found after the first cells ran, which were then lost)
+        raise BadValue(f"{metrics} is a file, not a folder (the studies' training curves go there): move it "
+                       "away, or give --out another folder")
     # one report at a time in a folder: two wrote results.json from what each read at its start (one's claims
     # lost), and one could find the other's store half made
     with folder_lock(out, "written", "wait for that report to finish, or give --out another folder"):
@@ -170,7 +174,8 @@ def _img(path: pathlib.Path, sha256: str | None = None) -> str:
         return "<p><em>(no figure)</em></p>"
     if sha256 is not None and written.digest(path) != sha256:
         return (f"<p><em>({html.escape(path.name)} is not the figure of this run of the study: run the study again "
-                "(normlab study, or normlab report --only) to draw it)</em></p>")
+                "with --overwrite (normlab study, or normlab report --only) to draw it, or move this file away)"
+                "</em></p>")
     data = base64.b64encode(path.read_bytes()).decode()
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
 

@@ -242,6 +242,9 @@ class Runner:
         self.executor, self.address, self.device = executor, address, str(device)
         self._ray = None  # started on the first cell that must run
         self.ran = 0  # cells computed (not found in the store) by this runner
+        # this run of the command: a measurement that holds only for the moment it was made (a timing) puts it in
+        # its cells' configs, so a later run measures again instead of reading a busy moment back for good
+        self.run_id = f"{time.time():.6f}-{os.getpid()}"
 
     @property
     def threads(self) -> int:
