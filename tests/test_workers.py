@@ -91,3 +91,44 @@ def test_workers_end_with_a_parent_that_is_killed(tmp_path):
     for p in {*left, *(c for c in children if alive(c))}:  # nothing of this test's outlives it
         os.kill(p, signal.SIGKILL)
     assert not left, f"workers outlived their killed parent: {left}"
+
+
+SLOW_CELLS = """
+import time
+
+def slow_cell(cfg):
+    time.sleep(cfg["seconds"])
+    return {"slept": cfg["seconds"]}
+"""
+
+INTERRUPTED_RUNNER = """
+import os, signal, sys, threading, time
+from normlab.studies.runner import Runner, Store
+from slowcells import slow_cell
+
+if __name__ == "__main__":
+    runner = Runner(Store(sys.argv[1]), jobs=2)
+    started = time.time()
+    threading.Timer(float(sys.argv[2]), lambda: os.kill(os.getpid(), signal.SIGINT)).start()  # this process alone
+    try:
+        runner.map("demo", slow_cell, [{"seconds": 120, "i": i} for i in range(4)])
+    except KeyboardInterrupt:
+        print(f"stopped after {time.time() - started:.1f} s", flush=True)
+"""
+
+
+def test_an_interrupt_sent_to_the_parent_alone_stops_its_workers(tmp_path):
+    """`kill -INT PID` (the parent only, not the terminal's group) left the workers computing their cells, and
+    the queued ones, for as long as they took; then their results were dropped."""
+    import re
+    import time
+
+    (tmp_path / "slowcells.py").write_text(SLOW_CELLS)
+    script = tmp_path / "runner.py"
+    script.write_text(INTERRUPTED_RUNNER)
+    t0 = time.time()
+    r = subprocess.run([sys.executable, str(script), str(tmp_path / "runs.sqlite"), "8"], capture_output=True,
+                       text=True, timeout=300)
+    assert re.fullmatch(r"stopped after \d+\.\d s", r.stdout.strip()), (r.stdout, r.stderr[-2000:])
+    stopped = float(r.stdout.split()[2])
+    assert 8 <= stopped < 30 and time.time() - t0 < 60, (stopped, time.time() - t0)  # the cells sleep 120 s

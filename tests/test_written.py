@@ -344,3 +344,28 @@ def test_an_output_folder_named_by_a_broken_link_says_where_it_points(tmp_path):
     (tmp_path / "out").symlink_to(tmp_path / "gone" / "out")
     with pytest.raises(ValueError, match=r"--out .*out is a link to .*gone/out, which does not exist"):
         written.writable_folder(tmp_path / "out")
+
+
+def test_a_report_whose_page_meets_a_full_disk_keeps_its_json_and_page_together(tmp_path, monkeypatch):
+    """On a full disk results.json was replaced and index.html kept the run before's verdicts; the error named no
+    file, and read as the command's own output ("cannot write its output")."""
+    import errno
+    import pathlib
+
+    from normlab.studies.report import run_studies
+
+    run_studies(tmp_path, scale="test", only=["lesson_stats"], progress=False)
+    before = {n: (tmp_path / n).read_bytes() for n in ("results.json", "index.html")}
+    real = pathlib.Path.write_text
+
+    def full(self, *a, **k):  # as a write's flush on close says it: no file named
+        if self.name.startswith(".index.html"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", full)
+    with pytest.raises(OSError) as e:
+        run_studies(tmp_path, scale="test", only=["lesson_stats"], progress=False)
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "index.html")
+    assert {n: (tmp_path / n).read_bytes() for n in before} == before
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

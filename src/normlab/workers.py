@@ -5,13 +5,19 @@ and keeps what was finished (``cli.main``), and each worker, started with :func:
 without a word (it would otherwise print a traceback of its own: one per worker). A parent that ends otherwise
 (``kill``, a ``timeout`` command, out of memory) takes its workers with it: on Linux each asks the kernel for
 SIGTERM when its parent dies; they went on running their cells for nobody, each holding a copy of torch.
+An interrupt sent to the parent alone (``kill -INT PID``, a scheduler) stops its workers too (:func:`pool`): the
+parent waited for every cell in flight or queued, and then dropped what they computed.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import multiprocessing as mp
 import os
 import platform
 import signal
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 
 _PR_SET_PDEATHSIG = 1
 
@@ -36,3 +42,21 @@ def die_with_parent() -> None:
         return
     if os.getppid() != parent:  # the parent died before the request: no signal will come
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def pool(jobs: int) -> Iterator[ProcessPoolExecutor]:
+    """``jobs`` spawned workers started with :func:`exit_on_interrupt`. Leaving the block on an interrupt or an
+    error drops the queued work and interrupts the workers (their work in flight is lost, as on Ctrl-C) instead
+    of waiting for all of it; leaving it normally waits for what was submitted."""
+    workers = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=exit_on_interrupt)
+    try:
+        yield workers
+    except BaseException:
+        for process in list((getattr(workers, "_processes", None) or {}).values()):  # (no public list of them)
+            if process.is_alive():
+                with contextlib.suppress(OSError):  # ended meanwhile
+                    os.kill(process.pid, signal.SIGINT)
+        workers.shutdown(wait=True, cancel_futures=True)
+        raise
+    workers.shutdown(wait=True)

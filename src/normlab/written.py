@@ -236,9 +236,20 @@ def full_disk_said(path, tmp: pathlib.Path):
     except (RuntimeError, OSError) as e:
         tmp.unlink(missing_ok=True)
         full = full_disk(path, e)
+        if full is None and _names_no_file(e, tmp):  # a full disk that says so without a name: it names path
+            raise OSError(e.errno, e.strerror, str(path)) from e
         if full is None:
             raise
         raise full from e
+
+
+def _names_no_file(error: Exception, tmp: pathlib.Path) -> bool:
+    """Whether ``error`` is a full disk's OSError naming no file, or only the temporary (a write's flush on
+    close: "cannot write its output", the command's message for its standard output)."""
+    import errno
+
+    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT) and \
+        error.filename in (None, str(tmp))
 
 
 #: the longest file name (bytes) most file systems take (ext4, XFS, btrfs, tmpfs; NAME_MAX)

@@ -107,8 +107,13 @@ def _run_studies(out: pathlib.Path, scale: str, jobs: int, only: list[str] | Non
     result = {"scale": scale, "seconds": round(time.time() - t0, 1), "cells_computed": runner.ran,
               "seed_offset": seed_offset, "executor": executor, "jobs": jobs, "device": str(device), "provenance": prov,
               "claims": claims, "studies": summaries}
-    written.write_text(out / "results.json", json.dumps(result, indent=2) + "\n")
-    written.write_text(out / "index.html", render_html(result, out / "figures"))
+    text, page = json.dumps(result, indent=2) + "\n", render_html(result, out / "figures")
+
+    def both(tmp: pathlib.Path) -> None:  # results.json's new text waits in tmp while the page is written whole:
+        tmp.write_text(text, encoding="utf-8")  # a page that cannot be written (a full disk) leaves both old
+        written.write_text(out / "index.html", page)
+
+    written.write_with(out / "results.json", both)
     return result
 
 

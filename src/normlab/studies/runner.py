@@ -30,7 +30,6 @@ import hashlib
 import importlib
 import inspect
 import json
-import multiprocessing as mp
 import os
 import pathlib
 import shutil
@@ -38,13 +37,12 @@ import sqlite3
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from .. import __version__, tracking, written
+from .. import __version__, tracking, workers, written
 from ..progress import Progress
 from ..provenance import code_digest, versions
-from ..workers import exit_on_interrupt
 
 EXECUTORS = ("local", "ray")
 
@@ -297,8 +295,9 @@ class Runner:
             for k, c in todo.items():
                 yield (k, c, *_call(fn.__module__, fn.__qualname__, c, threads, self.device))
             return
-        pool = ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"), initializer=exit_on_interrupt)
-        try:
+        # on an interrupt or an error the queued cells are dropped and those in flight stopped (workers.pool), not
+        # computed first and then lost
+        with workers.pool(self.jobs) as pool:
             pending = {pool.submit(_call, fn.__module__, fn.__qualname__, c, threads, self.device): (k, c)
                        for k, c in todo.items()}
             while pending:
@@ -314,8 +313,6 @@ class Runner:
                                           "or out of memory); the finished cells are kept: run the same command "
                                           "again to resume") from None
                     yield (k, c, *result)
-        finally:  # on an interrupt or an error the queued cells are dropped, not computed first and then lost
-            pool.shutdown(wait=True, cancel_futures=True)
 
     def close(self) -> None:
         """Stop the Ray instance this runner started (if any)."""

@@ -26,17 +26,15 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing as mp
 import os
 import pathlib
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import MISSING, asdict, dataclass, replace
 
 import numpy as np
 
-from ... import written
+from ... import workers, written
 from ..._checks import BadValue
-from ...workers import exit_on_interrupt
 from ..io.features import FEATURE_RATE
 from ..io.rttm import Turn, read_rttm, write_rttm
 from ..io.uem import write_uem
@@ -355,7 +353,7 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
     def finished():
         """(index, mixture) as each one is ready, from ``jobs`` processes or this one."""
         if jobs > 1 and len(todo) > 1:
-            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=exit_on_interrupt) as pool_:
+            with workers.pool(jobs) as pool_:  # (an interrupt stops the workers, as Ctrl-C does)
                 futures = {pool_.submit(make, cfg, i, pool): i for i in todo}
                 for fut in as_completed(futures):
                     yield futures[fut], fut.result()
