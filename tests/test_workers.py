@@ -107,6 +107,8 @@ from normlab.studies.runner import Runner, Store
 from slowcells import slow_cell
 
 if __name__ == "__main__":
+    # as in a terminal: a process started in the background by a shell (nohup, `&`) inherits SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     runner = Runner(Store(sys.argv[1]), jobs=2)
     started = time.time()
     threading.Timer(float(sys.argv[2]), lambda: os.kill(os.getpid(), signal.SIGINT)).start()  # this process alone
