@@ -464,3 +464,87 @@ def test_a_save_does_not_wait_forever_for_a_lock(tuner, monkeypatch):
         fcntl.flock(held, fcntl.LOCK_EX)  # never released during the call
         assert kernels.resolve("auto", "layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
         assert tuner.path.exists()  # written after the wait
+
+
+@needs_two
+def test_a_named_file_that_cannot_be_read_is_left_as_it_is(tmp_path, monkeypatch):
+    """NORMLAB_DISPATCH_FILE naming a file normlab may not read (mode 000): it was replaced by the decisions,
+    readable by everyone, the user's text gone."""
+    import pathlib
+
+    mine = tmp_path / "notes.txt"
+    mine.write_text("my private notes\n")
+    real = pathlib.Path.read_bytes
+
+    def refused(self):  # (the tests may run as root, who reads mode 000)
+        if self == mine:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(pathlib.Path, "read_bytes", refused)
+    monkeypatch.setenv(autotune.FILE_ENV, str(mine))
+    monkeypatch.setattr(autotune, "TUNER", autotune.Tuner())
+    monkeypatch.setattr(autotune, "_enabled", True)
+    _rigged(monkeypatch, "cpu")
+    with pytest.warns(RuntimeWarning, match=r"notes.txt: it cannot be read \(Permission denied\); it is left as it"):
+        assert kernels.resolve("auto", "layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
+    assert mine.read_text() == "my private notes\n" and autotune.TUNER.unsaved.startswith(str(mine))
+
+
+@needs_two
+def test_a_cache_too_large_or_not_a_file_is_not_read(tuner, monkeypatch):
+    """A corrupt 1 GB cache was read whole, twice (2.3 GB, 11 s; a MemoryError under a memory limit); a FIFO
+    blocked the first call for good."""
+    import os
+
+    _rigged(monkeypatch, "cpu")
+    with open(tuner.path, "wb") as f:
+        f.truncate(autotune.MAX_FILE_BYTES + 1)  # sparse: no disk used
+    read = []
+    monkeypatch.setattr(type(tuner.path), "read_bytes", lambda self: read.append(self) or b"")
+    with pytest.warns(RuntimeWarning, match=f"it is {autotune.MAX_FILE_BYTES + 1} bytes, larger than any dispatch"):
+        assert kernels.resolve("auto", "layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
+    assert read == [] and tuner.path.stat().st_size < 10_000  # (normlab's own cache: replaced)
+    monkeypatch.undo()
+    monkeypatch.setattr(autotune, "_enabled", True)
+    _rigged(monkeypatch, "cpu")
+    fifo = tuner.path.with_name("pipe")
+    os.mkfifo(fifo)
+    monkeypatch.setenv(autotune.FILE_ENV, str(fifo))
+    monkeypatch.setattr(autotune, "TUNER", autotune.Tuner())
+    with pytest.warns(RuntimeWarning, match="pipe: it is not a regular file; it is left as it is"):
+        assert kernels.resolve("auto", "layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
+
+
+@needs_two
+def test_a_damaged_section_drops_alone(tuner, monkeypatch):
+    """One bad decision in this configuration's section made the rewrite drop every other configuration's."""
+    x = torch.randn(4, 64)
+    entry = {"impl": "native", "why": "measured", "ms": {"cpu": 9.0, "native": 1.0}, "sample": "4x64", "cost_ms": 1}
+    other = {"machine": {**autotune.machine(), "torch": "2.0.0"}, "decisions": {"k": entry}}
+    bad = {"machine": autotune.machine(), "decisions": {autotune.key("layer_norm", x, 64): {"impl": "cpu",
+                                                                                          "ms": {"cpu": "1.0"}}}}
+    tuner.path.write_text(json.dumps({"format": autotune.FORMAT, "configs": [bad, other]}))
+    _rigged(monkeypatch, "cpu")
+    with pytest.warns(RuntimeWarning, match="not a valid dispatch cache"):
+        assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "cpu"
+    assert json.loads(tuner.path.read_text())["configs"][1:] == [other]
+
+
+@needs_two
+def test_processes_that_measure_at_once_run_the_decision_saved_first(tuner, monkeypatch):
+    """Two processes deciding on a cold cache together ran `cpu` and `native` for one call (their bits differing),
+    and the file kept the last writer's: the later one takes the decision saved while it measured."""
+    x = torch.randn(4, 64)
+    k = autotune.key("layer_norm", x, 64)
+    entry = {"impl": "native", "why": "measured", "ms": {"cpu": 9.0, "native": 1.0}, "sample": "4x64", "cost_ms": 1}
+
+    def measured_while_another_saved(cands, op, x, d, eps, backward=True):
+        section = {"machine": autotune.machine(), "decisions": {k: entry}}
+        tuner.path.write_text(json.dumps({"format": autotune.FORMAT, "configs": [section]}))
+        return {n: (0.1 if n == "cpu" else 1.0) for n in cands}, f"4x{d}"
+
+    monkeypatch.setattr(autotune, "_time", measured_while_another_saved)
+    assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "native"
+    assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "native"  # and kept for the process
+    assert json.loads(tuner.path.read_text())["configs"][0]["decisions"][k]["impl"] == "native"

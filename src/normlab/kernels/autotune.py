@@ -55,6 +55,7 @@ import json
 import math
 import os
 import pathlib
+import stat
 import tempfile
 import threading
 import time
@@ -84,6 +85,9 @@ CLOSE = 0.25
 FORMAT = 2
 #: sections kept in the file: this configuration's and the most recent others' (older versions' fall out)
 MAX_CONFIGS = 4
+#: a larger file is no dispatch cache (one configuration's section is a few kB; MAX_CONFIGS of them stay far below):
+#: it is not read (a corrupt 1 GB file cost 2.3 GB and 11 s, or the user's call a MemoryError)
+MAX_FILE_BYTES = 8 << 20
 #: where the decisions are kept, if not beside the built kernels (the test suite keeps its own, so that timings
 #: taken under its load never become a user's decisions)
 FILE_ENV = "NORMLAB_DISPATCH_FILE"
@@ -316,12 +320,21 @@ class Tuner:
         """This configuration's saved decisions, the other configurations' sections (kept when the file is
         rewritten; None where the file is a newer normlab's, never rewritten), and why none of it is usable here
         (None if the file was fine or absent)."""
+        kept = "; it is left as it is, and this process's decisions are not saved" if self.chosen else ""
+        # a file the user named may be theirs: whatever keeps it from being read as a cache leaves it alone (an
+        # unreadable one was replaced by this process's decisions, readable by all)
+        left = None if self.chosen else []
         try:
+            st = os.stat(self.path)
+            if not stat.S_ISREG(st.st_mode):  # a FIFO blocked the first call; a folder cannot be replaced either
+                return {}, left, f"is not a regular file{kept}"
+            if st.st_size > MAX_FILE_BYTES:
+                return {}, left, f"is {st.st_size} bytes, larger than any dispatch cache{kept}"
             raw = self.path.read_bytes()
         except (FileNotFoundError, NotADirectoryError):  # nothing saved (or no usable cache: the build says so)
             return {}, [], None
         except OSError as e:
-            return {}, [], f"cannot be read ({e.strerror or e})"
+            return {}, left, f"cannot be read ({e.strerror or e}){kept}"
         try:
             data = json.loads(raw.decode("utf-8"))  # (a UnicodeDecodeError is a ValueError)
             if data.get("format") != FORMAT:  # an older format is replaced; a newer normlab's file is left alone
@@ -331,19 +344,25 @@ class Tuner:
                 newer = data["format"] > FORMAT
                 return {}, None if newer else [], (f"has format {data.get('format')!r}, not {FORMAT}"
                                                    + (" (a newer normlab's: left as it is)" if newer else ""))
-            here, own, others = machine(), None, []
-            for section in data["configs"]:
-                if not isinstance(section["machine"], dict) or not isinstance(section["decisions"], dict):
+            if not isinstance(data["configs"], list):
+                raise TypeError("configs must be a list of sections")
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:  # (RecursionError: nesting)
+            # in normlab's own cache folder it is replaced; a file the user named may be theirs: left alone
+            return {}, left, f"is not a valid dispatch cache ({type(e).__name__}: {str(e)[:80]}){kept}"
+        here, own, others, damaged = machine(), None, [], None
+        for section in data["configs"]:  # a damaged section is dropped alone (when the file is next written): the
+            try:  # other configurations' are kept (one bad decision of this one's erased all of theirs)
+                if not isinstance(section, dict) or not isinstance(section["machine"], dict) or \
+                        not isinstance(section["decisions"], dict):
                     raise TypeError("a section's machine and decisions must be objects")
                 if section["machine"] == here:
                     own = {k: _saved(v) for k, v in section["decisions"].items()}
                 else:
                     others.append(section)
-        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:  # (RecursionError: nesting)
-            # in normlab's own cache folder it is replaced; a file the user named may be theirs: left alone
-            return {}, None if self.chosen else [], (
-                f"is not a valid dispatch cache ({type(e).__name__}: {str(e)[:80]})"
-                + ("; it is left as it is, and this process's decisions are not saved" if self.chosen else ""))
+            except (ValueError, TypeError, KeyError, AttributeError) as e:  # (this one's decisions measured again)
+                damaged = damaged or f"is not a valid dispatch cache ({type(e).__name__}: {str(e)[:80]})"
+        if damaged:
+            return {}, others, damaged
         if own is None and others:
             return {}, others, ("holds decisions of another machine, torch, normlab or kernel build only "
                                 f"({others[0]['machine']})")
@@ -357,12 +376,16 @@ class Tuner:
                           RuntimeWarning, stacklevel=6)
         return decisions
 
-    def _save(self) -> None:
+    def _save(self, k: str, dec: Decision, candidates) -> Decision:
         """Merge this process's decisions into this configuration's section of the file, atomically (a temporary
         file renamed over the old one), the other configurations' sections kept, one process at a time (a lock
         file beside it: two processes saving at once would each drop the other's new decisions); silent where
-        the cache is read-only (the decisions then live for this process only)."""
-        tmp = None
+        the cache is read-only (the decisions then live for this process only). ``dec``: the decision just
+        measured for key ``k``; where another process saved one for it meanwhile (both measured at once: ranks or
+        workers on a cold cache), that one is returned and kept instead, so every process of the machine runs the
+        same kernel (two ran ``cpu`` and ``native`` for one call, their bits differing, and the file kept the
+        last writer's)."""
+        tmp, kept = None, dec  # (dec where the file cannot be read or written)
         try:
             if not self.chosen:  # normlab's own cache folder (a folder of a path the user gave is theirs to make)
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -371,10 +394,13 @@ class Tuner:
             lock = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDONLY | os.O_CREAT, 0o666)
             with build._locked(lock, wait_s=LOCK_WAIT_S):
                 saved, others, problem = self._read()
+                theirs = saved.get(k)
+                if theirs is not None and theirs.impl in candidates:
+                    kept = theirs
                 if others is None:  # a newer normlab's file, or a user's: this process's decisions live in it alone
                     self.unsaved = f"{self.path} {problem}"
-                    return
-                merged = {**saved, **self._decisions}
+                    return kept
+                merged = {**saved, **self._decisions, k: kept}
                 own = {"machine": machine(),
                        "decisions": {k: {**asdict(v), "why": "measured"} for k, v in sorted(merged.items())}}
                 data = {"format": FORMAT, "configs": [own, *others[: MAX_CONFIGS - 1]]}
@@ -389,9 +415,11 @@ class Tuner:
         except OSError as e:
             self.unsaved = f"{self.path}: {e.strerror or e}"
         finally:
+            self._decisions[k] = kept  # set once, before any call runs it
             if tmp is not None:  # written but not renamed (the path is a folder, the disk is full): not left behind
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
+        return kept
 
     def decisions(self) -> dict[str, Decision]:
         with self._lock:
@@ -425,9 +453,7 @@ class Tuner:
             kept = "native" if "native" in ms else fixed  # a tie goes to torch's own kernel: never slower than it
             impl = best if ms[best] < (1 - MARGIN) * ms[kept] else kept
             dec = Decision(impl, "measured", ms, sample, round((time.perf_counter() - t0) * 1e3, 2))
-            self._decisions[k] = dec  # never replaced for the rest of the process
-            self._save()
-            return dec
+            return self._save(k, dec, candidates)  # never replaced for the rest of the process
 
 
 TUNER = Tuner()

@@ -218,7 +218,13 @@ def cold_start_seconds() -> float:
     )
     with tempfile.TemporaryDirectory() as tmp:  # empty caches: inductor's and normlab's C++ build
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tmp, NORMLAB_CACHE_DIR=tmp)
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if out.returncode != 0:  # the fresh process's own error, in one line (a traceback hid it, "a bug in normlab")
+        from .._checks import Unavailable
+
+        said = [ln for ln in out.stderr.strip().splitlines() if ln.strip()]
+        raise Unavailable(f"the cold start's fresh process failed (exit {out.returncode}: "
+                          f"{said[-1][:200] if said else 'no message'}); run without --cold-start")
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -291,7 +297,7 @@ def markdown(result: dict) -> str:
         + (f", load average {m['load'][0]:g} at the start" if m.get("load") else "")
         + kernels_note(m) + "; "
         f"memory copy {result['copy_gbps']} GB/s (read + write; median over cases, each timed in its own "
-        "repeats)" + (f"; torch's LayerNorm timed against itself: {result['torch_vs_itself']:.2f}x"
+        "repeats)" + (f"; torch's LayerNorm timed against itself (8192x768): {result['torch_vs_itself']:.2f}x"
                       if result.get("torch_vs_itself") else "") + "."
         + timing_note(result),
         "",

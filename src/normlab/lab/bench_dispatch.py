@@ -38,8 +38,9 @@ def run(ops=OPS, shapes=SHAPES, dtypes=DTYPES, progress: Callable | None = None)
 def markdown(result: dict) -> str:
     state = "on" if result["autotune"] else "off (NORMLAB_AUTOTUNE=0 or set_autotune(False))"
     lines = [f"Dispatch on {result['machine']['cpu']}, {result['machine']['threads']} threads: autotune {state}; "
-             + (f"decisions not saved ({result['unsaved']}): they held for that process only." if result.get("unsaved")
-              else f"decisions cached in {result['cache']}."), "",
+             + ("the fixed table decides; no decision is read or saved." if not result["autotune"] else
+                f"decisions not saved ({result['unsaved']}): they held for that process only." if result.get("unsaved")
+                else f"decisions cached in {result['cache']}."), "",
              "| op | shape | dtype | mode | runs | why | candidates: ms on the sample (train: fwd+bwd, fwd: forward) "
              "| sample | measuring cost ms |",
              "|---|---|---|---|---|---|---|---|---:|"]

@@ -14,9 +14,14 @@ from collections.abc import Callable
 
 from .. import provenance, written
 
-#: environment variables that change what the bench measures (recorded with every result)
+#: environment variables that change what the bench measures (recorded with every result): normlab's own, the
+#: compiler of its kernels (CXX), where its caches live (XDG_CACHE_HOME), torch's instruction set and threads, and
+#: the allocator's (glibc's MALLOC_* and GLIBC_TUNABLES: they moved a case from 34-40% to 98% of the floor)
 SETTINGS_ENV = ("NORMLAB_AUTOTUNE", "NORMLAB_DISPATCH_FILE", "NORMLAB_STREAM_BYTES", "NORMLAB_CXXFLAGS",
-                "NORMLAB_KEEP_FREED", "NORMLAB_CACHE_DIR", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS")
+                "NORMLAB_KEEP_FREED", "NORMLAB_CACHE_DIR", "CXX", "XDG_CACHE_HOME", "ATEN_CPU_CAPABILITY",
+                "OMP_NUM_THREADS", "GLIBC_TUNABLES")
+#: prefixes of such variables (every one set is recorded)
+SETTINGS_PREFIXES = ("MALLOC_",)
 
 
 def stem(kind: str) -> str:
@@ -59,7 +64,8 @@ def measure(kind: str, *, ops=None, shapes=None, dtypes=None, repeats: int = 15,
             result["gpu"] = {"skipped": bench_gpu.available() or "--device cpu: GPU section skipped"}
         table = "\n\n".join(([bench.markdown(result)] if result["rows"] else []) + [bench_gpu.markdown(result["gpu"])])
     result["kernels"] = _kernels()
-    result["environment"] = {k: os.environ[k] for k in SETTINGS_ENV if k in os.environ}
+    result["environment"] = {k: os.environ[k] for k in SETTINGS_ENV if k in os.environ} | {
+        k: v for k, v in sorted(os.environ.items()) if k.startswith(SETTINGS_PREFIXES)}
     result["provenance"] = prov = provenance.record()
     notes = [f"Made by {provenance.describe(prov)}."]
     if not result["kernels"]["available"]:
@@ -94,6 +100,9 @@ def write(out: str | os.PathLike, kind: str, result: dict, table: str) -> list[p
             os.replace(tmp, png)
             written.record(png)
             files.append(png)
+        else:  # a figure of an earlier run (normlab's, or --overwrite: checked before measuring) would stand beside
+            png.unlink(missing_ok=True)  # this run's numbers as if it drew them
+
     finally:
         tmp.unlink(missing_ok=True)
     return files
