@@ -62,3 +62,14 @@ def test_cluster_ignores_embedding_norms():
         scale = np.exp(r.uniform(-2, 2, k * 6))[:, None]
         for kw in ({"threshold": 0.7}, {"threshold": 0.7, "min_weight": 3.0}, {"threshold": 0.5, "merge": 0.5}):
             assert cluster(x * scale, **kw).tolist() == cluster(x, **kw).tolist(), (seed, kw)
+
+
+def test_where_no_cluster_reaches_the_floor_the_largest_stands_for_the_large_ones():
+    """In 10 s of two voices every cluster was under the 8 s floor, so none was folded: pieces of 0.5-0.9 s each
+    became a speaker (4), and a larger floor gave more speakers than a smaller one."""
+    x, labels = _three_clusters()
+    w = np.array([1.75, 1.75, 0.9, 0.5])  # clusters of 3.5, 0.9 and 0.5 s
+    assert set(fold_small(x, labels, w, 8.0).tolist()) == {0}
+    assert len(set(fold_small(x, labels, w, 8.0, lo=2).tolist())) == 2  # never below the count asked for
+    counts = [len(set(fold_small(x, labels, w, floor).tolist())) for floor in (0.5, 0.9, 2.0, 8.0)]
+    assert counts == sorted(counts, reverse=True) == [3, 2, 1, 1]  # a larger floor never gives more speakers

@@ -23,6 +23,7 @@ HARMONIC_DB = 10.0  # a harmonic notched when it stands this far out
 MAX_HARMONIC = 10  # harmonics considered: up to 500 / 600 Hz
 LOOK_SECONDS = 300  # the spectrum is measured on this much of the recording's start
 NOTCH_Q = 30.0  # notch quality: about 1.7 Hz wide at 50 Hz
+WARM_SECONDS = 2  # the filters settle on this much of the start before they run (remove_hum)
 
 
 def _prominence(db: np.ndarray, hz: int) -> float:
@@ -63,7 +64,11 @@ def remove_hum(mono: np.ndarray, sample_rate: int, block: int) -> list[int]:
     # in float64: a notch's poles lie within 1e-5 of the unit circle at high rates, and rounded to float32 they
     # moved it off the hum (at 192 kHz the hum was barely lowered; at 768 kHz it came out 15 dB louder)
     sos = np.concatenate([tf2sos(*iirnotch(f, NOTCH_Q, fs=sample_rate)) for f in freqs])
-    state = np.zeros((sos.shape[0], 2))
+    # the filters start settled on the hum: their state after the first whole seconds (a whole number of periods
+    # of every mains harmonic, at any integer rate) is the state the hum's steady run has at the start. From rest,
+    # the hum faded out over the first 1.2 s, and the model heard that fade as speech (a turn at 0.0-0.6 s)
+    warm = min(mono.size, WARM_SECONDS * sample_rate) // sample_rate * sample_rate
+    state = sosfilt(sos, mono[:warm].astype(np.float64), zi=np.zeros((sos.shape[0], 2)))[1]
     for i in range(0, mono.size, block):
         mono[i : i + block], state = sosfilt(sos, mono[i : i + block].astype(np.float64), zi=state)
     return freqs
