@@ -802,3 +802,16 @@ def test_diarize_files_takes_paths_and_says_so_of_anything_else(tmp_path):
         with pytest.raises(UserError, match=r"diarize_files takes paths of audio files, got .*diarize\(\) takes a "
                                             r"waveform"):
             diarize_files(paths, tmp_path / "out")
+
+
+def test_an_output_name_longer_than_a_file_name_may_be_is_refused_before_any_work(tmp_path, monkeypatch):
+    """An audio file named with 251 bytes and ".wav" (a legal name) was diarized whole, then its output
+    (".rttm": 256 bytes) failed with "File name too long" and the work was thrown away."""
+    from normlab.diarization.pipeline import api
+
+    audio = tmp_path / ("M" * 251 + ".wav")
+    sf.write(audio, np.zeros(16000, dtype=np.float32), 16000)
+    monkeypatch.setattr(api, "_prepare", lambda *a, **k: pytest.fail("the model was loaded: work began"))
+    with pytest.raises(ValueError, match=r"^M{40}\.\.\. would be 256 bytes, more than a file name may be \(255\): "
+                                         r"rename the audio to a shorter name$"):
+        api.diarize_files([audio], tmp_path / "out")
