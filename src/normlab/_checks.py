@@ -184,12 +184,27 @@ def check_count(value, name: str, *, least: int = 1) -> None:
 
 def check_flag(value, name: str) -> None:
     """``value`` must be True or False (numpy's bools and 0/1 too): ``overwrite="no"`` is true in Python."""
+    if type(value) is bool:  # the common call, in one test (add_layer_norm's residual_in_fp32, on every call)
+        return
     try:
         ok = value in (True, False)
     except (TypeError, ValueError):  # an array compares element by element
         ok = False
     if not ok:
         raise BadType(f"{name} must be True or False, got {value!r}")
+
+
+def unknown_keywords(fn, given, *, fixed=(), passed=()) -> tuple[list[str], list[str]]:
+    """``(own, unknown)``: the parameters of ``fn`` the caller does not set itself (``fixed``), and the names of
+    ``given`` that are none of them nor ``passed`` (taken on, as ``device``); no unknown where ``fn`` takes
+    ``**kw``. What a builder that forwards keywords checks first: the constructor's TypeError named no option."""
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    own = [k for k in params if k not in fixed]
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return own, []
+    return own, [k for k in given if k not in own and k not in passed]
 
 
 def check_rate(value, name: str) -> None:

@@ -1,12 +1,11 @@
 """Norms and placements by name: ``make_norm(name, dim)``, ``NORMS``, ``PLACEMENTS``."""
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 
 from torch import nn
 
-from ._checks import BadValue, check_choice, check_count
+from ._checks import BadValue, check_choice, check_count, unknown_keywords
 from .batchnorm import MaskedBatchNorm
 from .norms import DyT, LayerNorm, RMSNorm, ScaleNorm
 
@@ -40,14 +39,11 @@ def make_norm(name: str, dim: int, **kw) -> nn.Module:
     RMSNorm((64,), eps=None, elementwise_affine=True)
     """
     check_norm(name)
-    params = inspect.signature(NORMS[name]).parameters
-    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):  # (the constructor's TypeError named no norm_kw)
-        own = [k for k in params if k not in ("self", "dim", "normalized_shape", "num_features", "device", "dtype")]
-        unknown = [k for k in kw if k not in own and k not in ("device", "dtype")]
-        if unknown:
-            of = f"{NORMS[name].__name__} (norm {name!r})" if name != "none" else "norm 'none' (no norm)"
-            raise BadValue(f"{', '.join(map(repr, unknown))}: not an argument of {of}; valid: "
-                           f"{', '.join(own) or 'none'}")
+    own, unknown = unknown_keywords(NORMS[name], kw, passed=("device", "dtype"),
+                                    fixed=("self", "dim", "normalized_shape", "num_features", "device", "dtype"))
+    if unknown:
+        of = f"{NORMS[name].__name__} (norm {name!r})" if name != "none" else "norm 'none' (no norm)"
+        raise BadValue(f"{', '.join(map(repr, unknown))}: not an argument of {of}; valid: {', '.join(own) or 'none'}")
     return NORMS[name](dim, **kw)
 
 

@@ -256,6 +256,11 @@ def _names_no_file(error: Exception, tmp: pathlib.Path) -> bool:
 NAME_MAX = 255
 
 
+def name_bytes(name: str) -> bytes:
+    """A file name as the file system holds it (its length is what :data:`NAME_MAX` bounds)."""
+    return name.encode("utf-8", "surrogateescape")
+
+
 def temporary(path, tag: object = "") -> pathlib.Path:
     """A temporary file's name beside ``path``: ``.NAME.TAG.tmp``, or ``.SHA.TAG.tmp`` (a digest of the name)
     where that would be longer than a file name may be (a 245-character recording's output refused as "File
@@ -263,8 +268,8 @@ def temporary(path, tag: object = "") -> pathlib.Path:
     path = pathlib.Path(path)
     suffix = f".{tag}.tmp" if tag != "" else ".tmp"
     name = f".{path.name}{suffix}"
-    if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX:
-        name = f".{hashlib.sha256(path.name.encode('utf-8', 'surrogateescape')).hexdigest()[:32]}{suffix}"
+    if len(name_bytes(name)) > NAME_MAX:
+        name = f".{hashlib.sha256(name_bytes(path.name)).hexdigest()[:32]}{suffix}"
     return path.with_name(name)
 
 

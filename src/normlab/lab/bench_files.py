@@ -102,7 +102,6 @@ def write(out: str | os.PathLike, kind: str, result: dict, table: str) -> list[p
             files.append(png)
         else:  # a figure of an earlier run (normlab's, or --overwrite: checked before measuring) would stand beside
             png.unlink(missing_ok=True)  # this run's numbers as if it drew them
-
     finally:
         tmp.unlink(missing_ok=True)
     return files

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .._checks import BadType, BadValue, check_count, check_padding_mask, check_rate
+from .._checks import BadType, BadValue, check_count, check_padding_mask, check_rate, unknown_keywords
 from ..nn.positional import PositionalEncoding
 from ..nn.residual import Carry, add_norm, materialize
 from .old_keys import foreign_old_keys, refuse_unconverted
@@ -145,10 +145,9 @@ class SequenceEncoder(Stack):
                  max_len: int = 4096, **block_kw) -> None:
         check_sizes(d_model, n_heads, d_ff, dropout, block_kw.get("attn_dropout"))
         check_count(max_len, "max_len")
-        params = inspect.signature(self.block).parameters
-        own = [k for k in params if k not in ("self", "d_model", "n_heads", "d_ff", "dropout", "spec")]
-        unknown = [k for k in block_kw if k not in own]
-        if unknown and not any(p.kind is p.VAR_KEYWORD for p in params.values()):  # (the block's TypeError)
+        own, unknown = unknown_keywords(self.block, block_kw, fixed=("self", "d_model", "n_heads", "d_ff", "dropout",
+                                                                      "spec"))
+        if unknown:  # (the block's TypeError)
             mine = inspect.signature(type(self).__init__).parameters  # the block arguments the encoder sets itself
             theirs = [k for k in own if k not in mine and k not in ("layer_index", "n_layers")]
             raise BadValue(f"{', '.join(map(repr, unknown))}: not an argument of {type(self).__name__} or its "

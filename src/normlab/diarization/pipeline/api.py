@@ -266,10 +266,10 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
     if blocked is not None:  # before any work: the outputs go into a folder
         raise BadValue(f"--out {out_dir}: {blocked} is a file, and the outputs go into a folder: give another --out")
     targets = [w for p in paths for w in outputs(p, out_dir, format, plot)]
-    long = next((w for w in targets if len(w.name.encode("utf-8", "surrogateescape")) > written.NAME_MAX), None)
+    long = next((w for w in targets if len(written.name_bytes(w.name)) > written.NAME_MAX), None)
     if long is not None:  # (an input name of 252-255 bytes: found after its whole diarization, then thrown away)
-        raise BadValue(f"{long.name[:40]}... would be {len(long.name.encode('utf-8', 'surrogateescape'))} bytes, "
-                       f"more than a file name may be ({written.NAME_MAX}): rename the audio to a shorter name")
+        raise BadValue(f"{long.name[:40]}... would be {len(written.name_bytes(long.name))} bytes, more than a file "
+                       f"name may be ({written.NAME_MAX}): rename the audio to a shorter name")
     taken = next((w for w in targets if w.is_dir()), None)
     if taken is not None:
         raise BadValue(f"{taken} is a folder where an output would go: move it away or give another --out")

@@ -56,10 +56,7 @@ def fold_small(x: np.ndarray, labels: np.ndarray, w: np.ndarray, min_weight: flo
     ones: the pieces of 0.5 s it splits into were each kept as a speaker (4 in 10 s of two voices), and a
     larger floor gave more speakers than a smaller one."""
     labels = labels.copy()
-    if min_weight > 0 and len(labels):
-        ks = np.unique(labels)
-        mass = np.array([w[labels == c].sum() for c in ks])
-        min_weight = min(min_weight, float(mass.max()))  # (the largest counts as large)
+    min_weight = min(min_weight, max((float(w[labels == c].sum()) for c in np.unique(labels)), default=0.0))
     while min_weight > 0:
         ks = np.unique(labels)
         mass = np.array([w[labels == c].sum() for c in ks])
