@@ -181,6 +181,11 @@ def process_group(device, timeout_s: float = 600.0):
     try:
         yield dist.get_rank(), dist.get_world_size()
         done = True
+    except BaseException as e:
+        # an error every rank raised at the same point (every_rank) leaves as a finished block does: rank 1 of a
+        # refused start aborted in its teardown once, rank 0 and the store it served already gone
+        done = every_rank(e)
+        raise
     finally:
         if done:
             # every rank finished (rank 0 writes the last checkpoint after the others stop) before any tears down
@@ -196,6 +201,14 @@ def process_group(device, timeout_s: float = 600.0):
         raise Unavailable(f"rank {settings['rank']} of {settings['world']} finished its part, but another rank "
                           f"stopped before the end ({lost[:160]}; the launcher names it): run the same command "
                           "again to finish from the last checkpoint")
+
+
+def every_rank(error: BaseException, mark: bool = False) -> bool:
+    """Whether ``error`` was raised by every rank at the same point (each from the same gathered values, so none
+    is still working); ``mark=True`` says so of it. The ranks then leave :func:`process_group` together."""
+    if mark:
+        error.normlab_every_rank = True
+    return bool(getattr(error, "normlab_every_rank", False))
 
 
 def _leave_together(store, rank: int, world_size: int, wait_s: float = 60.0) -> None:

@@ -21,7 +21,7 @@ import torch
 
 from ... import provenance, tracking, written
 from ..._checks import BadValue, Unavailable, UserError, check_count
-from ...distributed import first_line, mean_over_ranks, peer_failure, shard, world
+from ...distributed import every_rank, first_line, mean_over_ranks, peer_failure, shard, world
 from ...locks import folder_lock
 from .pit import pit_loss
 
@@ -297,8 +297,10 @@ def _same_checkpoint(last: pathlib.Path, state: dict | None, rank: int, size: in
         raise _peer_lost(e, rank, size, step, step) from e
     if len({digest for digest, _ in seen}) > 1:
         found = ", ".join(f"rank {r}: {f'step {s}' if d else 'none'}" for r, (d, s) in enumerate(seen))
-        raise BadValue(f"the ranks found different checkpoints at {last} ({found}): each reads that folder on its "
-                       "own machine; give every rank the same checkpoint (an --out that all machines share)")
+        error = BadValue(f"the ranks found different checkpoints at {last} ({found}): each reads that folder on "
+                         "its own machine; give every rank the same checkpoint (an --out that all machines share)")
+        every_rank(error, mark=True)  # each rank saw the same gathered digests
+        raise error
 
 
 def data_digest(folders: list[pathlib.Path]) -> str:
