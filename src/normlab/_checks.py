@@ -15,11 +15,17 @@ import numbers
 import operator
 import os
 import pathlib
+import warnings
 from collections.abc import Sequence
 
 import torch
 
 ShapeLike = int | Sequence[int] | torch.Size
+
+# Under torch.jit.trace sizes are tensors, and each comparison of a check here made a TracerWarning ("the trace
+# might not generalize"): a check only raises, so the traced graph is the same whatever it compares. Ignored for
+# this module alone, as torch ignores them for its own modules (torch.jit's TracerWarning.ignore_lib_warnings).
+warnings.filterwarnings("ignore", category=torch.jit.TracerWarning, module=r"normlab\._checks$")
 
 
 class UserError(Exception):
@@ -211,6 +217,28 @@ def check_rate(value, name: str) -> None:
     """``value`` must be a probability in [0, 1) (a dropout rate)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
         raise BadValue(f"{name} must be a number in [0, 1), got {value!r}")
+
+
+def check_width(x, width: int | None, what: str, *, dims: int | None = None, least: int = 2) -> None:
+    """BadValue unless ``x`` is a tensor ending in ``width`` features (any width where None) with ``dims``
+    dimensions (at least ``least`` where None): what an encoder or a block refuses before its first layer."""
+    if isinstance(x, torch.Tensor) and (x.dim() == dims if dims is not None else x.dim() >= least) and \
+            (width is None or x.shape[-1] == width):
+        return
+    got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+    raise BadValue(f"expected {what} of shape (B, T, {width}), got {got}")
+
+
+def has_shape(x: torch.Tensor, dims: int, trailing: tuple[int, ...]) -> bool:
+    """Whether ``x`` has ``dims`` dimensions, the last ones ``trailing`` (compared here, where a traced size's
+    comparison is quiet)."""
+    return x.dim() == dims and tuple(x.shape[dims - len(trailing):]) == trailing
+
+
+def check_length(t: int, most: int, name: str) -> None:
+    """BadValue where a sequence of ``t`` steps is longer than ``most`` (the option ``name`` set it)."""
+    if t > most:
+        raise BadValue(f"sequence length {t} exceeds {name} {most}")
 
 
 def check_padding_mask(mask, x: torch.Tensor, *, prefix: bool = False) -> None:

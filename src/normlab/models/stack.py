@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .._checks import BadType, BadValue, check_count, check_padding_mask, check_rate, unknown_keywords
+from .._checks import BadType, BadValue, check_count, check_padding_mask, check_rate, check_width, unknown_keywords
 from ..nn.positional import PositionalEncoding
 from ..nn.residual import Carry, add_norm, materialize
 from .old_keys import foreign_old_keys, refuse_unconverted
@@ -51,9 +51,7 @@ class Block(nn.Module):
         in ``width`` features, of the block's dtype, and ``residual`` None or a floating tensor. A post-style
         block reached torch's "mat1 and mat2 shapes cannot be multiplied", a float64 input "must have the same
         dtype", an integer residual was added as it was, a list one raised AttributeError."""
-        if not (isinstance(hidden, torch.Tensor) and hidden.dim() >= 2 and hidden.shape[-1] == width):
-            got = list(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
-            raise BadValue(f"expected hidden of shape (B, T, {width}), got {got}")
+        check_width(hidden, width, "hidden")
         check_input_dtype(hidden, self, "block")
         if residual is not None and not (isinstance(residual, torch.Tensor)
                                          and (residual.dtype.is_floating_point or residual.dtype == torch.bool)):
@@ -163,9 +161,7 @@ class SequenceEncoder(Stack):
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         width = self.input_proj.in_features if self.input_proj is not None else getattr(self, "pos_dim", None)
-        if not (isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[-1] == (width or x.shape[-1])):
-            got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise BadValue(f"expected input of shape (B, T, {width}), got {got}")
+        check_width(x, width, "input", dims=3)
         check_input_dtype(x, self)
         if self.input_proj is not None:
             x = self.input_proj(x)  # B, T, D

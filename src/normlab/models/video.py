@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._checks import BadType, BadValue, check_choice, check_count, check_padding_mask
+from .._checks import BadType, BadValue, check_choice, check_count, check_padding_mask, has_shape
 from ..nn.attention import MultiHeadSelfAttention
 from ..nn.feedforward import FeedForward
 from ..nn.positional import Sinusoids
@@ -97,7 +97,7 @@ class VideoEncoder(Stack):
             what = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
             raise BadType(f"expected a floating-point tensor (B, T, N, D), got {what}")
         d_model = self.patch_pos.shape[1]
-        if x.dim() != 4 or x.shape[2] != self.n_patches or x.shape[3] != d_model:
+        if not has_shape(x, 4, (self.n_patches, d_model)):
             raise BadValue(f"expected input of shape (B, T, {self.n_patches}, {d_model}) (N = {self.n_patches} "
                            f"patches per frame), got {list(x.shape)}")
         check_padding_mask(frame_mask, x)  # (B, T), before any layer reads it

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from .._checks import BadValue, check_choice
+from .._checks import BadValue, check_choice, check_length
 from .constants import DeviceConstant
 
 POSITIONS = ("sinusoidal", "learned", "none")
@@ -34,8 +34,7 @@ class Sinusoids:
 
     def __call__(self, t: int, like: torch.Tensor) -> torch.Tensor:
         """``PE[:t]`` ``(t, D)`` on ``like``'s device, in its dtype."""
-        if t > self.max_len:
-            raise BadValue(f"sequence length {t} exceeds {self.name} {self.max_len}")
+        check_length(t, self.max_len, self.name)
         return self._table(like.device, like.dtype)[:t]  # T, D
 
 
