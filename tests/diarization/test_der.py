@@ -481,6 +481,6 @@ def test_to_turns_and_pit_bce_name_what_they_cannot_take():
         to_turns(p[:, 0], 0.1, "a")
     logits, labels = torch.randn(2, 5, 3), (torch.rand(2, 5, 3) > 0.5).float()
     for args, says in (((logits, labels * 2), "labels must be 0 or 1"), ((logits[0], labels[0]), "batch, frames"),
-                       ((logits, labels, torch.zeros(2, 4, dtype=torch.bool)), "mask must be a bool tensor")):
+                       ((logits, labels, torch.zeros(2, 4, dtype=torch.bool)), r"padding mask has shape \[2, 4\]")):
         with pytest.raises(ValueError, match=says):
             pit_bce(*args)

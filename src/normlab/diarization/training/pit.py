@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as TF
 
-from ..._checks import BadType, BadValue
+from ..._checks import BadType, BadValue, check_padding_mask
 from ...kernels.dispatch import values_known
 from ..models.powerset import classes_of
 from .permutation import best_per_sequence, permutations
@@ -48,11 +48,7 @@ def check_batch(logits, labels, mask) -> None:
         raise BadType(f"logits must be floating point, got {logits.dtype}")
     if values_known(labels) and bool(((labels != 0) & (labels != 1)).any()):
         raise BadValue("labels must be 0 or 1 (a speaker silent or talking in a frame)")
-    if mask is not None and not (isinstance(mask, torch.Tensor) and mask.dtype == torch.bool
-                                 and tuple(mask.shape) == tuple(logits.shape[:2])):
-        got = f"{mask.dtype} {list(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise BadValue(f"mask must be a bool tensor (batch, frames) = {list(logits.shape[:2])}, True = padding; got "
-                       f"{got}")
+    check_padding_mask(mask, logits)  # (batch, frames), bool, on the logits' device
 
 
 def _best(losses: list[torch.Tensor], table: torch.Tensor):
