@@ -466,6 +466,28 @@ def test_audio_read_from_a_pipe(tmp_path, fmt):
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no named pipes here")
+def test_flac_from_a_pipe_says_what_to_do(tmp_path):
+    """libsndfile's FLAC decoder seeks, so FLAC from a pipe failed with "flac decoder lost sync" alone."""
+    import os
+    import threading
+
+    from normlab.diarization.io.audio import AudioError
+
+    if "FLAC" not in _formats():
+        pytest.skip("this libsndfile writes no FLAC")
+    sf.write(tmp_path / "x.flac", _tone(440, 2.5).astype(np.float32), SR, format="FLAC")
+    fifo, data = tmp_path / "pipe", (tmp_path / "x.flac").read_bytes()
+    os.mkfifo(fifo)
+    threading.Thread(target=lambda: fifo.write_bytes(data), daemon=True).start()
+    try:
+        mono = read_mono(fifo, SR)
+    except AudioError as e:
+        assert str(e).endswith("; FLAC cannot be read from a pipe: give the file, or pipe WAV or Ogg)"), str(e)
+    else:  # a libsndfile that streams FLAC
+        assert mono.numel() > 0
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no named pipes here")
 def test_a_piped_wav_whose_header_does_not_know_its_length_and_channels_that_cancel(tmp_path):
     """sox and ffmpeg writing to a pipe put a placeholder length in the header: it was read as "cut short" (a
     header of 67108 s) after an array of that size was allocated; and channels that cancel, which a file is read

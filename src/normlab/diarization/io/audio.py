@@ -292,6 +292,8 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
         for named in (repr(os.fsencode(path)), repr(str(path))):
             detail = detail.replace(f" {named}", "")
         detail = detail.replace(str(path), "the file")
+        if not regular and "flac" in detail.lower():  # libsndfile's FLAC decoder seeks: from a pipe it loses sync
+            detail += "; FLAC cannot be read from a pipe: give the file, or pipe WAV or Ogg"
         raise AudioError(f"{path}: cannot read audio ({detail})") from None
     if mono.size == 0:
         raise EmptyAudio(f"{path}: no audio samples")
