@@ -460,10 +460,42 @@ def test_a_save_does_not_wait_forever_for_a_lock(tuner, monkeypatch):
     _rigged(monkeypatch, "cpu")
     monkeypatch.setattr(autotune, "LOCK_WAIT_S", 0.2)
     tuner.path.parent.mkdir(parents=True, exist_ok=True)
+    waits, locked = [], build._locked
+
+    def timed(fd, wait_s):
+        waits.append(wait_s)
+        return locked(fd, wait_s)
+
+    monkeypatch.setattr(build, "_locked", timed)
     with open(tuner.path.with_name("dispatch.json.lock"), "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)  # never released during the call
+        fcntl.flock(held, fcntl.LOCK_EX)  # never released during the calls
         assert kernels.resolve("auto", "layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
         assert tuner.path.exists()  # written after the wait
+        # the next kind of call tries the lock once: it waited LOCK_WAIT_S again for every decision (5 s each)
+        assert kernels.resolve("auto", "layer_norm", torch.randn(4, 1024), 1e-5) == "cpu"
+        assert waits == [0.2, 0.0]
+    assert kernels.resolve("auto", "layer_norm", torch.randn(4, 4096), 1e-5) == "cpu"  # let go: held again
+    assert waits[-1] == 0.0 and not tuner.lock_stuck
+    assert kernels.resolve("auto", "layer_norm", torch.randn(4, 64, dtype=torch.float64), 1e-5) == "cpu"
+    assert waits[-1] == 0.2 and len(json.loads(tuner.path.read_text())["configs"][0]["decisions"]) == 4
+
+
+@needs_two
+def test_a_linked_cache_file_is_written_through_its_link(tmp_path, monkeypatch):
+    """NORMLAB_DISPATCH_FILE naming a link (to a file kept elsewhere, a team's shared cache): the first save
+    renamed its file over the link, which became a file of its own, and the file it pointed to was never
+    written."""
+    kept = tmp_path / "shared" / "dispatch.json"
+    kept.parent.mkdir()
+    link = tmp_path / "dispatch.json"
+    link.symlink_to(kept)
+    monkeypatch.setenv(autotune.FILE_ENV, str(link))
+    monkeypatch.setattr(autotune, "TUNER", autotune.Tuner())
+    monkeypatch.setattr(autotune, "_enabled", True)
+    _rigged(monkeypatch, "cpu")
+    assert kernels.resolve("auto", "layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
+    assert link.is_symlink() and link.resolve() == kept.resolve()
+    assert list(json.loads(kept.read_text())["configs"][0]["decisions"])
 
 
 @needs_two

@@ -299,6 +299,9 @@ class Tuner:
         self._decisions: dict[str, Decision] | None = None
         #: why the last save did not write the file (None: it did, or nothing was saved yet)
         self.unsaved: str | None = None
+        #: whether a save found the lock held for all of LOCK_WAIT_S (a stopped process holds it): later saves try
+        #: it once and go on, instead of waiting that long for every decision
+        self.lock_stuck = False
         #: dispatch's memo of what ``auto`` runs for each kind of eager call (op, dtype, device, row length,
         #: eps, whether autograd records it, threads, compiled allowed): filled as decisions are taken, never changed
         self.routes: dict[tuple, str] = {}
@@ -390,9 +393,10 @@ class Tuner:
             if not self.chosen:  # normlab's own cache folder (a folder of a path the user gave is theirs to make)
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             # opened read-only (flock needs no write access: a lock file another user made still locks); a holder
-            # that never lets go (a stopped process) delays a save by LOCK_WAIT_S, then it goes on
+            # that never lets go (a stopped process) delays the first save by LOCK_WAIT_S, then it goes on
             lock = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDONLY | os.O_CREAT, 0o666)
-            with build._locked(lock, wait_s=LOCK_WAIT_S):
+            with build._locked(lock, wait_s=0.0 if self.lock_stuck else LOCK_WAIT_S) as held:
+                self.lock_stuck = not held
                 saved, others, problem = self._read()
                 theirs = saved.get(k)
                 if theirs is not None and theirs.impl in candidates:
@@ -404,12 +408,13 @@ class Tuner:
                 own = {"machine": machine(),
                        "decisions": {k: {**asdict(v), "why": "measured"} for k, v in sorted(merged.items())}}
                 data = {"format": FORMAT, "configs": [own, *others[: MAX_CONFIGS - 1]]}
-                fd, tmp = tempfile.mkstemp(suffix=".json", dir=self.path.parent)
+                target = self.path.resolve()  # a link's target is rewritten: renamed over, the link became a file
+                fd, tmp = tempfile.mkstemp(suffix=".json", dir=target.parent)
                 if hasattr(os, "fchmod"):  # readable as the built kernels beside it (mkstemp's 0600 hid it from a team)
                     os.fchmod(fd, 0o644)
                 with os.fdopen(fd, "w") as f:
                     json.dump(data, f, indent=1)
-                os.replace(tmp, self.path)
+                os.replace(tmp, target)
                 tmp = None
                 self.unsaved = None
         except OSError as e:

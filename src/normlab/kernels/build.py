@@ -187,18 +187,20 @@ def key(cxx: list[str]) -> str:
 @contextlib.contextmanager
 def _locked(fd: int, wait_s: float):
     """Hold an exclusive ``fcntl`` lock on the open file ``fd`` (waiting at most ``wait_s``, then going on
-    without it: the rename that publishes a library is atomic, a second build only costs time); closes ``fd``."""
+    without it: the rename that publishes a library is atomic, a second build only costs time); closes ``fd``.
+    Yields whether the lock is held."""
     try:
-        deadline = time.monotonic() + wait_s
+        deadline, held = time.monotonic() + wait_s, False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     break
                 time.sleep(0.05)
-        yield
+        yield held
     finally:
         os.close(fd)  # releases the lock
 
