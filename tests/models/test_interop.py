@@ -7,6 +7,7 @@ from torch import nn
 
 import normlab
 from normlab import interop
+from normlab._checks import UserError
 from normlab.nn.residual import materialize
 
 
@@ -143,6 +144,39 @@ def test_load_bert_with_prefix_and_errors(tmp_path):
         (empty / "config.json").write_text(text)
         with pytest.raises(ValueError, match=says):
             interop.load_bert(empty)
+
+
+def test_load_bert_as_a_decoder_attends_backwards(tmp_path):
+    """is_decoder (BertLMHeadModel's configs) was ignored: attention ran both ways, 0.053 off transformers."""
+    transformers = pytest.importorskip("transformers", reason="the BERT comparisons need transformers ([dev] extra)")
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=64, max_position_embeddings=20, is_decoder=True)
+    hf = transformers.BertModel(cfg).eval()
+    hf.save_pretrained(tmp_path)
+    ids = torch.randint(3, 50, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(interop.load_bert(tmp_path)(ids), hf(input_ids=ids).last_hidden_state,
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_load_bert_refuses_what_it_would_read_wrong(tmp_path):
+    """A RoBERTa checkpoint (BERT's keys, positions from pad_token_id + 1) loaded and read 3.0 off; more layers in
+    the weights than the config names were dropped; a config that disagrees with the weights' shapes raised
+    load_state_dict's RuntimeError, and a pad_token_id past the vocabulary an AssertionError."""
+    hf = _tiny_bert(tmp_path)  # 3 layers, intermediate 37, 64 positions, vocabulary 99
+    config = hf.config.to_dict()
+    for change, says in (({"model_type": "roberta"}, "model_type 'roberta' is not BERT"),
+                         ({"add_cross_attention": True}, "cross-attention"),
+                         ({"num_hidden_layers": 2}, "the weights hold 3 layers, its config.json says"),
+                         ({"intermediate_size": 40}, r"intermediate.dense.weight is \[37, 32\], the config makes it "
+                                                     r"\[40, 32\]"),
+                         ({"max_position_embeddings": 8}, r"position_embeddings.weight is \[64, 32\]"),
+                         ({"pad_token_id": 99}, r"pad_token_id must be a token id in \[0, 99\)"),
+                         ({"layer_norm_eps": "1e-12"}, "config.json: eps must be")):
+        (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(UserError, match=says):
+            interop.load_bert(tmp_path)
 
 
 def test_load_bert_reads_gamma_and_beta(tmp_path):

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import pathlib
 import pickle
+import re
 
 import torch
 from torch import nn
 
-from .._checks import BadValue, NotFound, check_count
+from .._checks import BadType, BadValue, NotFound, check_count
 from ..kernels.dispatch import values_known
 from ..norms import LayerNorm
 from ..safetensors_file import read_safetensors
@@ -34,6 +35,12 @@ class BertEncoder(nn.Module):
         lacking = [k for k in _CONFIG_KEYS if k not in config]
         if lacking:
             raise BadValue(f"not a BERT config: it lacks {', '.join(lacking)}")
+        kind = config.get("model_type", "bert")  # (Google's original configs name none)
+        if kind != "bert":  # RoBERTa's keys are BERT's, but its positions start at pad_token_id + 1: 3.0 off
+            raise BadValue(f"model_type {kind!r} is not BERT: its embeddings differ (RoBERTa and its kin count "
+                           "positions from pad_token_id + 1); load_bert reads model_type 'bert'")
+        if config.get("add_cross_attention"):
+            raise BadValue("add_cross_attention: a decoder's cross-attention is not part of this encoder")
         for key in ("hidden_size", "vocab_size", "max_position_embeddings", "type_vocab_size"):  # (torch's
             if key in config:  # "empty(): argument 'size' failed to unpack", an IndexError at padding_idx)
                 check_count(config[key], f"the config's {key}")
@@ -44,18 +51,23 @@ class BertEncoder(nn.Module):
         pos = config.get("position_embedding_type", "absolute")
         if pos != "absolute":  # relative distances need weights and attention terms this encoder does not have
             raise BadValue(f"unsupported position_embedding_type {pos!r}: absolute")
+        pad = config.get("pad_token_id", 0)
+        if pad is not None and (type(pad) is not int or not 0 <= pad < config["vocab_size"]):
+            raise BadValue(f"pad_token_id must be a token id in [0, {config['vocab_size']}) (vocab_size) or null, got "
+                           f"{pad!r}")
         self.config = config
-        self.word_embeddings = nn.Embedding(config["vocab_size"], d, padding_idx=config.get("pad_token_id", 0))
+        self.word_embeddings = nn.Embedding(config["vocab_size"], d, padding_idx=pad)
         self.position_embeddings = nn.Embedding(config["max_position_embeddings"], d)
         self.token_type_embeddings = nn.Embedding(config.get("type_vocab_size", 2), d)
         self.emb_norm = LayerNorm(d, eps=eps)
         # BERT's dropouts (its defaults 0.1): on the embeddings (the encoder's input dropout), on each branch
         # before its add, and on the attention probabilities; none after the FFN's activation
         hidden, probs = config.get("hidden_dropout_prob", 0.1), config.get("attention_probs_dropout_prob", 0.1)
+        # is_decoder (BertLMHeadModel's configs): each token attends to itself and the tokens before it
         self.encoder = TransformerEncoder(
             d, config["num_attention_heads"], config["num_hidden_layers"], config["intermediate_size"],
             norm="layernorm", placement="post", pos="none", activation=act, norm_kw={"eps": eps},
-            dropout=hidden, attn_dropout=probs,
+            dropout=hidden, attn_dropout=probs, causal=config.get("is_decoder") is True,
         )
         for layer in self.encoder.layers:
             layer.ffn.fn.drop.p = 0.0
@@ -152,8 +164,8 @@ def load_bert(path: str | pathlib.Path) -> BertEncoder:
         raise BadValue(f"{cfg_file} is not a BERT config (a JSON object)")
     try:
         model = BertEncoder(config)  # the config checked before the weights are read
-    except BadValue as e:
-        raise BadValue(f"{cfg_file}: {e}") from None
+    except (BadValue, BadType) as e:
+        raise type(e)(f"{cfg_file}: {e}") from None
     # older checkpoints name the LayerNorms' parameters gamma and beta (TensorFlow's names)
     renamed = {".LayerNorm.gamma": ".LayerNorm.weight", ".LayerNorm.beta": ".LayerNorm.bias"}
     state = {next((k[: -len(old)] + new for old, new in renamed.items() if k.endswith(old)), k): v
@@ -163,5 +175,16 @@ def load_bert(path: str | pathlib.Path) -> BertEncoder:
     missing = [t for theirs in mapping.values() for t in theirs if prefix + t not in state]
     if missing:
         raise BadValue(f"{path} is not a BERT checkpoint: it lacks {len(missing)} BERT weights, e.g. {missing[:3]}")
-    model.load_state_dict({ours: torch.cat([state[prefix + t] for t in theirs]) for ours, theirs in mapping.items()})
+    held = {int(m.group(1)) for k in state if (m := re.match(re.escape(prefix) + r"encoder\.layer\.(\d+)\.", k))}
+    if held and max(held) + 1 > config["num_hidden_layers"]:  # the extra layers were dropped without a word
+        raise BadValue(f"{path}: the weights hold {max(held) + 1} layers, its config.json says num_hidden_layers "
+                       f"{config['num_hidden_layers']}")
+    weights = {ours: torch.cat([state[prefix + t] for t in theirs]) for ours, theirs in mapping.items()}
+    shapes = model.state_dict()
+    for ours, theirs in mapping.items():  # (load_state_dict's RuntimeError listed every mismatch as a bug)
+        if weights[ours].shape != shapes[ours].shape:
+            names = prefix + theirs[0] + ("" if len(theirs) == 1 else f" (stacked with {len(theirs) - 1} more)")
+            raise BadValue(f"{path}: config.json and the weights disagree: {names} is {list(weights[ours].shape)}, "
+                           f"the config makes it {list(shapes[ours].shape)}")
+    model.load_state_dict(weights)
     return model.eval()
