@@ -191,6 +191,13 @@ def test_cli_score(tmp_path, capsys):
     assert out[0] == "DER: 20.00%" and "confusion:   2.000 s" in out[3]
     assert main(["diarize", "score", str(tmp_path / "nope.rttm"), str(tmp_path / "hyp.rttm")]) == 2
     assert "nope.rttm" in capsys.readouterr().err
+    # a name with a line break: the line before it was all that was said ("error: no"), and a usage error split
+    assert main(["diarize", "score", str(tmp_path / "no\nsuch.rttm"), str(tmp_path / "hyp.rttm")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no\\nsuch.rttm: no such file" in err, err
+    assert main(["diarize", "score", "a", "b", "--collar", "1\n2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "got '1\\n2'" in err, err
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")

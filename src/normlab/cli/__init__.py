@@ -32,7 +32,13 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: ``normlab lesson: error: argument --d-model: ...`` (exit 2)."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line, its line breaks written ``\\n`` (a path may hold one: the line before it was all
+    that was said, "error: no" for the file "no\\nsuch.rttm")."""
+    return message.strip("\n").replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _version() -> str:
@@ -176,7 +182,7 @@ def _failed(args, e: Exception) -> int:
         return 1
     if os.environ.get("NORMLAB_DEBUG", "").strip() and env_on("NORMLAB_DEBUG"):  # set, and not 0/false/no/off
         raise  # to the caller (a debugger, a test): Python prints the traceback, exit status 1
-    message = str(e).splitlines()[0] if str(e) else type(e).__name__
+    message = one_line(str(e)) if str(e) else type(e).__name__
     print(f"{_prog(args)}: error: {message}", file=sys.stderr)
     return 2
 
