@@ -411,7 +411,7 @@ def _cmd_diarize_recipe(args: argparse.Namespace) -> int:
           f"{result['parameters']:,} parameters), final loss {result['final_loss']:.4f}")
     print(f"dev ({cfg.n_dev} mixtures): threshold {pp['threshold']:g}, median {pp['median']} -> "
           f"DER {100 * result['dev_der']:.2f}%")
-    print("DER per 10 s window (local; speakers matched per window), each set scored once:")
+    print(f"DER per {cfg.frames / 10:g} s window (local; speakers matched per window), each set scored once:")
     sets = [(k, what) for k, what in (("test", "unseen voices, perturbed"), ("test_mixed", "unseen people and voices"),
                                       ("test_dry", "unseen voices, clean"),
                                       ("test_reverb", "unseen voices, reverberant"), ("flite", "flite voices"))
@@ -552,8 +552,9 @@ def add_parsers(sub, name: str) -> None:
                        help="ahc: last, each piece moves to the speaker whose centroid it is nearest; "
                        "--no-reassign keeps the tree's labels (default: the model file's, else on)")
         q.add_argument("--flat-db", type=_db, default=None,
-                       help="frames whose level varies less than this many dB over the 2 s around them (steady "
-                       "noise, hum) are never speech; 0 turns this off (default: the model file's, else 2)")
+                       help="frames whose level above 300 Hz varies less than this many dB over the 2 s around "
+                       "them (steady noise, hum) are never speech; 0 turns this off (default: the model file's, "
+                       "else 2)")
         q.add_argument("--fill-gap", type=_gap, default=None,
                        help="a speaker's pauses shorter than this many seconds are filled (default: the model "
                        "file's, else 0: none)")

@@ -87,8 +87,9 @@ class PipelineConfig:
     silence_db: float = -70.0  # frames quieter than this (dBFS) are never speech, whatever the model says...
     silence_range_db: float | None = 45.0  # ...or, in a quieter recording, more than this below its loud frames
     #                                        (segment.silence_gate_db; None: silence_db alone)
-    flat_db: float = 2.0  # frames whose level varies less than this (dB, 90th - 10th percentile) over the
-    #                       flat_seconds around them are never speech: steady noise or hum (segment.flat_frames; 0: off)
+    flat_db: float = 2.0  # frames whose level above 300 Hz varies less than this (dB, 90th - 10th percentile) over
+    #                       the flat_seconds around them are never speech: steady noise or hum (segment.flat_frames;
+    #                       segment.band_level_db; 0: off)
     flat_seconds: float = 2.0
     vad: str = "gate"  # "gate": frames Silero VAD calls non-speech are silence whatever the model says;
     #                    "speech": the VAD's probability is the speech activity (speakers="speech");
