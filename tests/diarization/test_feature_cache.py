@@ -86,7 +86,7 @@ def test_a_replaced_wav_is_read_again(data):
     folder, fresh = data
     wav = folder / "wav"
     shutil.copy(wav / "m1.wav", wav / "m0.wav")  # new content (and size)
-    shutil.copy(wav / "m1.rttm", wav / "m0.rttm")
+    (wav / "m0.rttm").write_text((wav / "m1.rttm").read_text().replace("SPEAKER m1 ", "SPEAKER m0 "))
     now = _quietly(folder)
     assert torch.equal(now.items[0][0], fresh[1])
 
@@ -145,3 +145,37 @@ def test_a_read_only_folder_is_read_without_caching(data, monkeypatch):
     monkeypatch.setattr(dataset.torch, "save", refused)  # ... where it cannot be written
     assert torch.equal(_quietly(folder).items[0][0], fresh[0])
     assert torch.equal(torch.load(cache, weights_only=True), torch.zeros(5))
+
+
+def test_labels_that_name_another_recording_are_refused(tmp_path):
+    """wav/x.rttm naming another recording (files renamed) labelled the whole mixture silence, without a word."""
+    from normlab._checks import UserError
+
+    folder = _mixtures(tmp_path / "sim")
+    rttm = folder / "wav" / "m1.rttm"
+    rttm.write_text(rttm.read_text().replace("SPEAKER m1 ", "SPEAKER other "))
+    with pytest.raises(UserError, match=r"m1.rttm names the recording 'other', not 'm1'"):
+        MixtureSet(folder)
+    rttm.write_text("")  # no turns at all: a mixture of silence, as simulated
+    assert float(MixtureSet(folder).items[1][1].sum()) == 0
+
+
+def test_the_data_digest_follows_what_training_reads(tmp_path):
+    """A resume compares the data's digest, which hashed ref.rttm alone where it exists: the labels training reads
+    (wav/*.rttm) or the audio changed under a checkpoint without a word, and a comment added to ref.rttm (never
+    read by training) stopped the resume."""
+    from normlab.diarization.training.train import data_digest
+
+    folder = _mixtures(tmp_path / "sim", n=3)
+    (folder / "config.json").write_text("{}")
+    (folder / "ref.rttm").write_text((folder / "wav" / "m0.rttm").read_text())
+    digest = data_digest([folder])
+    with open(folder / "ref.rttm", "a") as f:
+        f.write(";; a comment\n")
+    assert data_digest([folder]) == digest
+    rttm = folder / "wav" / "m0.rttm"
+    rttm.write_text(rttm.read_text().replace("1.50 1.00", "1.50 0.50"))
+    relabelled = data_digest([folder])
+    assert relabelled != digest
+    shutil.copy(folder / "wav" / "m2.wav", folder / "wav" / "m0.wav")  # other audio under the same name
+    assert data_digest([folder]) != relabelled

@@ -97,7 +97,11 @@ class MixtureSet:
         for wav in wavs:
             feats = _cached_features(wav, cfg, broken)
             # labels are cheap and depend on n_speakers: made here, never cached
-            turns = read_rttm(wav.with_suffix(".rttm")).get(wav.stem, [])
+            named = read_rttm(wav.with_suffix(".rttm"))
+            if named and wav.stem not in named:  # (renamed files: the mixture was labelled silence, without a word)
+                raise BadValue(f"{wav.with_suffix('.rttm')} names the recording {sorted(named)[0]!r}, not "
+                               f"{wav.stem!r}: each wav/<name>.rttm labels wav/<name>.wav")
+            turns = named.get(wav.stem, [])
             crowded += len({t.speaker for t in turns}) > n_speakers
             speakers = sorted({t.speaker for t in turns})[:n_speakers]
             speakers += [f"_absent{k}" for k in range(n_speakers - len(speakers))]

@@ -304,13 +304,17 @@ def _same_checkpoint(last: pathlib.Path, state: dict | None, rank: int, size: in
 
 
 def data_digest(folders: list[pathlib.Path]) -> str:
-    """SHA-256 over each data folder's ``config.json`` and references (``ref.rttm``, else every ``.rttm``): what a
-    resume must train on again (the audio follows from them, or its references change)."""
+    """SHA-256 over what training reads of each data folder: its ``config.json``, every ``wav/<name>.rttm`` (the
+    labels) and every ``wav/<name>.wav``'s name and size: what a resume must train on again. (It hashed
+    ``ref.rttm``, which training never reads: labels or audio changed under a checkpoint trained on, and a
+    comment added to ``ref.rttm`` stopped a resume.)"""
     h = hashlib.sha256()
     for d in folders:
-        refs = [d / "ref.rttm"] if (d / "ref.rttm").is_file() else sorted([*d.glob("*.rttm"), *d.glob("wav/*.rttm")])
-        for f in [d / "config.json", *refs]:
-            h.update(f.name.encode() + (f.read_bytes() if f.is_file() else b"-"))
+        h.update(b"config.json" + ((d / "config.json").read_bytes() if (d / "config.json").is_file() else b"-"))
+        for f in sorted((d / "wav").glob("*.rttm")):
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+        for f in sorted((d / "wav").glob("*.wav")):
+            h.update(f"{f.name}\0{f.stat().st_size}\0".encode())
     return h.hexdigest()[:16]
 
 
