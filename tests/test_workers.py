@@ -134,3 +134,26 @@ def test_an_interrupt_sent_to_the_parent_alone_stops_its_workers(tmp_path):
     assert re.fullmatch(r"stopped after \d+\.\d s", r.stdout.strip()), (r.stdout, r.stderr[-2000:])
     stopped = float(r.stdout.split()[2])
     assert 8 <= stopped < 30 and time.time() - t0 < 60, (stopped, time.time() - t0)  # the cells sleep 120 s
+
+
+def test_a_command_terminated_stops_as_an_interrupted_one(tmp_path):
+    """SIGTERM (kill, timeout, a job scheduler) ended a command with nothing said, and the commands with workers
+    printed Python's warning about leaked semaphores; it now stops as Ctrl-C does: one line, exit 143."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "report"
+    p = subprocess.Popen([sys.executable, "-m", "normlab", "report", "--quick", "--only", "init_depth", "--out",
+                          str(out), "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "runs.sqlite").exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)  # the cells have started (a signal during the imports would meet Python's default)
+    time.sleep(1.0)
+    assert p.poll() is None, p.communicate()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "normlab report: terminated (finished work is kept; re-run to resume)"
+    assert "leaked" not in err and "Traceback" not in err, err
+    assert os.path.exists(out / "runs.sqlite")

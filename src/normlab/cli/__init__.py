@@ -16,10 +16,13 @@ A closed output pipe exits 141, an interruption 130.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import errno
 import os
+import signal
 import sys
+import threading
 import traceback
 from importlib import metadata
 
@@ -132,9 +135,37 @@ def main(argv: list[str] | None = None) -> int:
     python_format = warnings.formatwarning
     warnings.formatwarning = lambda message, category, *_, **__: f"{_prog(args)}: warning: {message}\n"
     try:
-        return _run(args)
+        with _terminate_as_interrupt():
+            return _run(args)
     finally:
         warnings.formatwarning = python_format
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``timeout``, a job scheduler), raised where the command runs."""
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM stops the command as Ctrl-C does: its workers stopped, finished work kept, one line. It was Python's
+    default, an exit with nothing said, and a line of ``resource_tracker`` warnings about leaked semaphores from
+    the commands with worker processes. Installed only over the default handler, in the main thread, for the
+    command's run (main may run inside a program, which keeps its own)."""
+    def stop(signum, frame):
+        raise Terminated
+
+    try:
+        before = signal.getsignal(signal.SIGTERM)
+        mine = before == signal.SIG_DFL and threading.current_thread() is threading.main_thread()
+        if mine:
+            signal.signal(signal.SIGTERM, stop)
+    except (ValueError, AttributeError):  # no SIGTERM here, or not the main interpreter
+        mine = False
+    try:
+        yield
+    finally:
+        if mine:
+            signal.signal(signal.SIGTERM, before)
 
 
 def _prog(args) -> str:
@@ -147,11 +178,12 @@ def _run(args) -> int:
     """The command, with what goes wrong turned into an exit status (and one line, or a bug's traceback)."""
     try:
         return args.func(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         # only the commands that keep finished work (their parsers set ``resumes``) promise a resume
         again = " (finished work is kept; re-run to resume)" if getattr(args, "resumes", False) else ""
-        print(f"{_prog(args)}: interrupted{again}", file=sys.stderr)
-        return 130
+        stopped = "terminated" if isinstance(e, Terminated) else "interrupted"
+        print(f"{_prog(args)}: {stopped}{again}", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130  # 128 + the signal, as a shell reports it
     except BrokenPipeError:  # the reader of our output went away (`normlab ... | head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail again
         return 141  # 128 + SIGPIPE, as a shell reports a command its pipe ended
