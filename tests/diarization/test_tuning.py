@@ -67,6 +67,11 @@ def test_grid_axes_and_meaningless_rows():
                 "min_cluster=-5", "merge_threshold=nan", "offset_threshold=2"):  # each value checked before any work
         with pytest.raises(UserError, match="grid"):
             parse_grid([bad], (SEGMENT_GRID, STITCH_GRID))
+    # an axis given twice: the last replaced the first without a word; a value twice ran each setting twice
+    with pytest.raises(UserError, match="a second vad axis"):
+        parse_grid(["vad=off", "vad=gate"], (SEGMENT_GRID, STITCH_GRID))
+    with pytest.raises(UserError, match="0.3 given twice"):
+        parse_grid(["threshold=0.3,0.3"], (SEGMENT_GRID, STITCH_GRID))
     assert not meaningful({"speakers": "eend", "vad": "speech"})
     assert not meaningful({"speakers": "speech", "overlap_threshold": 0.7}, {"overlap_threshold": (0.5, 0.7)})
     assert meaningful({"speakers": "eend", "vad": "off", "overlap_threshold": 0.7}, {"overlap_threshold": (0.5, 0.7)})

@@ -102,11 +102,15 @@ def meaningful(kw: dict, stitch_grid: dict = STITCH_GRID) -> bool:
 def parse_grid(items: list[str], grids: tuple[dict, dict]) -> tuple[dict, dict]:
     """``NAME=V1,V2`` replaces that axis of (a copy of) the segment or the stitch grid."""
     seg, st = dict(grids[0]), dict(grids[1])
+    given = set()
     for item in items:
         name, _, values = item.partition("=")
         grid = seg if name in seg else st if name in st else None
         if grid is None or not values:
             raise BadValue(f"grid {item!r}: expected NAME=V1,V2 with NAME one of {sorted([*seg, *st])}")
+        if name in given:  # the last one replaced the first without a word
+            raise BadValue(f"grid {item!r}: a second {name} axis; give its values once, as {name}=V1,V2")
+        given.add(name)
         kind = _flag if isinstance(grid[name][0], bool) else type(grid[name][0])
         try:
             grid[name] = tuple(_value(kind, v) for v in values.split(","))
@@ -114,6 +118,9 @@ def parse_grid(items: list[str], grids: tuple[dict, dict]) -> tuple[dict, dict]:
                 PipelineConfig(**{name: v})
         except ValueError as e:
             raise BadValue(f"grid {item!r}: {e}") from None
+        twice = sorted({str(v) for v in grid[name] if grid[name].count(v) > 1})
+        if twice:  # each setting ran twice
+            raise BadValue(f"grid {item!r}: {', '.join(twice)} given twice")
     return seg, st
 
 
