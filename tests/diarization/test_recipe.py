@@ -389,3 +389,18 @@ def test_the_recipe_counts_every_training_set():
     cfg = RecipeConfig()
     train = [f.name for f in fields(RecipeConfig) if f.name.startswith("n_train")]
     assert train_recordings(cfg) == sum(getattr(cfg, n) for n in train) > cfg.n_train
+
+
+def test_a_refused_data_folder_says_what_the_recipe_takes(tmp_path, monkeypatch):
+    """simulate's advice ("simulate into another folder") names an option the recipe does not have: where the
+    recipe's data folder holds other mixtures, the line says that folder follows --out or --data."""
+    from normlab._checks import BadValue, UserError
+    from normlab.diarization.training import recipe as recipe_module
+
+    def refused(out, *a, **k):
+        raise BadValue(f"{out} holds mixtures simulated with seed=0 (now 5): simulate into another folder")
+
+    monkeypatch.setattr(recipe_module, "simulate", refused)
+    with pytest.raises(UserError, match=r"seed=0 \(now 5\): simulate into another folder \(the recipe simulates "
+                                        r"into .*data: give another --out or --data\)$"):
+        recipe_module.simulate_splits(tmp_path / "data", recipe_module.RecipeConfig())

@@ -231,8 +231,11 @@ def simulate_splits(data: str | pathlib.Path, cfg: RecipeConfig, progress: Progr
     data = pathlib.Path(data)
     for name, sim in _splits(cfg):
         if which == "all" or (which == "train") == name.startswith("train"):
-            simulate(data / name, sim, progress=(lambda i, n, uri, s=name: progress(i, n, f"simulate {s} {uri}"))
-                     if progress else None, jobs=jobs)
+            try:
+                simulate(data / name, sim, progress=(lambda i, n, uri, s=name: progress(i, n, f"simulate {s} {uri}"))
+                         if progress else None, jobs=jobs)
+            except BadValue as e:  # simulate's advice names its own --out: here the folder follows --out or --data
+                raise BadValue(f"{e} (the recipe simulates into {data}: give another --out or --data)") from None
     return data
 
 
