@@ -451,3 +451,25 @@ def test_no_turn_ends_past_its_file():
     for i in range(cfg.n_mixtures):  # (a conversation ends in silence: its last turn never reached the end)
         audio, turns, _ = sim.mixture(cfg, i, pool)
         assert max(t.start + t.duration for t in turns) <= len(audio) / cfg.sample_rate + 1e-9, i
+
+
+def test_a_finished_folder_simulated_again_is_left_as_it_is(tmp_path, monkeypatch):
+    """The same settings on a finished folder rewrote config.json, ref.rttm, all.uem and the list of what normlab
+    wrote: read-only, it failed naming a temporary file (".config.json.7059.tmp: Operation not permitted")."""
+    import pathlib
+
+    from normlab import written
+
+    out = simulate(tmp_path / "s", SimConfig(**SMALL))
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+
+    def refused(*a, **k):
+        raise PermissionError(1, "Operation not permitted")
+
+    real_write_text = pathlib.Path.write_text
+    monkeypatch.setattr(written, "replace_whole", refused)
+    monkeypatch.setattr(written, "record", refused)
+    monkeypatch.setattr(pathlib.Path, "write_text", lambda self, *a, **k: refused() if self.parent == out
+                        else real_write_text(self, *a, **k))
+    assert simulate(out, SimConfig(**SMALL)) == out
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before

@@ -24,6 +24,7 @@ kept (re-running resumes).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -36,8 +37,8 @@ import numpy as np
 from ... import workers, written
 from ..._checks import BadValue
 from ..io.features import FEATURE_RATE
-from ..io.rttm import Turn, read_rttm, write_rttm
-from ..io.uem import write_uem
+from ..io.rttm import Turn, format_rttm, read_rttm, write_rttm
+from ..io.uem import format_uem
 from . import augment as aug
 from . import nonspeech
 from .augment import reverberate, room_impulse_response  # noqa: F401  (re-exported: older imports)
@@ -377,12 +378,23 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
         uri = mixture_uri(cfg, i)
         all_turns += read_rttm(rttm).get(uri, [])
         uem[uri] = [(0.0, sf.info(str(wav)).duration)]
-    write_rttm(all_turns, out / "ref.rttm")
-    write_uem(uem, out / "all.uem")
-    for name in ("ref.rttm", "all.uem"):
-        written.record(out / name)
+    for name, text in (("ref.rttm", format_rttm(all_turns)), ("all.uem", format_uem(uem))):
+        _write_if_changed(out / name, text)
+        if written.listed(out).get(name) != written.digest(out / name):
+            written.record(out / name)
     _write_config(out, settings)
     return out
+
+
+def _write_if_changed(path: pathlib.Path, text: str) -> None:
+    """``path`` holds ``text`` after this, written only where it held something else: a finished folder simulated
+    again with the same settings is left as it is (read-only, it failed on a temporary file's name)."""
+    try:
+        if path.is_file() and path.read_bytes() == text.encode("utf-8"):
+            return
+    except OSError:
+        pass
+    path.write_text(text, encoding="utf-8")
 
 
 def _references_unchanged(out: pathlib.Path) -> None:
@@ -417,7 +429,10 @@ def _record_made_with(out: pathlib.Path, keys: list[str], fresh: bool) -> None:
 
 def _write_config(out: pathlib.Path, settings: str) -> None:
     """``out/config.json``, written whole: a half-written one would no longer mark the folder as normlab's, and
-    the rerun would refuse it."""
+    the rerun would refuse it. Not written again where it holds these settings already."""
+    with contextlib.suppress(OSError):
+        if (out / "config.json").read_bytes() == settings.encode("utf-8"):
+            return
     written.replace_whole(out / "config.json", lambda tmp: tmp.write_text(settings, encoding="utf-8"))
 
 

@@ -56,6 +56,12 @@ def read_uem(path: str | pathlib.Path) -> dict[str, list[tuple[float, float]]]:
 
 def write_uem(regions: dict[str, list[tuple[float, float]]], path: str | pathlib.Path) -> None:
     """Write ``{uri: [(onset, offset), ...]}``; BadValue, before writing, on a region read_uem would refuse."""
+    pathlib.Path(path).write_text(format_uem(regions), encoding="utf-8")
+
+
+def format_uem(regions: dict[str, list[tuple[float, float]]]) -> str:
+    """UEM text of ``{uri: [(onset, offset), ...]}``, one region a line, sorted; BadValue on a region read_uem
+    would refuse."""
     if not isinstance(regions, dict):
         raise BadValue(f"UEM regions must be a dict {{uri: [(onset, offset), ...]}}, got a {type(regions).__name__}")
     for uri, rs in regions.items():
@@ -65,4 +71,4 @@ def write_uem(regions: dict[str, list[tuple[float, float]]], path: str | pathlib
         for r in rs:
             check_region(r, f"UEM region of {uri}")
     lines = [f"{uri} 1 {on:.3f} {off:.3f}" for uri in sorted(regions) for on, off in sorted(regions[uri])]
-    pathlib.Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return "".join(line + "\n" for line in lines)
