@@ -111,6 +111,15 @@ def _result(ref, hyp):
     return {"files": [{"uri": "r", "collars": row}], "total": row, "errors": {}, "out": "unused"}
 
 
+def test_names_are_drawn_as_written_not_as_math(tmp_path):
+    """matplotlib read "$...$" in a speaker's name or the uri as a formula: "$x^2$" was drawn as x squared, and
+    "$\\bad$" raised ValueError, which stopped diarize_files(plot=True) at that file (RTTM allows both)."""
+    pytest.importorskip("matplotlib")
+    turns = [Turn("m$\\bad$", 0.0, 1.0, "$x^2$"), Turn("m$\\bad$", 0.5, 2.0, "$\\bad$")]
+    timeline_png(turns, tmp_path / "t.png", duration=3.0)
+    assert (tmp_path / "t.png").stat().st_size > 1000
+
+
 def test_the_page_has_the_table_and_aligned_rows_with_the_errors_by_kind():
     page = evaluation_page(_result(REF, HYP), {"r": REF}, {"r": HYP})
     parsed = _Sections(page)

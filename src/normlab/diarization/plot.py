@@ -93,7 +93,8 @@ def timeline_png(turns: list[Turn], path: str | pathlib.Path, *, duration: float
     ov = overlap_spans(turns)
     if ov:
         ax.broken_barh([(a, b - a) for a, b in ov], (len(speakers) + 0.15, 0.7), facecolors=OVERLAP, linewidth=0)
-    ax.set_yticks([i + 0.5 for i in range(lay.rows)], [*speakers, "overlap"])
+    # names drawn as written (parse_math off): "$x^2$" was drawn as a formula, and "$\\bad$" raised, stopping a batch
+    ax.set_yticks([i + 0.5 for i in range(lay.rows)], [*speakers, "overlap"], parse_math=False)
     ax.tick_params(axis="y", length=0)
     ax.set_xlabel("time (s)")
     for side in ("top", "right", "left"):
@@ -104,7 +105,8 @@ def timeline_png(turns: list[Turn], path: str | pathlib.Path, *, duration: float
     n = len(speakers)
     fig.suptitle(title or f"{turns[0].uri if turns else 'recording'}: {n} speaker{'' if n == 1 else 's'}, "
                  f"{talk:.1f} s of "
-                 f"speech, {sum(b - a for a, b in ov):.1f} s overlapped", x=lay.left / w, ha="left", fontsize=10)
+                 f"speech, {sum(b - a for a, b in ov):.1f} s overlapped", x=lay.left / w, ha="left", fontsize=10,
+                 parse_math=False)
     from ..provenance import png_metadata
 
     fig.savefig(path, format="png", dpi=DPI, facecolor="white",  # (a temporary file's name ends in .tmp)
