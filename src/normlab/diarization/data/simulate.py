@@ -24,7 +24,6 @@ kept (re-running resumes).
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -378,23 +377,23 @@ def simulate(out: str | pathlib.Path, cfg: SimConfig = SimConfig(), progress=Non
         uri = mixture_uri(cfg, i)
         all_turns += read_rttm(rttm).get(uri, [])
         uem[uri] = [(0.0, sf.info(str(wav)).duration)]
+    ours = written.listed(out)
     for name, text in (("ref.rttm", format_rttm(all_turns)), ("all.uem", format_uem(uem))):
-        _write_if_changed(out / name, text)
-        if written.listed(out).get(name) != written.digest(out / name):
+        if not _holds(out / name, text):
+            (out / name).write_text(text, encoding="utf-8")
+        if ours.get(name) != written.digest(out / name):
             written.record(out / name)
     _write_config(out, settings)
     return out
 
 
-def _write_if_changed(path: pathlib.Path, text: str) -> None:
-    """``path`` holds ``text`` after this, written only where it held something else: a finished folder simulated
-    again with the same settings is left as it is (read-only, it failed on a temporary file's name)."""
+def _holds(path: pathlib.Path, text: str) -> bool:
+    """Whether ``path`` holds ``text`` already: then it is not written again (a finished folder simulated again
+    with the same settings is left as it is; read-only, it failed on a temporary file's name)."""
     try:
-        if path.is_file() and path.read_bytes() == text.encode("utf-8"):
-            return
+        return path.is_file() and path.read_bytes() == text.encode("utf-8")
     except OSError:
-        pass
-    path.write_text(text, encoding="utf-8")
+        return False
 
 
 def _references_unchanged(out: pathlib.Path) -> None:
@@ -430,9 +429,8 @@ def _record_made_with(out: pathlib.Path, keys: list[str], fresh: bool) -> None:
 def _write_config(out: pathlib.Path, settings: str) -> None:
     """``out/config.json``, written whole: a half-written one would no longer mark the folder as normlab's, and
     the rerun would refuse it. Not written again where it holds these settings already."""
-    with contextlib.suppress(OSError):
-        if (out / "config.json").read_bytes() == settings.encode("utf-8"):
-            return
+    if _holds(out / "config.json", settings):
+        return
     written.replace_whole(out / "config.json", lambda tmp: tmp.write_text(settings, encoding="utf-8"))
 
 
