@@ -127,6 +127,7 @@ def main() -> None:
 
     from normlab import provenance
     from normlab.diarization.io.audio import recording_uri
+    from normlab.diarization.io.rttm import speaker_count
     from normlab.diarization.pipeline.api import load_encoder, load_model
     from normlab.diarization.pipeline.config import PipelineConfig
     from normlab.diarization.pipeline.stitch import stitch
@@ -147,11 +148,10 @@ def main() -> None:
     refs = {recording_uri(w): ref for w, ref in files}
     print(f"{len(segs)} dev files segmented in {time.time() - t0:.0f} s")
 
-    speakers = lambda turns: len({t.speaker for t in turns})  # noqa: E731
-    counts = collections.Counter((speakers(refs[u]), speakers(stitch(s, cfg))) for u, s in segs.items())
+    counts = collections.Counter((speaker_count(refs[u]), speaker_count(stitch(s, cfg))) for u, s in segs.items())
     lost = []  # the quietest speakers of each file whose count is short
     for uri, seg in segs.items():
-        n_hyp, speech = speakers(stitch(seg, cfg)), collections.Counter()
+        n_hyp, speech = speaker_count(stitch(seg, cfg)), collections.Counter()
         for t in refs[uri]:
             speech[t.speaker] += t.duration
         lost += sorted(speech.values())[: max(0, len(speech) - n_hyp)]
@@ -165,7 +165,7 @@ def main() -> None:
     sim = np.array([r["similarity"] for r in small])
     new = np.array([r["new_voice"] for r in small], dtype=bool)
     speech = np.array([r["speech_s"] for r in small])
-    by_model = collections.Counter((speakers(refs[u]), model_count(s, cfg.threshold)) for u, s in segs.items())
+    by_model = collections.Counter((speaker_count(refs[u]), model_count(s, cfg.threshold)) for u, s in segs.items())
     result = {
         "files": len(segs),
         "shipped": {k: v for k, v in measure(segs, refs, cfg).items() if not k.startswith("_")},

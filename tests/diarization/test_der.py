@@ -287,6 +287,17 @@ def test_cli_score_refuses_what_it_cannot_score(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "recordings: 1;" in captured.out
     assert "1 reference recordings have no region in" in captured.err and ": a" in captured.err
+    # a recording whose only region lasts 0 s has none: said and not counted (it was silently left out)
+    (tmp_path / "zero.uem").write_text("a 1 2 2\nb 1 0 4\n")
+    assert main(["diarize", "score", str(both), str(both), "--uem", str(tmp_path / "zero.uem")]) == 0
+    captured = capsys.readouterr()
+    assert "recordings: 1;" in captured.out and "1 reference recordings have no region in" in captured.err
+    # all the reference's speech overlapped and skipped: said so, not "the reference has no speech"
+    overlapped = tmp_path / "overlapped.rttm"
+    write_rttm([T(0, 2, "A"), T(0, 2, "B")], overlapped)
+    assert main(["diarize", "score", str(overlapped), str(ok), "--skip-overlap", "--collar", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "outside overlap" in err[0], err
     # one hypothesis file named twice is one file, not "turns in two files, X and X"
     assert main(["diarize", "score", str(both), str(both), str(both)]) == 0
     assert "DER: 0.00%" in capsys.readouterr().out

@@ -431,3 +431,15 @@ def test_dev_folders_whose_recordings_share_a_name_are_refused(setup, tmp_path, 
     with pytest.raises(UserError) as named_twice:  # (this tiny model's window then refuses its default step)
         whiten.fit_files(model, encoder, [dev, pathlib.Path(".") / dev.name])
     assert "two recordings" not in str(named_twice.value)
+
+
+def test_a_speaker_with_only_zero_length_turns_is_not_counted(monkeypatch):
+    """The speaker count right as evaluate and pyannote count it: a speaker whose turns all last 0 s is none."""
+    import normlab.diarization.pipeline.tuning as tuning
+
+    monkeypatch.setattr(tuning, "stitch", lambda seg, cfg: seg)  # the "segmentation" is the hypothesis itself
+    refs = {"b": [Turn("b", 0.0, 5.0, "A"), Turn("b", 1.0, 0.0, "B")]}
+    hyp = {"b": [Turn("b", 0.0, 5.0, "x")]}
+    assert measure(hyp, refs, PipelineConfig())["count_right"] == 1.0
+    hyp = {"b": [Turn("b", 0.0, 5.0, "x"), Turn("b", 2.0, 0.0, "y")]}
+    assert measure(hyp, refs, PipelineConfig())["count_right"] == 1.0

@@ -88,19 +88,21 @@ def _cmd_diarize_score(args: argparse.Namespace) -> int:
     if not ref:
         raise BadValue(f"nothing to score: {args.ref} has no speaker turns (no SPEAKER line)")
     uem = read_uem(args.uem) if args.uem else None
-    if uem is not None and not set(uem) & set(ref):
+    # a UEM lists the regions to score: a recording it does not name, or names with regions of 0 s, has none
+    outside = sorted(u for u in ref if not any(b > a for a, b in uem.get(u, ()))) if uem is not None else []
+    if len(outside) == len(ref):
         raise BadValue(f"{args.uem} has no regions of the reference's {len(ref)} recordings"
                        f"{'' if uem else ' (it has no regions at all)'}: nothing would be scored")
     result = score(ref, hyp, collar=args.collar, skip_overlap=args.skip_overlap, uem=uem)
     if result.total == 0:
         raise BadValue(f"nothing to score: the reference has no speech{' inside the UEM' if uem else ''}"
-                       f"{' outside the collars' if args.collar > 0 else ''} ({len(ref)} recordings)")
+                       f"{' outside the collars' if args.collar > 0 else ''}"
+                       f"{' outside overlap' if args.skip_overlap else ''} ({len(ref)} recordings)")
     unknown = sorted(set(hyp) - set(ref))
     if unknown:
         print(f"warning: {len(unknown)} hypothesis recordings are not in the reference and are not scored: "
               f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}", file=sys.stderr)
-    outside = sorted(set(ref) - set(uem)) if uem is not None else []
-    if outside:  # a UEM lists the regions to score: a recording it does not name has none
+    if outside:
         print(f"warning: {len(outside)} reference recordings have no region in {args.uem} and are not scored: "
               f"{', '.join(outside[:5])}{' ...' if len(outside) > 5 else ''}", file=sys.stderr)
     print(result.format())

@@ -28,6 +28,12 @@ class Turn:
         return self.start + self.duration
 
 
+def speaker_count(turns) -> int:
+    """How many speakers talk in ``turns``: a speaker whose turns all last 0 s is none (as DER, and pyannote's
+    ``Annotation.labels()``, count them)."""
+    return len({t.speaker for t in turns if t.duration > 0})
+
+
 _SEPARATORS = " \t\f\v\r\n"  # what ends a field or a line on reading
 
 

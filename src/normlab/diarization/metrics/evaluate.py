@@ -19,7 +19,7 @@ import torch
 from ... import written
 from ..._checks import BadValue, NotFound
 from ..data.dataset import MixtureSet
-from ..io.rttm import Turn, read_rttm
+from ..io.rttm import Turn, read_rttm, speaker_count
 from ..models.eend import EENDModel
 from ..pipeline.postprocess import to_turns
 from ..training.permutation import align
@@ -189,8 +189,8 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     unscored = sorted(uris - set(reference))
     files, total = [], {}
     for u in sorted(ref):
-        row = {"uri": u, "collars": {}, "speakers": {"reference": _speakers(ref[u]),
-                                                      "hypothesis": _speakers(hyp.get(u, []))}}
+        row = {"uri": u, "collars": {}, "speakers": {"reference": speaker_count(ref[u]),
+                                                      "hypothesis": speaker_count(hyp.get(u, []))}}
         for c in COLLARS:
             r = score({u: ref[u]}, {u: hyp.get(u, [])}, collar=c, uem=regions)
             row["collars"][f"{c:g}"] = _as_dict(r)
@@ -213,11 +213,6 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
 
         result["html"] = str(write_evaluation_page(result, ref_rttm, html, uem=uem))
     return result
-
-
-def _speakers(turns: list[Turn]) -> int:
-    """How many speakers talk: a speaker whose turns all have zero length is no speaker (as DER counts them)."""
-    return len({t.speaker for t in turns if t.duration > 0})
 
 
 def _as_dict(r: DERResult) -> dict:

@@ -30,7 +30,7 @@ import torch
 from ..._checks import BadValue, NotFound
 from ...workers import exit_on_interrupt
 from ..io.audio import SAMPLE_RATE, read_mono, recording_uri
-from ..io.rttm import Turn, read_rttm
+from ..io.rttm import Turn, read_rttm, speaker_count
 from ..metrics.der import DERResult, diarization_error_rate, score
 from .config import PipelineConfig
 from .segment_cache import SegmentCache
@@ -212,8 +212,7 @@ def measure(segs: dict, refs: dict, cfg: PipelineConfig) -> dict:
     r = score(refs, hyp, collar=0.0)
     out = {"der_0.25": sum(per_file.values(), DERResult()).der, "der_0": r.der}
     out.update({k: getattr(r, k) / r.total for k in ("missed", "false_alarm", "confusion")})
-    out["count_right"] = float(np.mean([len({t.speaker for t in hyp[u]}) == len({t.speaker for t in refs[u]})
-                                        for u in refs]))
+    out["count_right"] = float(np.mean([speaker_count(hyp[u]) == speaker_count(refs[u]) for u in refs]))
     hit, called = map(sum, zip(*(overlap_precision(refs[u], hyp[u]) for u in refs)))
     out["overlap_precision"] = hit / called if called else None  # no overlap output: undefined (JSON null)
     out["overlap_called_s"] = called * 0.01
