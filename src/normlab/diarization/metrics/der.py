@@ -214,7 +214,8 @@ def score(reference: dict[str, list[Turn]], hypothesis: dict[str, list[Turn]], *
     """Sum of the per-recording components over every reference uri (a missing hypothesis is all miss).
 
     ``reference``, ``hypothesis`` and ``uem`` (or None) are ``{uri: ...}``, each value as
-    ``diarization_error_rate`` takes it; BadValue otherwise.
+    ``diarization_error_rate`` takes it; BadValue otherwise. With a ``uem``, only its regions count: a reference
+    uri it does not name adds nothing (md-eval's reading of a UEM).
     """
     check_seconds(collar, "collar")  # even with nothing to score
     for what, d in (("reference", reference), ("hypothesis", hypothesis), ("uem", uem)):
