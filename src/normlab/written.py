@@ -142,6 +142,15 @@ def _normlabs(path: pathlib.Path, data: dict) -> str | None:
     return sha if sha in (_section(data, "files").get(path.name), _section(data, "pending").get(path.name)) else None
 
 
+def ours(path) -> bool:
+    """Whether ``path`` is a file normlab wrote and nobody changed since."""
+    path = pathlib.Path(path)
+    try:
+        return path.is_file() and not path.is_symlink() and _normlabs(path, _read_list(path.parent)) is not None
+    except OSError:
+        return False
+
+
 def made(path) -> dict | None:
     """What ``path`` was made from, as :func:`record` noted it (``made=``), where normlab wrote it and it is
     unchanged since; else None (not normlab's, edited since, or written without a note)."""

@@ -419,6 +419,21 @@ def test_a_cell_whose_stored_result_was_damaged_is_one_line(tmp_path):
         store.get("k")
 
 
+def test_a_cell_whose_stored_result_was_edited_into_other_json_is_one_line(tmp_path):
+    """Valid JSON that is not what the cell returned (a hand-edited or foreign row) reached the study, whose
+    reading of its keys stopped with a KeyError traceback."""
+    from normlab._checks import UserError
+
+    store = Store(str(tmp_path / "runs.sqlite"))
+    store.put("k", "s", "f", {}, {"deviation": 1.0}, 0.0)
+    assert store.get("k") == {"status": "ok", "deviation": 1.0}
+    for edit in ('{"x": 1}', '{"deviation": 2.0}', "[1, 2]"):
+        with contextlib.closing(sqlite3.connect(tmp_path / "runs.sqlite")) as con, con:
+            con.execute("UPDATE cells SET result = ? WHERE key = 'k'", (edit,))
+        with pytest.raises(UserError, match=r"runs.sqlite is damaged \(cell k: .*move it away"):
+            store.get("k")
+
+
 def test_a_store_that_refuses_writes_is_one_line(tmp_path, monkeypatch):
     """A store file that can be read but not written (an immutable file; root ignores chmod) failed at the first
     write with sqlite's OperationalError traceback."""

@@ -476,3 +476,24 @@ def test_a_file_named_metrics_in_the_folder_is_refused_before_any_work(tmp_path)
     with pytest.raises(BadValue, match=r"metrics is a file, not a folder \(the studies' training curves go there\)"):
         run_studies(tmp_path, scale="test", only=["lesson_stats"], progress=False)
     assert not (tmp_path / "runs.sqlite").exists() and (tmp_path / "metrics").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("foreign", [
+    '{"scale": "test", "claims": [{"id": "Z9", "study": "training", "statement": "made up", "source": "me", '
+    '"measured": {}, "criterion": "none", "verdict": "PASS"}], "studies": [{"name": "training", "title": "t", '
+    '"figure": null, "seconds": 0}]}',
+    '{"scale": "test", "claims": [{"id": "x"}], "studies": [{"title": "t"}]}',
+    '{"scale": "test", "claims": "oops", "studies": []}',
+], ids=["a-made-up-claim", "not-a-report-s-shape", "claims-not-a-list"])
+def test_a_results_json_normlab_did_not_write_is_replaced_not_joined(tmp_path, foreign):
+    """--overwrite replaced a foreign results.json by name only: its claims were published beside the run's as
+    normlab's verdicts, or (not shaped like a report) stopped the run after its cells with a KeyError."""
+    from normlab._checks import BadValue
+    from normlab.studies.report import run_studies
+
+    (tmp_path / "results.json").write_text(foreign)
+    with pytest.raises(BadValue, match="results.json exists and normlab did not write it"):
+        run_studies(tmp_path, scale="test", only=["lesson_stats"], progress=False)
+    result = run_studies(tmp_path, scale="test", only=["lesson_stats"], progress=False, overwrite=True)
+    assert {c["study"] for c in result["claims"]} == {"lesson_stats"}
+    assert [s["name"] for s in result["studies"]] == ["lesson_stats"]

@@ -142,7 +142,10 @@ def _unstage(figures: pathlib.Path) -> None:
 
 
 def _previous(path: pathlib.Path) -> dict:
-    """The report already in ``path`` ({} where there is none, or it is not a report: replaced with --overwrite)."""
+    """The report already in ``path``: {} where there is none, or it is not one normlab wrote (replaced, with
+    --overwrite: a foreign file's claims were published beside the run's as normlab's verdicts)."""
+    if not written.ours(path):
+        return {}
     try:
         old = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -163,19 +163,24 @@ class Store:
         if row is None or row[0] == "error":
             return None
         try:
-            result = json.loads(row[1])
+            sealed = json.loads(row[1])
         except (TypeError, ValueError) as e:  # a row changed on disk: the JSON a put wrote does not parse
             raise BadValue(self._damaged(f"cell {key}: {e}")) from None
-        if not isinstance(result, dict):
-            raise BadValue(self._damaged(f"cell {key}: not a result"))
+        # valid JSON that is not what put wrote (edited, or another program's) reached the study, whose reading
+        # of it stopped with a KeyError: each row carries the SHA-256 of its result
+        result = sealed.get("result") if isinstance(sealed, dict) else None
+        if not isinstance(result, dict) or sealed.get("sha256") != _sha256(result):
+            raise BadValue(self._damaged(f"cell {key}: not the result that was stored"))
         return {"status": row[0], **result}
 
     def put(self, key: str, study: str, fn: str, config: dict, result: dict, seconds: float) -> None:
         status = result.get("status", "ok")
+        result = json.loads(json.dumps(result))  # as it reads back (int keys become text, tuples lists)
+        sealed = json.dumps({"result": result, "sha256": _sha256(result)})
         with self._db() as db:
             db.execute(
                 "INSERT OR REPLACE INTO cells VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, study, fn, json.dumps(config, sort_keys=True), status, json.dumps(result), seconds, time.time()),
+                (key, study, fn, json.dumps(config, sort_keys=True), status, sealed, seconds, time.time()),
             )
 
     def count(self, study: str | None = None) -> int:
@@ -183,6 +188,11 @@ class Store:
             if study is None:
                 return db.execute("SELECT COUNT(*) FROM cells").fetchone()[0]
             return db.execute("SELECT COUNT(*) FROM cells WHERE study = ?", (study,)).fetchone()[0]
+
+
+def _sha256(result: dict) -> str:
+    """The digest a stored result carries: of its JSON with sorted keys (what it reads back as, to the bit)."""
+    return hashlib.sha256(json.dumps(result, sort_keys=True).encode()).hexdigest()
 
 
 def _call(module: str, name: str, config: dict, threads: int, device: str = "cpu") -> tuple[dict, float, list[dict]]:
