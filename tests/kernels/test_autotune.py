@@ -580,3 +580,39 @@ def test_processes_that_measure_at_once_run_the_decision_saved_first(tuner, monk
     assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "native"
     assert kernels.resolve("auto", "layer_norm", x, 1e-5) == "native"  # and kept for the process
     assert json.loads(tuner.path.read_text())["configs"][0]["decisions"][k]["impl"] == "native"
+
+
+@needs_two
+def test_a_link_that_loops_or_points_at_no_file_is_left_as_it_is(tuner, monkeypatch):
+    """A cache that is a link looping on itself stopped the first ``auto`` call with Path.resolve's RuntimeError;
+    one to a FIFO (or any file that is no regular file) was replaced by the decisions, the FIFO gone."""
+    import os
+    import stat
+
+    _rigged(monkeypatch, "cpu")
+    tuner.path.symlink_to(tuner.path.name)  # dispatch.json -> dispatch.json
+    with pytest.warns(RuntimeWarning, match="dispatch.json: it cannot be read"):
+        assert kernels.resolve("auto", "layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
+    tuner.path.unlink()
+    fifo = tuner.path.with_name("pipe")
+    os.mkfifo(fifo)
+    tuner.path.symlink_to(fifo)
+    monkeypatch.setattr(autotune, "TUNER", autotune.Tuner(tuner.path))
+    with pytest.warns(RuntimeWarning, match="dispatch.json: it is not a regular file; it is left as it is"):
+        assert kernels.resolve("auto", "layer_norm", torch.randn(4, 64), 1e-5) == "cpu"
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and tuner.path.is_symlink()
+
+
+@needs_two
+def test_torch_func_transforms_decide_by_the_fixed_table(tuner, monkeypatch):
+    """Under vmap or grad, decide timed a sample: vmap refused its random draw, grad its storage-less tensors."""
+    calls = _rigged(monkeypatch, "native")
+    seen = []
+
+    def f(t):
+        seen.append(kernels.decide("auto", "layer_norm", t, 1e-5))
+        return t.sum()
+
+    torch.func.vmap(f)(torch.randn(3, 4, 768))
+    torch.func.grad(f)(torch.randn(4, 768))
+    assert calls == [] and [d.why.startswith("fixed table (no timer") for d in seen] == [True, True]

@@ -87,11 +87,15 @@ def _script(tmp_path: pathlib.Path, name: str, body: str) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("case", ["false", "hangs", "bad-timeout"])
+@pytest.mark.parametrize("case", ["false", "hangs", "bad-timeout", "unquoted-cxx", "unquoted-flags"])
 def test_broken_compiler_falls_back_with_one_warning(case, tmp_path):
     if case == "false":
         env = _env(tmp_path, CXX="/bin/false")
         reason = "exited with 1"
+    elif case.startswith("unquoted"):  # shlex's ValueError stopped every norm call
+        name = "CXX" if case == "unquoted-cxx" else "NORMLAB_CXXFLAGS"
+        env = _env(tmp_path, **{name: 'g++ "-O2' if name == "CXX" else '-O2 "'})
+        reason = f"{name}="
     elif case == "bad-timeout":  # it raised ValueError from every call
         env = _env(tmp_path, NORMLAB_BUILD_TIMEOUT="2m")
         reason = "NORMLAB_BUILD_TIMEOUT='2m' is not a number of seconds > 0"
@@ -214,3 +218,13 @@ def test_a_hanging_compiler_does_not_hang_the_compiled_kernels(tmp_path):
     run = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=40)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.startswith("True") and "torch.compile is unavailable (the C++ compiler" in run.stdout
+
+
+def test_a_cxx_that_cannot_be_split_is_a_problem_named_not_a_crash(monkeypatch):
+    """The checks before torch.compile and the dispatch cache's build key split $CXX too: shlex's ValueError
+    escaped both."""
+    from normlab.kernels import autotune
+
+    monkeypatch.setenv("CXX", 'g++ "-O2')
+    assert build.compiler_problem().startswith("CXX='g++ \"-O2' cannot be split into words")
+    assert autotune._build_key.__wrapped__() == "none"

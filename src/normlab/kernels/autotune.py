@@ -156,8 +156,8 @@ def machine() -> dict:
 @functools.cache
 def _build_key() -> str:
     """The built kernels' cache key (source, compiler, flags, ISA); "none" where no compiler works."""
-    cxx = build.compiler()
     try:
+        cxx = build.compiler()
         return build.key(cxx) if cxx else "none"
     except build.BuildError:
         return "none"
@@ -329,8 +329,10 @@ class Tuner:
         left = None if self.chosen else []
         try:
             st = os.stat(self.path)
-            if not stat.S_ISREG(st.st_mode):  # a FIFO blocked the first call; a folder cannot be replaced either
-                return {}, left, f"is not a regular file{kept}"
+            if not stat.S_ISREG(st.st_mode):  # a FIFO blocked the first call; a folder cannot be replaced either,
+                # and a link to a device or FIFO had it replaced by the decisions: left as it is wherever it is
+                return {}, None, "is not a regular file; it is left as it is, and this process's decisions are " \
+                                 "not saved"
             if st.st_size > MAX_FILE_BYTES:
                 return {}, left, f"is {st.st_size} bytes, larger than any dispatch cache{kept}"
             raw = self.path.read_bytes()
@@ -408,7 +410,9 @@ class Tuner:
                 own = {"machine": machine(),
                        "decisions": {k: {**asdict(v), "why": "measured"} for k, v in sorted(merged.items())}}
                 data = {"format": FORMAT, "configs": [own, *others[: MAX_CONFIGS - 1]]}
-                target = self.path.resolve()  # a link's target is rewritten: renamed over, the link became a file
+                # a link's target is rewritten (renamed over, the link became a file); realpath, not Path.resolve,
+                # which raised RuntimeError on a link that loops (it is replaced: it was no cache)
+                target = pathlib.Path(os.path.realpath(self.path))
                 fd, tmp = tempfile.mkstemp(suffix=".json", dir=target.parent)
                 if hasattr(os, "fchmod"):  # readable as the built kernels beside it (mkstemp's 0600 hid it from a team)
                     os.fchmod(fd, 0o644)

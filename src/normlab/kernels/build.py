@@ -82,13 +82,22 @@ def compiler() -> list[str] | None:
     """The compiler command (``$CXX`` may carry arguments, e.g. ``ccache g++``), or None."""
     cxx = os.environ.get("CXX")
     if cxx:
-        return shlex.split(cxx)
+        return _words("CXX", cxx)
     found = shutil.which("g++") or shutil.which("c++")
     return [found] if found else None
 
 
 def flags() -> tuple[str, ...]:
-    return (*FLAGS, *shlex.split(os.environ.get("NORMLAB_CXXFLAGS", "")))
+    return (*FLAGS, *_words("NORMLAB_CXXFLAGS", os.environ.get("NORMLAB_CXXFLAGS", "")))
+
+
+def _words(name: str, text: str) -> list[str]:
+    """``text`` split as a shell would; a BuildError naming the variable where it cannot be (shlex's ValueError
+    stopped every norm call)."""
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise BuildError(f"{name}={text!r} cannot be split into words ({e})") from None
 
 
 def isa_flags() -> str:
@@ -165,14 +174,18 @@ def _version_or_error(cxx: tuple[str, ...]) -> str | BuildError:
 def compiler_problem() -> str | None:
     """Why the C++ compiler cannot be used here (none found, it fails or it hangs past the build timeout), or None
     where it answers ``--version``."""
-    cxx = compiler()
-    if cxx is None:
-        return "no C++ compiler (g++ or c++, or $CXX)"
     try:
+        cxx = compiler()
+        if cxx is None:
+            return NO_COMPILER
         _version(tuple(cxx))
     except BuildError as e:
         return str(e)
     return None
+
+
+#: what :func:`compiler_problem` says where no compiler is found at all
+NO_COMPILER = "no C++ compiler (g++ or c++, or $CXX)"
 
 
 def key(cxx: list[str]) -> str:

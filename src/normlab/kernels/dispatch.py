@@ -202,8 +202,9 @@ def decide(impl: str, op: str, x: Tensor, eps: float, d: int | None = None,
         return autotune.Decision(impl, "forced")
     if not autotune.enabled():
         return autotune.Decision(_fixed(op, x, eps, d), "fixed table (autotune off)")
-    if exporting() or torch.compiler.is_compiling():
-        return autotune.Decision(_fixed(op, x, eps, d), "fixed table (no timer while tracing, exporting or compiling)")
+    if exporting() or torch.compiler.is_compiling() or transformed() or unreadable(x):
+        return autotune.Decision(_fixed(op, x, eps, d), "fixed table (no timer while tracing, exporting, compiling or "
+                                                        "transforming)")
     timed = {n: _KERNELS[n] for n in _order(op, x, d) if n in autotune.TIMED and _KERNELS[n].supports(op, x, eps)}
     if len(timed) >= 2:
         known = autotune.TUNER.known(op, x, d, timed, records)  # decided before: in this process or the saved file

@@ -195,7 +195,7 @@ def _probe() -> str | None:
     from . import build
 
     problem = build.compiler_problem()
-    if problem is not None and build.compiler() is not None:  # (none at all: inductor says so itself, quickly)
+    if problem is not None and problem != build.NO_COMPILER:  # (none at all: inductor says so itself, quickly)
         warnings.warn(f"normlab: torch.compile is unavailable (the C++ compiler: {problem[:200]}); the fused "
                       "kernels fall back to other paths", RuntimeWarning, stacklevel=3)
         return problem
