@@ -239,6 +239,17 @@ def test_diarize_files_takes_its_flags_as_true_or_false_only(flag, tmp_path, mon
     assert (tmp_path / "out" / "a.rttm").read_text() == "mine\n"
 
 
+@pytest.mark.parametrize("out_dir", [None, 3])
+def test_diarize_files_takes_a_folder_s_path_as_out_dir(out_dir, tmp_path, monkeypatch):
+    """None or a number was pathlib's TypeError, not normlab's one line."""
+    from normlab._checks import BadType
+    from normlab.diarization.pipeline import api
+
+    monkeypatch.setattr(api, "_prepare", lambda *a, **k: pytest.fail("work began before the check"))
+    with pytest.raises(BadType, match=f"out_dir must be a folder's path, got {type(out_dir).__name__}"):
+        api.diarize_files([tmp_path / "a.wav"], out_dir)
+
+
 @pytest.mark.parametrize("subtype", ["PCM_16", "FLOAT"])
 def test_a_wav_cut_short_is_read_with_one_warning(tmp_path, subtype):
     """A copy cut at half its size was diarized as 2 s of 4 without a word (libsndfile reports what is there)."""

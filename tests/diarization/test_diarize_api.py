@@ -331,6 +331,10 @@ def test_bad_input_is_one_clear_error(files, tmp_path, capsys):
                        r"n_fft=512, subsample=5; this pipeline makes sample_rate=8000, win=200, hop=80, n_fft=256, "
                        r"subsample=10$"):
         diarize(audio, sample_rate=SR, model=tmp_path / "odd.pt", embedding=d / "enc.pt")
+    odd.features = FeatureConfig(hop="80")  # a value of another type: both named so that they differ
+    odd.save(tmp_path / "odd.pt")
+    with pytest.raises(ValueError, match=r"with hop='80'; this pipeline makes hop=80$"):
+        diarize(audio, sample_rate=SR, model=tmp_path / "odd.pt", embedding=d / "enc.pt")
     with pytest.raises(ValueError, match="junk.pt is not a GE2E speaker encoder"):
         diarize(audio, sample_rate=SR, model=d / "m.pt", embedding=tmp_path / "junk.pt")
     with pytest.raises(ValueError, match="m.pt is not a GE2E speaker encoder checkpoint: it is an EEND segmentation "

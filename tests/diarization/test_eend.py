@@ -134,6 +134,26 @@ def test_the_model_of_a_diverged_training_says_so_when_loaded(tmp_path):
         EENDModel.load(path)
 
 
+@pytest.mark.parametrize("table, value", [("modes", {"eend": "x"}), ("vad_speech", "x"), ("whitened", [1]),
+                                          ("vbx", {"eend": 3}), ("encoders", {"ge2e": "x"}), (None, "x")])
+def test_a_model_file_whose_stored_settings_are_damaged_is_one_line(tmp_path, table, value):
+    """A settings table holding text (or a list) where its settings go was read only when a run asked for it
+    (--vad speech, --whiten, --clustering vbx, --speaker-encoder), an AttributeError traceback there."""
+    path = tmp_path / "model.pt"
+    model = EENDModel(DEBUG)
+    model.save(path)
+    blob = torch.load(path, weights_only=True)
+    if table is None:
+        blob["postprocess"] = value
+    else:
+        blob["postprocess"][table] = value
+    torch.save(blob, path)
+    said = "are not a table of settings" if table is None else f"hold a '{table}' that is not a table of settings"
+    with pytest.raises(ValueError, match=f"model.pt is not a normlab EEND model.*: its stored pipeline settings "
+                                         f"{said}$"):
+        EENDModel.load(path)
+
+
 def test_training_loss_falls(tmp_path):
     torch.manual_seed(0)
     m = EENDModel(DEBUG)

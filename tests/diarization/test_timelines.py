@@ -154,3 +154,19 @@ def test_the_page_has_the_table_and_aligned_rows_with_the_errors_by_kind():
 def test_without_matplotlib_plot_is_one_line_naming_the_extra(no_matplotlib, tmp_path):
     with pytest.raises(ImportError, match=r"^timeline plots need matplotlib: pip install 'normlab\[plot\]'$"):
         timeline_png(REF, tmp_path / "x.png")
+
+
+def test_the_title_counts_overlapped_speech_once_and_names_a_recording_without_turns(tmp_path, monkeypatch):
+    """The title read 26.3 s of speech where the command line said 22.4 s (overlap counted per speaker), and a
+    recording without turns was titled "recording"."""
+    from normlab.diarization.pipeline import api
+    from normlab.diarization.pipeline.output import Diarization
+    from normlab.diarization.plot import timeline_title
+
+    turns = [Turn("m", 0.0, 4.0, "a"), Turn("m", 3.0, 3.0, "b")]
+    assert timeline_title(turns) == "m: 2 speakers, 6.0 s of speech, 1.0 s overlapped"
+    assert timeline_title([], "silence") == "silence: 0 speakers, 0.0 s of speech, 0.0 s overlapped"
+    drawn = {}
+    api._draw(lambda turns, path, **kw: drawn.update(kw), Diarization([], uri="silence", duration=2.0), {},
+              tmp_path / "silence.png")
+    assert drawn["uri"] == "silence"

@@ -73,10 +73,23 @@ def pyplot():
     return plotting.pyplot("timeline plots")
 
 
+def timeline_title(turns: list[Turn], uri: str | None = None) -> str:
+    """"uri: N speakers, S s of speech, O s overlapped": speech counted once where voices overlap (as the
+    command line and ``Diarization.speech_seconds`` count it); ``uri`` names a recording without turns."""
+    from .metrics.der import merge
+
+    n = len(speakers_in_order(turns))
+    speech = sum(b - a for a, b in merge((t.start, t.end) for t in turns))
+    name = uri if uri is not None else (turns[0].uri if turns else "recording")
+    return (f"{name}: {n} speaker{'' if n == 1 else 's'}, {speech:.1f} s of speech, "
+            f"{sum(b - a for a, b in overlap_spans(turns)):.1f} s overlapped")
+
+
 def timeline_png(turns: list[Turn], path: str | pathlib.Path, *, duration: float | None = None,
-                 title: str | None = None, metadata: dict | None = None) -> Layout:
+                 title: str | None = None, metadata: dict | None = None, uri: str | None = None) -> Layout:
     """Draw the turns (speakers as rows, an overlap row) to ``path`` (PNG); the layout it used. ``metadata``:
-    the PNG's text chunks (default: what made it, :func:`normlab.provenance.png_metadata`)."""
+    the PNG's text chunks (default: what made it, :func:`normlab.provenance.png_metadata`); ``uri``: the
+    recording's name in the title (default: its turns')."""
     plt = pyplot()
     speakers = speakers_in_order(turns)
     end = max([t.end for t in turns] + [duration or 0.0])
@@ -101,12 +114,7 @@ def timeline_png(turns: list[Turn], path: str | pathlib.Path, *, duration: float
         ax.spines[side].set_visible(False)
     ax.grid(axis="x", color="#dddddd", linewidth=0.5)
     ax.set_axisbelow(True)
-    talk = sum(t.duration for t in turns)
-    n = len(speakers)
-    fig.suptitle(title or f"{turns[0].uri if turns else 'recording'}: {n} speaker{'' if n == 1 else 's'}, "
-                 f"{talk:.1f} s of "
-                 f"speech, {sum(b - a for a, b in ov):.1f} s overlapped", x=lay.left / w, ha="left", fontsize=10,
-                 parse_math=False)
+    fig.suptitle(title or timeline_title(turns, uri), x=lay.left / w, ha="left", fontsize=10, parse_math=False)
     from ..provenance import png_metadata
 
     fig.savefig(path, format="png", dpi=DPI, facecolor="white",  # (a temporary file's name ends in .tmp)

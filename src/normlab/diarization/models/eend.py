@@ -81,6 +81,25 @@ def model_path(model: str | os.PathLike | None) -> pathlib.Path:
 DEFAULT_POSTPROCESS = {"threshold": 0.5, "median": 11}
 
 
+#: the tables of settings a model file's ``postprocess`` may hold (PipelineConfig.for_model reads them), each with
+#: how many levels of keys lie above its settings: ``modes[mode]``, ``encoders[encoder][mode]``...
+SETTINGS_TABLES = {"modes": 1, "vad_speech": 0, "whitened": 1, "ahc": 1, "vbx": 1, "encoders": 2}
+
+
+def settings_problem(post) -> str | None:
+    """Why a model file's ``postprocess`` cannot be read as its stored settings ("are not a table...", "hold
+    ..."), or None. A table holding text where its settings go stopped a run that read it with an
+    AttributeError."""
+    def nested(v, levels: int) -> bool:
+        return isinstance(v, dict) and (levels == 0 or all(nested(x, levels - 1) for x in v.values()))
+
+    if not isinstance(post, dict):
+        return "are not a table of settings"
+    bad = next((name for name, levels in SETTINGS_TABLES.items() if name in post and not nested(post[name], levels)),
+               None)
+    return None if bad is None else f"hold a {bad!r} that is not a table of settings"
+
+
 class EENDModel(nn.Module):
     """``features (batch, frames, input_dim) -> logits (batch, frames, outputs)``; no positional encoding (EEND).
 
@@ -184,10 +203,9 @@ class EENDModel(nn.Module):
         if bad:
             raise BadValue(f"{not_ours}: its weights hold NaN or infinite values ({bad[0]}: a diverged training?)")
         post, whitening = blob.get("postprocess", {}), blob.get("whitening")
-        modes = post.get("modes", {}) if isinstance(post, dict) else None
-        if not isinstance(post, dict) or not isinstance(modes, dict) or \
-                not all(isinstance(m, dict) for m in modes.values()):
-            raise BadValue(f"{not_ours}: its stored pipeline settings are not a table of settings")
+        damaged = settings_problem(post)
+        if damaged:
+            raise BadValue(f"{not_ours}: its stored pipeline settings {damaged}")
         if whitening is not None and not isinstance(whitening, dict):
             raise BadValue(f"{not_ours}: its embedding whitening is not a table of tensors")
         from ..pipeline.whiten import stored_problem

@@ -57,7 +57,7 @@ def load_model(model=None):
     made = FeatureConfig()
     if m.features != made:
         diff = [k for k, v in asdict(made).items() if getattr(m.features, k) != v]
-        theirs, ours = (", ".join(f"{k}={getattr(c, k)}" for k in diff) for c in (m.features, made))
+        theirs, ours = (", ".join(f"{k}={getattr(c, k)!r}" for k in diff) for c in (m.features, made))
         raise BadValue(f"{where} was trained on features with {theirs}; this pipeline makes {ours}")
     if m.cfg.input_dim != made.dim:
         raise BadValue(f"{where} expects {m.cfg.input_dim}-dim features; this pipeline makes {made.dim}")
@@ -252,6 +252,8 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
         raise BadType(f"diarize_files takes paths of audio files, got a {type(odd[0]).__name__} among them "
                       "(diarize() takes a waveform: an array, a tensor or a dict)")
     paths = [os.fspath(p) if isinstance(p, os.PathLike) and not isinstance(p, pathlib.Path) else p for p in paths]
+    if not isinstance(out_dir, (str, os.PathLike)):  # (pathlib's TypeError otherwise)
+        raise BadType(f"out_dir must be a folder's path, got {type(out_dir).__name__}")
     if plot:
         from ..plot import pyplot
 
@@ -339,7 +341,7 @@ def _refused(e: OSError, out_dir) -> str:
 
 
 def _draw(timeline_png, result: Diarization, metadata: dict, path: pathlib.Path) -> None:
-    timeline_png(result, path, duration=result.duration, metadata=metadata)
+    timeline_png(result, path, duration=result.duration, metadata=metadata, uri=result.uri)
 
 
 def _weights_digest(*modules) -> str:
