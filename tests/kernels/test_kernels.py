@@ -90,6 +90,24 @@ def test_native_refuses_half_and_auto_gives_constant_rows_their_bias(dtype):
                 assert torch.equal(y, bias.expand(8, d)), (d, value)
 
 
+@pytest.mark.parametrize("impl", ["auto", *(n for n in ("cpu", "native", "reference") if n in kernels.IMPLS)])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_an_input_made_under_inference_mode_trains_a_norm_after(op, impl):
+    """Features made under inference_mode (a frozen front end), then a trainable norm on them: autograd refused
+    to save the inference tensor, where torch's own RMSNorm trains; the weight's gradient is the same as on a
+    normal copy of the input."""
+    if impl == "native" and op == "rms_norm":
+        pytest.skip("torch's kernel pair has no RMSNorm")
+    with torch.inference_mode():
+        x = torch.randn(6, 96)
+    w = torch.randn(96, requires_grad=True)
+    fn = getattr(F, op)
+    fn(x, 96, w, impl=impl).square().sum().backward()
+    got, w.grad = w.grad, None
+    fn(x.clone(), 96, w, impl=impl).square().sum().backward()
+    assert torch.equal(got, w.grad)
+
+
 @pytest.mark.parametrize("op", ["layer_norm", "add_layer_norm"])
 def test_native_runs_under_torchs_own_autograd_node_with_the_kernel_pairs_bits(op):
     """``native`` is torch's kernel pair called as torch calls it (its C++ autograd node, the caller's shapes):

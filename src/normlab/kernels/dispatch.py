@@ -286,6 +286,8 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
         records = torch.is_grad_enabled() and (x.requires_grad or (residual is not None and residual.requires_grad)
                                                or (w is not None and w.requires_grad)
                                                or (b is not None and b.requires_grad))
+        if records and x.is_inference():  # made under inference_mode, trained on after (features of a frozen
+            x = x.clone()  # front end): autograd may not save it, and torch's own RMSNorm, which saves x**2, runs
         if torch.compiler.is_compiling():
             # dynamo cannot trace a ctypes call; it inlines the fused math into the user's graph instead
             _check_forced(impl, op, x, eps)
