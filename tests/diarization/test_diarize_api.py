@@ -510,6 +510,27 @@ def test_evaluate_names_the_reference_recordings_it_has_no_audio_for(files, tmp_
     assert json.loads(capsys.readouterr().out)["no_audio"] == ["absent"]
 
 
+def test_evaluate_names_the_recordings_its_uem_leaves_out(files, tmp_path, capsys):
+    """A recording with audio and reference but no region in the UEM read n/a without a word (`diarize score`
+    warns of it)."""
+    import shutil
+
+    d, _ = files
+    wavs = tmp_path / "wavs"
+    wavs.mkdir()
+    for name in ("talk", "other"):
+        shutil.copy(d / "talk.wav", wavs / f"{name}.wav")
+    ref = tmp_path / "ref.rttm"
+    write_rttm([Turn("talk", 0.0, 4.0, "a"), Turn("other", 0.0, 4.0, "b")], ref)
+    (tmp_path / "all.uem").write_text("talk 1 0 4\nother 1 2 2\n")  # other: a region of 0 s
+    capsys.readouterr()
+    main(["diarize", "evaluate", str(wavs), str(ref), "--uem", str(tmp_path / "all.uem"), "--model",
+          str(d / "m.pt"), "--embedding", str(d / "enc.pt"), "--out", str(tmp_path / "ev"), "--html",
+          str(tmp_path / "page")])
+    assert "without a region in the UEM, not scored: 1 recordings (other)" in capsys.readouterr().out
+    assert "Without a region in the UEM, not scored: other." in (tmp_path / "page" / "index.html").read_text()
+
+
 def test_a_recording_without_reference_speech_reads_n_a_not_0_percent():
     from normlab.diarization.metrics.evaluate import format_evaluation
 

@@ -81,15 +81,14 @@ def _read_rttms(paths: list[str]) -> dict:
 
 def _cmd_diarize_score(args: argparse.Namespace) -> int:
     from .._checks import BadValue
-    from ..diarization.io.uem import read_uem
+    from ..diarization.io.uem import read_uem, uncovered
     from ..diarization.metrics.der import score
 
     ref, hyp = _read_rttms([args.ref]), _read_rttms(args.hyp)
     if not ref:
         raise BadValue(f"nothing to score: {args.ref} has no speaker turns (no SPEAKER line)")
     uem = read_uem(args.uem) if args.uem else None
-    # a UEM lists the regions to score: a recording it does not name, or names with regions of 0 s, has none
-    outside = sorted(u for u in ref if not any(b > a for a, b in uem.get(u, ()))) if uem is not None else []
+    outside = uncovered(ref, uem)  # a UEM lists the regions to score: these have none
     if len(outside) == len(ref):
         raise BadValue(f"{args.uem} has no regions of the reference's {len(ref)} recordings"
                        f"{'' if uem else ' (it has no regions at all)'}: nothing would be scored")

@@ -25,6 +25,14 @@ def check_region(region, what: str = "UEM region") -> None:
         raise BadValue(f"{what} {region!r} ends before it starts")
 
 
+def uncovered(uris, regions: dict[str, list[tuple[float, float]]] | None) -> list[str]:
+    """The ``uris`` (sorted) a UEM gives no time to score: not named, or named with regions of 0 s only (none
+    where there is no UEM: then the whole extent is scored)."""
+    if regions is None:
+        return []
+    return sorted(u for u in uris if not any(off > on for on, off in regions.get(u, ())))
+
+
 def _uncommented(fields: list[str]) -> list[str]:
     """A UEM line's fields before its comment: from a field that begins with ``;``, or from a ``;`` inside any
     field but the uri (``a 1 0.0 1.0;; note``: numbers never hold one, a uri may)."""

@@ -115,6 +115,7 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     and ``der`` as a fraction; ``count_right``: the files whose hypothesis has as many speakers as their
     reference (over the whole file, whatever the UEM; a file that failed has none); ``unscored``: the
     recordings the reference does not name, diarized but not scored (as ``diarize score`` skips them);
+    ``outside_uem``: those the UEM gives no region of time (``io.uem.uncovered``), not scored;
     ``no_audio``: the reference's recordings without an audio file in ``wav_dir``, not scored (``diarize
     score`` would count them as all missed); ``past_end``: ``{uri: "reference end, audio length"}`` where the
     reference speaks more than :data:`PAST_END_S` after the audio ends (scored as missed). The RTTMs are read
@@ -128,7 +129,7 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     """
     from ...provenance import record
     from ..io.audio import AUDIO_SUFFIXES, recording_uri
-    from ..io.uem import read_uem
+    from ..io.uem import read_uem, uncovered
     from ..pipeline.api import DONE, diarize_files, made_with
 
     # the RTTMs written are what is scored: another format wrote none, and stale RTTMs in out_dir were scored
@@ -206,7 +207,8 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     spoken = {u: max(t.end for t in ref[u]) for u in sorted(ref) if u in ends and ref[u]}
     past = {u: f"{end:.1f} s, audio {ends[u]:.1f} s" for u, end in spoken.items() if end > ends[u] + PAST_END_S}
     result = {"files": files, "total": total, "count_right": right, "unscored": unscored,
-              "no_audio": sorted(set(reference) - uris), "past_end": past, "errors": errors, "out": str(out_dir),
+              "outside_uem": uncovered(ref, regions), "no_audio": sorted(set(reference) - uris), "past_end": past,
+              "errors": errors, "out": str(out_dir),
               "settings": made["settings"], "provenance": {**record(), "pipeline": made["provenance"]}}
     if html is not None:
         from .report_html import write_evaluation_page
@@ -241,6 +243,7 @@ def format_evaluation(result: dict) -> str:
     lines.append(f"speaker count right on {result['count_right']} of {len(result['files'])} recordings")
     past = [f"{u} (reference to {v})" for u, v in (result.get("past_end") or {}).items()]
     for some, what in ((result.get("unscored"), "not in the reference, not scored"),
+                       (result.get("outside_uem"), "without a region in the UEM, not scored"),
                        (result.get("no_audio"), "in the reference without an audio file in the folder, not scored"),
                        (past, "reference speech after the audio's end, scored as missed")):
         if some:

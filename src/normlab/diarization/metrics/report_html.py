@@ -160,6 +160,8 @@ def evaluation_page(result: dict, reference: dict[str, list[Turn]], hypothesis: 
             + (f"<h2>Errors</h2><ul class=errors>{errors}</ul>" if errors else "")
             + (f"<p>Not in the reference, not scored: {html.escape(', '.join(result['unscored']))}.</p>"
                if result.get("unscored") else "")
+            + (f"<p>Without a region in the UEM, not scored: {html.escape(', '.join(result['outside_uem']))}.</p>"
+               if result.get("outside_uem") else "")
             + (f"<p>In the reference without an audio file, not scored: "
                f"{html.escape(', '.join(result['no_audio']))}.</p>" if result.get("no_audio") else "")
             + (f"<p>Reference speech after the audio's end, scored as missed: "
