@@ -393,7 +393,9 @@ def test_ranks_share_the_cores_by_default(tmp_path, monkeypatch, capsys):
     before = torch.get_num_threads()
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     try:
-        for local, given, want in (("4", [], 2), ("2", [], 4), (None, [], 2), ("4", ["--threads", "3"], 3)):
+        # a digit to str.isdigit that int() refuses ("²") was int()'s traceback: a value that is no count is unset
+        for local, given, want in (("4", [], 2), ("2", [], 4), (None, [], 2), ("4", ["--threads", "3"], 3),
+                                   ("\u00b2", [], 2)):
             if local is None:
                 monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
             else:

@@ -53,6 +53,12 @@ def test_the_commit_recorded_is_normlabs_own_not_an_enclosing_repositorys(tmp_pa
     ours = repo(tmp_path / "checkout", '[project]\nname = "normlab"\n')
     (tmp_path / "checkout" / "src" / "normlab").mkdir(parents=True)
     assert git_commit(tmp_path / "checkout" / "src" / "normlab") == ours != theirs
+    # git's own variables of the caller (inside a git hook) named the other repository's commit, or a clean
+    # checkout dirty
+    for var, value in (("GIT_DIR", tmp_path / "project" / ".git"), ("GIT_WORK_TREE", tmp_path / "project")):
+        with pytest.MonkeyPatch.context() as m:
+            m.setenv(var, str(value))
+            assert git_commit.__wrapped__(tmp_path / "checkout" / "src" / "normlab") == ours, var
 
 
 def test_the_command_recorded_can_be_typed_again():

@@ -38,8 +38,11 @@ def git_commit(package: pathlib.Path | None = None) -> str | None:
     try:
         if 'name = "normlab"' not in (root / "pyproject.toml").read_text(errors="replace"):
             return None
+        # without the caller's GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE... (set inside a git hook, or by hand): they
+        # named another repository's commit, or called a clean checkout dirty
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
         run = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,  # noqa: E731
-                                        timeout=10)
+                                        timeout=10, env=env)
         head = run("rev-parse", "HEAD")
         if head.returncode != 0:
             return None

@@ -265,7 +265,7 @@ def test_recipe_builds_either_encoder():
 @pytest.mark.parametrize("change, why", [
     ({"weight": float("nan")}, "weights hold NaN or infinite values"),
     ({"postprocess": [1, 2]}, "stored pipeline settings are not a table"),
-    ({"postprocess": {"modes": {"eend": 3}}}, "stored pipeline settings are not a table"),
+    ({"postprocess": {"modes": {"eend": 3}}}, "stored pipeline settings hold a 'modes' that is not a table"),
     ({"whitening": "abc"}, "embedding whitening is not a table"),
 ])
 def test_a_damaged_model_file_is_refused_when_loaded(tmp_path, change, why):

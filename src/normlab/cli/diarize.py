@@ -210,7 +210,8 @@ def _rank_threads() -> int:
     import os
 
     local = os.environ.get("LOCAL_WORLD_SIZE", "")
-    return max(1, (os.cpu_count() or 1) // int(local)) if local.isdigit() and int(local) > 1 else 2
+    # (isascii: "²" is a digit to isdigit, not to int)
+    return max(1, (os.cpu_count() or 1) // int(local)) if local.isascii() and local.isdigit() and int(local) > 1 else 2
 
 
 def _cmd_diarize_train(args: argparse.Namespace) -> int:

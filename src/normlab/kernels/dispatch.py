@@ -286,14 +286,14 @@ def dispatch(op: str, x: Tensor, residual: Tensor | None, shape: tuple[int, ...]
         records = torch.is_grad_enabled() and (x.requires_grad or (residual is not None and residual.requires_grad)
                                                or (w is not None and w.requires_grad)
                                                or (b is not None and b.requires_grad))
-        if records and x.is_inference():  # made under inference_mode, trained on after (features of a frozen
-            x = x.clone()  # front end): autograd may not save it, and torch's own RMSNorm, which saves x**2, runs
         if torch.compiler.is_compiling():
             # dynamo cannot trace a ctypes call; it inlines the fused math into the user's graph instead
             _check_forced(impl, op, x, eps)
             kernel = get_kernel("compiled" if impl in ("auto", "cpu") else impl)
         else:
             kernel = get_kernel(_eager(impl, op, x, eps, d, records))
+            if records and x.is_inference():  # made under inference_mode, trained on after (a frozen front end's
+                x = x.clone()  # features): autograd may not save it; torch's RMSNorm, which saves x**2, trains
         spec, s_dt = OP_SPECS[op], s_dtype or x.dtype
         # torch's kernel pair on the caller's shapes, under torch's own autograd node; except for a bias without
         # a weight where autograd records: torch's second derivative then leaves out the bias (it reads 0), so
