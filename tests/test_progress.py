@@ -52,3 +52,16 @@ def test_a_terminal_gets_a_bar():
     for i in range(5):
         p.show("bench", i + 1, 5)
     assert "bench" in out.getvalue() and "5/5" in out.getvalue()
+
+
+def test_a_terminal_bar_with_a_note_is_redrawn_at_tqdms_pace_not_every_step():
+    """A note set with refresh=True redrew the bar at every step: 2,280 redraws (242 KB) in 10 s of training."""
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Terminal()
+    p = progress.Progress(stream=out)
+    for i in range(2000):
+        p.show("train", i + 1, 2000, f"loss {1 / (i + 1):.3f}")
+    assert out.getvalue().count("\r") < 50 and "2000/2000" in out.getvalue() and "loss 0.001" in out.getvalue()
