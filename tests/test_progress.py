@@ -6,6 +6,11 @@ import io
 from normlab import progress
 
 
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
 class Clock:
     def __init__(self):
         self.now = 1000.0
@@ -43,10 +48,6 @@ def test_a_short_task_in_a_log_writes_nothing_and_off_is_off(monkeypatch):
 
 
 def test_a_terminal_gets_a_bar():
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-
     out = Terminal()
     p = progress.Progress(stream=out)
     for i in range(5):
@@ -56,10 +57,6 @@ def test_a_terminal_gets_a_bar():
 
 def test_a_terminal_bar_with_a_note_is_redrawn_at_tqdms_pace_not_every_step():
     """A note set with refresh=True redrew the bar at every step: 2,280 redraws (242 KB) in 10 s of training."""
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-
     out = Terminal()
     p = progress.Progress(stream=out)
     for i in range(2000):
