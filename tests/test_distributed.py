@@ -580,6 +580,43 @@ def test_a_rank_lost_at_the_last_barrier_is_one_line_and_the_group_is_torn_down(
         assert got["initialized"] is False
 
 
+def _roll_call_rank(i, launch, port, out):
+    """Process ``i`` of a launch given as ``(RANK, WORLD_SIZE)`` pairs: what it said and how long it took."""
+    import time
+
+    from normlab import distributed
+
+    rank, world = launch[i]
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                      NORMLAB_JOIN_TIMEOUT="5")
+    time.sleep(0.3 * (i > 0))  # rank 0 serves the store: it starts first
+    started = time.monotonic()
+    try:
+        with distributed.process_group("cpu", timeout_s=60):
+            time.sleep(6)  # a run: a process that starts late (three share two cores) still finds it
+        said = "joined"
+    except Exception as e:  # noqa: BLE001 - the test reads what was raised
+        said = f"{type(e).__name__}: {e}"
+    pathlib.Path(out, f"{i}.json").write_text(json.dumps({"said": said, "s": time.monotonic() - started}))
+
+
+@pytest.mark.parametrize("launch", [((0, 2), (1, 3)), ((0, 2), (1, 2), (1, 2))], ids=["worlds", "one-rank"])
+def test_ranks_of_another_world_size_or_one_rank_twice_are_refused_at_the_join(tmp_path, launch):
+    """Ranks started with different WORLD_SIZEs, or two processes of one RANK, passed the join and waited in
+    torch's process group for the collectives' timeout (ten minutes by default), then ended in a traceback."""
+    tmp_mp.spawn(_roll_call_rank, args=(launch, free_port(), str(tmp_path)), nprocs=len(launch), join=True)
+    got = [json.loads((tmp_path / f"{i}.json").read_text()) for i in range(len(launch))]
+    assert all(g["s"] < 30 for g in got), got  # the join's 5 s, not the collectives' 60
+    said = sorted(g["said"] for g in got)
+    if len(launch) == 2:
+        assert said[0].startswith("BadValue: rank 1 was started with WORLD_SIZE=3, rank 0 with 2: every rank "
+                                  "needs the same WORLD_SIZE"), said
+        assert said[1].startswith("Unreachable: rank 1 of 3 "), said
+    else:
+        assert said == ["BadValue: another process joined as rank 1 of 2 already: each process needs its own RANK "
+                        "from 0 to WORLD_SIZE - 1 (torchrun sets them)", "joined", "joined"], said
+
+
 def test_a_peer_lost_before_the_first_step_is_one_line(monkeypatch):
     """Two processes started with one RANK: one of them lost its peer at the broadcast before the first step, and
     printed gloo's traceback and "a bug in normlab"."""

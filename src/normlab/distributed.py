@@ -122,7 +122,7 @@ def _join(settings: dict, join_timeout: float, timeout_s: float):
     import torch.distributed as dist
     from torch.distributed.rendezvous import rendezvous
 
-    from ._checks import Unreachable
+    from ._checks import Unreachable, UserError
 
     rank, world_size, host, port = settings["rank"], settings["world"], settings["host"], settings["port"]
     failed = f"rank {rank} of {world_size} could not join the others at {host}:{port}"
@@ -138,6 +138,10 @@ def _join(settings: dict, join_timeout: float, timeout_s: float):
         watchdog.start()
         try:
             store, _, _ = next(rendezvous("env://", timeout=datetime.timedelta(seconds=join_timeout)))
+            _roll_call(store, rank, world_size, join_timeout)
+        except UserError:
+            held["drop"] = True
+            raise
         except (RuntimeError, ValueError, OSError) as e:  # DistStoreError / DistNetworkError are RuntimeErrors
             held["drop"] = True  # the C++ store's own log of it (40 lines of stack frames): this line says it
             raise Unreachable(f"{failed} ({first_line(e)[:200]}): {advice}") from None
@@ -145,6 +149,35 @@ def _join(settings: dict, join_timeout: float, timeout_s: float):
             watchdog.cancel()
     store.set_timeout(datetime.timedelta(seconds=timeout_s))
     return dist.PrefixStore("default_pg", store)  # as init_process_group keys its own store
+
+
+def _roll_call(store, rank: int, world_size: int, join_timeout: float) -> None:
+    """Every rank of the launch present once and with one ``WORLD_SIZE``, before torch's process group: two
+    processes of one ``RANK``, or ranks started with different ``WORLD_SIZE``s, waited there the collectives' ten
+    minutes and ended in a traceback. The store (a new one for each launch and each torchrun restart) keeps the
+    roll."""
+    from ._checks import BadValue, Unreachable
+
+    if store.add(f"normlab/rank{rank}", 1) > 1:
+        raise BadValue(f"another process joined as rank {rank} of {world_size} already: each process needs its "
+                       "own RANK from 0 to WORLD_SIZE - 1 (torchrun sets them)")
+    store.set(f"normlab/world{rank}", str(world_size))
+    keys = [f"normlab/world{r}" for r in range(world_size)]
+    try:
+        store.wait(keys, datetime.timedelta(seconds=join_timeout))
+    except RuntimeError:  # (DistStoreError) the wait's timeout
+        missing = [r for r, key in enumerate(keys) if not store.check([key])]
+        if not missing:  # all came as the wait ended
+            raise
+        listed = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+        raise Unreachable(f"rank {rank} of {world_size} waited {join_timeout:g} s for rank{'s' * (len(missing) > 1)} "
+                          f"{listed}: not started, or started with another WORLD_SIZE: start every rank with one "
+                          "WORLD_SIZE (torchrun sets them up), or unset WORLD_SIZE to run alone") from None
+    for r, key in enumerate(keys):
+        other = int(store.get(key))
+        if other != world_size:
+            raise BadValue(f"rank {r} was started with WORLD_SIZE={other}, rank {rank} with {world_size}: every "
+                           "rank needs the same WORLD_SIZE (torchrun sets it)")
 
 
 @contextlib.contextmanager
