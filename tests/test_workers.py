@@ -93,6 +93,56 @@ def test_workers_end_with_a_parent_that_is_killed(tmp_path):
     assert not left, f"workers outlived their killed parent: {left}"
 
 
+ORPHAN_CHILD = """
+import os, sys, time
+import normlab.workers  # what a rank or a worker imports first thing; torch comes later
+print(os.getpid(), flush=True)
+while os.getppid() == int(sys.argv[1]):  # its parent dies while it imports torch
+    time.sleep(0.01)
+normlab.workers.die_with_parent()
+time.sleep(60)
+"""
+
+MIDDLE = """
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], str(__import__("os").getpid())], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)  # (the test's pipes closed when this one ends)
+print(child.stdout.readline().strip(), flush=True)  # the child is running, then its parent is gone
+"""
+
+
+def test_a_process_whose_parent_died_before_it_asked_ends_too(tmp_path):
+    """A rank whose launcher died while the rank still imported torch asked for the parent-death signal with the
+    reaper as its parent: the request came too late, the check compared the reaper with itself, and the orphan
+    trained on, holding the folder's lock."""
+    import os
+    import platform
+    import signal
+    import time
+
+    import pytest
+
+    if platform.system() != "Linux":
+        pytest.skip("the parent-death signal is Linux's")
+    middle = subprocess.run([sys.executable, "-c", MIDDLE, ORPHAN_CHILD], capture_output=True, text=True, timeout=60)
+    child = int(middle.stdout.strip())
+    deadline = time.monotonic() + 20
+
+    def alive() -> bool:
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    outlived = alive()
+    if outlived:
+        os.kill(child, signal.SIGKILL)
+    assert not outlived, "the orphan outlived its parent"
+
+
 SLOW_CELLS = """
 import time
 

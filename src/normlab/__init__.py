@@ -10,8 +10,16 @@ do not pay for importing torch.
 from __future__ import annotations
 
 import importlib
+import os
 
 __version__ = "0.2.0"
+
+#: ``[this process, the process that started it]``, read when normlab is first imported (before torch): a rank or
+#: a worker asks to end with its parent (``workers.die_with_parent``) seconds later, and a parent that had died
+#: meanwhile went unnoticed (the orphan kept training). A forked child reads its own.
+_ORIGIN = [os.getpid(), os.getppid()]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _ORIGIN.__setitem__(slice(None), [os.getpid(), os.getppid()]))
 
 #: public name -> module that defines it
 _EXPORTS = {

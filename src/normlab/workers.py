@@ -35,13 +35,25 @@ def die_with_parent() -> None:
     a rank whose launcher was killed, does not go on working for nobody."""
     if platform.system() != "Linux":
         return
-    parent = os.getppid()
+    parent = _parent()
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     except (OSError, AttributeError):  # no prctl (not glibc): the process outlives a killed parent, as before
         return
     if os.getppid() != parent:  # the parent died before the request: no signal will come
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _parent() -> int:
+    """The pid of the process that started this one: multiprocessing's record for its children, else the one
+    read at normlab's import (a launcher's rank), not ``getppid()`` now, which names the reaper of an orphan."""
+    spawned = mp.parent_process()
+    if spawned is not None and spawned.pid:
+        return spawned.pid
+    from . import _ORIGIN
+
+    pid, parent = _ORIGIN
+    return parent if pid == os.getpid() else os.getppid()
 
 
 @contextlib.contextmanager
