@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
 import re
+import signal
 import socket
 
 import pytest
@@ -479,6 +481,50 @@ def test_a_rank_that_cannot_reach_rank_0_says_so_in_one_line_of_its_stderr(tmp_p
     lines = [line for line in done.stderr.splitlines() if "Warning" not in line and line.strip()]
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert "rank 1 of 2 could not join the others at 127.0.0.1:" in lines[0]
+
+
+def _listening(port: int) -> bool:
+    """Whether a socket of this machine listens on ``port`` (read from /proc: a probe connection would be a client)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                    return True
+    return False
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["term", "int"])
+def test_a_signal_reaches_a_rank_waiting_in_torch_distributed(tmp_path, signum, status):
+    """Rank 0 waiting for its peers inside torch's C++ (the join here; a stuck collective alike) heard neither
+    Ctrl-C nor SIGTERM: Python runs the handler only when the call returns, the join's minutes later."""
+    import subprocess
+    import sys
+    import time
+
+    if not os.path.exists("/proc/net/tcp"):
+        pytest.skip("reads the listening sockets from Linux's /proc")
+    _noise_mixtures(tmp_path / "data")
+    port = free_port()
+    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+           "NORMLAB_JOIN_TIMEOUT": "60"}
+    rank = subprocess.Popen([sys.executable, "-m", "normlab", *_train_args(tmp_path / "data", tmp_path / "run")],
+                            env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not _listening(port) and rank.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _listening(port), "rank 0 never served its store"
+        time.sleep(0.5)  # waiting for rank 1 now
+        sent = time.monotonic()
+        rank.send_signal(signum)
+        err = rank.communicate(timeout=120)[1]
+    finally:
+        if rank.poll() is None:
+            rank.kill()
+    lines = [line for line in err.splitlines() if "warning" not in line and line.strip()]
+    assert rank.returncode == status and time.monotonic() - sent < 30, (rank.returncode, err)
+    assert len(lines) == 1 and "rank 0 of 2 " in lines[0] and "while it waited in torch.distributed" in lines[0], err
 
 
 def test_a_rank_whose_master_port_never_answers_says_so_in_one_line(tmp_path):

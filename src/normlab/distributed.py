@@ -42,6 +42,9 @@ def launched() -> bool:
 #: seconds a rank waits for the others to join (``NORMLAB_JOIN_TIMEOUT``); collectives keep ``timeout_s``
 JOIN_TIMEOUT_S = 120.0
 
+#: seconds a rank blocked in torch.distributed has, after a Ctrl-C or SIGTERM, to stop on its own
+GRACE_S = 10.0
+
 
 def launch_settings() -> dict:
     """``rank, world, host, port`` from the launcher's environment, checked: one line naming what is wrong (a
@@ -180,6 +183,66 @@ def _roll_call(store, rank: int, world_size: int, join_timeout: float) -> None:
                            "rank needs the same WORLD_SIZE (torchrun sets it)")
 
 
+def _stops(handler) -> bool:
+    """Whether a signal's Python handler stops the command: Python's KeyboardInterrupt, or the CLI's SIGTERM."""
+    import signal
+
+    return handler is signal.default_int_handler or bool(getattr(handler, "normlab_stops", False))
+
+
+@contextlib.contextmanager
+def _heard_while_blocked(rank: int, world_size: int, grace_s: float = GRACE_S):
+    """A Ctrl-C or a SIGTERM that arrives while this rank waits inside torch.distributed's C++ (the join, or a
+    collective whose peer is gone or stuck) ends the rank within ``grace_s`` seconds. Python runs a signal's
+    handler only once the C++ call returns: a rank waited the join's 245 s or the collectives' ten minutes with
+    the signal pending. Where the handler stops the command, a thread hears the signal (Python's wakeup file
+    descriptor) and gives the main thread ``grace_s`` to stop on its own (its one line, its cleanup); past that
+    it writes one line and ends the process with 128 + the signal, as the default action would. A program that
+    keeps its own handlers or wakeup descriptor keeps them, unwatched."""
+    import signal
+
+    watched = {int(s) for s in (signal.SIGINT, signal.SIGTERM) if _stops(signal.getsignal(s))}
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)  # (the signal handler must never block on it)
+    try:
+        before = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread
+        before = None
+    if not watched or before != -1:
+        if before not in (None, -1):
+            signal.set_wakeup_fd(before)
+        os.close(read_end)
+        os.close(write_end)
+        yield
+        return
+    left = threading.Event()
+    stderr = os.dup(2)  # the real one: the join holds file descriptor 2 (_stderr_held)
+
+    def hear() -> None:
+        while not left.is_set():
+            heard = os.read(read_end, 64)
+            if not heard:  # the block ended: the write end is closed
+                return
+            signum = next((s for s in heard if s in watched), None)
+            if signum is not None and not left.wait(grace_s):
+                what = "interrupted" if signum == signal.SIGINT else "terminated"
+                os.write(stderr, (f"normlab: rank {rank} of {world_size} {what} while it waited in torch.distributed "
+                             f"(the others, or a collective): ended after {grace_s:g} s\n").encode())
+                os._exit(128 + signum)
+
+    listener = threading.Thread(target=hear, name="normlab-signals", daemon=True)
+    listener.start()
+    try:
+        yield
+    finally:
+        left.set()
+        signal.set_wakeup_fd(-1)
+        os.close(write_end)
+        listener.join(timeout=grace_s + 1)
+        os.close(read_end)
+        os.close(stderr)
+
+
 @contextlib.contextmanager
 def process_group(device, timeout_s: float = 600.0):
     """Join the ranks (gloo on CPU, nccl on CUDA) for the block; yields ``(rank, world size)``.
@@ -204,36 +267,37 @@ def process_group(device, timeout_s: float = 600.0):
         raise Unavailable("this torch build has no torch.distributed: run with one process")
     settings = launch_settings()
     die_with_parent()
-    backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(device)
-    store = _join(settings, _join_timeout(), timeout_s)
-    dist.init_process_group(backend, store=store, rank=settings["rank"], world_size=settings["world"],
-                            timeout=datetime.timedelta(seconds=timeout_s))
-    done, lost = False, None
-    try:
-        yield dist.get_rank(), dist.get_world_size()
-        done = True
-    except BaseException as e:
-        # an error every rank raised at the same point (every_rank) leaves as a finished block does: rank 1 of a
-        # refused start aborted in its teardown once, rank 0 and the store it served already gone
-        done = every_rank(e)
-        raise
-    finally:
-        if done:
-            # every rank finished (rank 0 writes the last checkpoint after the others stop) before any tears down
-            # its connections: a rank that left while rank 0 still worked aborted once in a full test run
-            try:
-                dist.barrier()
-            except RuntimeError as e:  # another rank stopped (killed) after its part: one line, not gloo's trace
-                lost = first_line(e)
-        dist.destroy_process_group()
-        if done and lost is None:
-            _leave_together(store, settings["rank"], settings["world"])
-    if lost is not None:
-        raise Unavailable(f"rank {settings['rank']} of {settings['world']} finished its part, but another rank "
-                          f"stopped before the end ({lost[:160]}; the launcher names it): run the same command "
-                          "again to finish from the last checkpoint")
+    with _heard_while_blocked(settings["rank"], settings["world"]):
+        backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(device)
+        store = _join(settings, _join_timeout(), timeout_s)
+        dist.init_process_group(backend, store=store, rank=settings["rank"], world_size=settings["world"],
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        done, lost = False, None
+        try:
+            yield dist.get_rank(), dist.get_world_size()
+            done = True
+        except BaseException as e:
+            # an error every rank raised at the same point (every_rank) leaves as a finished block does: rank 1 of a
+            # refused start aborted in its teardown once, rank 0 and the store it served already gone
+            done = every_rank(e)
+            raise
+        finally:
+            if done:
+                # every rank finished (rank 0 writes the last checkpoint after the others stop) before any tears down
+                # its connections: a rank that left while rank 0 still worked aborted once in a full test run
+                try:
+                    dist.barrier()
+                except RuntimeError as e:  # another rank stopped (killed) after its part: one line, not gloo's trace
+                    lost = first_line(e)
+            dist.destroy_process_group()
+            if done and lost is None:
+                _leave_together(store, settings["rank"], settings["world"])
+        if lost is not None:
+            raise Unavailable(f"rank {settings['rank']} of {settings['world']} finished its part, but another rank "
+                              f"stopped before the end ({lost[:160]}; the launcher names it): run the same command "
+                              "again to finish from the last checkpoint")
 
 
 def every_rank(error: BaseException, mark: bool = False) -> bool:

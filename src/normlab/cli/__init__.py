@@ -154,6 +154,8 @@ def _terminate_as_interrupt():
     def stop(signum, frame):
         raise Terminated
 
+    stop.normlab_stops = True  # a rank blocked in torch.distributed hears it too (distributed._heard_while_blocked)
+
     try:
         before = signal.getsignal(signal.SIGTERM)
         mine = before == signal.SIG_DFL and threading.current_thread() is threading.main_thread()
