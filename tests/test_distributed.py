@@ -508,8 +508,10 @@ def test_a_signal_reaches_a_rank_waiting_in_torch_distributed(tmp_path, signum, 
     port = free_port()
     env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
            "NORMLAB_JOIN_TIMEOUT": "60"}
+    # as from a terminal: a test run started in the background (nohup, CI) hands its children SIGINT ignored
     rank = subprocess.Popen([sys.executable, "-m", "normlab", *_train_args(tmp_path / "data", tmp_path / "run")],
-                            env=env, stderr=subprocess.PIPE, text=True)
+                            env=env, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not _listening(port) and rank.poll() is None and time.monotonic() < deadline:
