@@ -79,3 +79,19 @@ def test_a_tensorboard_path_that_is_a_file_is_said_as_one(tmp_path):
     with pytest.raises(UserError, match="--tensorboard .*notes.txt is a file, not a folder"):
         tracking.MetricsLog(tmp_path / "metrics.csv", tensorboard=tmp_path / "notes.txt")
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_a_step_is_a_whole_number_or_refused_when_logged(tmp_path):
+    """A tensor step was written as "tensor(1)" and a float as "2.0": the run's own log was then "not a normlab
+    metrics file" at resume."""
+    import pytest
+    import torch
+
+    from normlab.tracking import MetricsLog, read
+
+    with MetricsLog(tmp_path / "metrics.csv") as log:
+        log.log(torch.tensor(1), 0.5, 1e-3, 1.0, 0.1)
+        with pytest.raises(TypeError):
+            log.log(2.0, 0.4, 1e-3, 1.0, 0.1)
+    assert [r["step"] for r in read(tmp_path / "metrics.csv")] == [1]
+    MetricsLog(tmp_path / "metrics.csv", resume_step=5).close()

@@ -8,6 +8,8 @@ the ``safetensors`` package.
 from __future__ import annotations
 
 import json
+import math
+import os
 import pathlib
 import struct
 import sys
@@ -15,12 +17,15 @@ import sys
 import torch
 
 from . import written
-from ._checks import BadValue
+from ._checks import BadType, BadValue
 
-_DTYPES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16": torch.bfloat16,
-           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-           "BOOL": torch.bool}
+_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+           "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2, "I64": torch.int64, "I32": torch.int32,
+           "I16": torch.int16, "I8": torch.int8, "U64": torch.uint64, "U32": torch.uint32, "U16": torch.uint16,
+           "U8": torch.uint8, "BOOL": torch.bool}
 _NAMES = {v: k for k, v in _DTYPES.items()}
+#: elements in one tensor: past it torch's element count overflows
+_MOST_ELEMENTS = 2**63
 
 
 def is_safetensors(path: str | pathlib.Path) -> bool:
@@ -30,38 +35,80 @@ def is_safetensors(path: str | pathlib.Path) -> bool:
     return len(head) == 9 and head[8:9] == b"{"
 
 
-def safetensors_metadata(path: str | pathlib.Path) -> dict[str, str]:
-    """The ``__metadata__`` of a safetensors file, reading only its header."""
+def _entries(raw: bytes, size: int) -> tuple[dict[str, tuple[torch.dtype, list[int], int, int]], dict[str, str]]:
+    """The header ``raw`` checked against the format, for a body of ``size`` bytes: ``({name: (dtype, shape,
+    begin, end)}, metadata)``. ValueError for anything the format rules out: a tensor reading past the body or
+    into another's bytes, bytes that belong to no tensor, a shape that is not whole numbers >= 0, metadata that
+    is not strings."""
+    header = json.loads(raw)
+    if not isinstance(header, dict):
+        raise ValueError("its header is not a JSON object")
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise ValueError("__metadata__ is not a map of strings to strings")
+    entries = {}
+    for name, info in header.items():
+        if not isinstance(info, dict) or info.get("dtype") not in _DTYPES:
+            raise ValueError(f"{name}: no dtype of the format ({str(info)[:60]})")
+        dtype, shape, offsets = _DTYPES[info["dtype"]], info.get("shape"), info.get("data_offsets")
+        if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+            raise ValueError(f"{name}: shape {str(shape)[:60]} is not a list of whole numbers >= 0")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
+            raise ValueError(f"{name}: data_offsets {str(offsets)[:60]} are not two whole numbers")
+        count, (begin, end) = math.prod(shape), offsets
+        if count >= _MOST_ELEMENTS or not 0 <= begin <= end <= size or \
+                end - begin != count * torch.empty(0, dtype=dtype).element_size():
+            raise ValueError(f"{name}: bytes {begin} to {end} of {size} for shape {shape} {info['dtype']}")
+        entries[name] = (dtype, shape, begin, end)
+    at = 0
+    for begin, end in sorted((begin, end) for *_, begin, end in entries.values()):
+        if begin != at:
+            raise ValueError("its tensors' bytes overlap or leave a gap")
+        at = end
+    if at != size:
+        raise ValueError(f"{size - at} bytes after the last tensor")
+    return entries, meta
+
+
+def _split(path, read_body: bool) -> tuple[bytes, bytes | None, int]:
+    """``(header, body or None, body size)`` of the file, the header length checked against the file's size
+    before anything is read (a 10-byte file claiming a 3 GB header made the reader allocate 3 GB)."""
     with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        return dict(json.loads(f.read(n)).get("__metadata__") or {})
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(8)
+        if len(head) != 8:
+            raise ValueError(f"{size} bytes, shorter than the header's length")
+        (n,) = struct.unpack("<Q", head)
+        if not 0 < n <= size - 8:
+            raise ValueError(f"header length {n} for a {size}-byte file")
+        raw = f.read(n)
+        body = f.read() if read_body else None
+    return raw, body, size - 8 - n
+
+
+def safetensors_metadata(path: str | pathlib.Path) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file, reading only its header (checked as :func:`read_safetensors`
+    checks it)."""
+    try:
+        raw, _, size = _split(path, read_body=False)
+        return dict(_entries(raw, size)[1])
+    except (ValueError, RecursionError) as e:
+        raise BadValue(f"{path} is not a safetensors file: {e}") from None
 
 
 def read_safetensors(path: str | pathlib.Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """``(tensors, metadata)`` of a safetensors file; ValueError naming the file when it is not one."""
-    data = pathlib.Path(path).read_bytes()
+    """``(tensors, metadata)`` of a safetensors file; BadValue naming the file when it is not one."""
     if sys.byteorder != "little":  # the tensors' bytes are little-endian; torch.frombuffer reads native order
         raise NotImplementedError("reading safetensors files needs a little-endian machine")
     try:
-        (n,) = struct.unpack("<Q", data[:8])
-        if not 0 < n <= len(data) - 8:
-            raise ValueError(f"header length {n} for a {len(data)}-byte file")
-        header = json.loads(data[8 : 8 + n])
-        meta = header.pop("__metadata__", None) or {}
-        body = memoryview(data)[8 + n :]
-        tensors = {}
-        for name, info in header.items():
-            begin, end = info["data_offsets"]
-            dtype, shape = _DTYPES[info["dtype"]], [int(s) for s in info["shape"]]
-            count = 1
-            for s in shape:
-                count *= s
-            if end - begin != count * torch.empty(0, dtype=dtype).element_size() or end > len(body):
-                raise ValueError(f"{name}: {end - begin} bytes for shape {shape} {info['dtype']}")
-            flat = torch.frombuffer(bytearray(body[begin:end]), dtype=dtype) if count else torch.empty(0, dtype=dtype)
-            tensors[name] = flat.reshape(shape)
-    except (ValueError, KeyError, TypeError, struct.error) as e:
+        raw, body, size = _split(path, read_body=True)
+        entries, meta = _entries(raw, size)
+    except (ValueError, RecursionError) as e:  # (a JSON nested deeper than Python's recursion limit)
         raise BadValue(f"{path} is not a safetensors file: {e}") from None
+    view = memoryview(body)
+    tensors = {name: (torch.frombuffer(bytearray(view[begin:end]), dtype=dtype) if end > begin
+                      else torch.empty(0, dtype=dtype)).reshape(shape)
+               for name, (dtype, shape, begin, end) in entries.items()}
     return tensors, dict(meta)
 
 
@@ -69,6 +116,13 @@ def write_safetensors(path: str | pathlib.Path, tensors: dict[str, torch.Tensor]
                       metadata: dict[str, str] | None = None) -> None:
     """Write ``tensors`` atomically: header padded to 8 bytes, wider dtypes first, then by name (so every tensor
     starts aligned to its element size, as the ``safetensors`` package lays them out)."""
+    if sys.byteorder != "little":  # the format's bytes are little-endian; .numpy().tobytes() writes native order
+        raise NotImplementedError("writing safetensors files needs a little-endian machine")
+    if "__metadata__" in tensors:  # (it was written as a tensor, and read back as the metadata)
+        raise BadValue("'__metadata__' is the safetensors header's metadata, not a tensor name")
+    unnamed = sorted({str(t.dtype) for t in tensors.values() if t.dtype not in _NAMES})
+    if unnamed:
+        raise BadType(f"safetensors has no dtype for {', '.join(unnamed)}")
     header, chunks, offset = {}, [], 0
     for name in sorted(tensors, key=lambda k: (-tensors[k].element_size(), k)):
         t = tensors[name].detach().cpu().contiguous()
@@ -80,7 +134,4 @@ def write_safetensors(path: str | pathlib.Path, tensors: dict[str, torch.Tensor]
         header = {"__metadata__": {str(k): str(v) for k, v in metadata.items()}, **header}
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)
-    path = pathlib.Path(path)
-    tmp = written.temporary(path)
-    tmp.write_bytes(struct.pack("<Q", len(head)) + head + b"".join(chunks))
-    tmp.replace(path)
+    written.replace_whole(path, lambda tmp: tmp.write_bytes(struct.pack("<Q", len(head)) + head + b"".join(chunks)))

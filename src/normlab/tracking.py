@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import operator
 import os
 import pathlib
 
@@ -64,17 +65,14 @@ class MetricsLog:
         kept = [r for r in rows if r["step"] <= resume_step]
         cut = raw is not None and not raw.endswith(("\n", "\r"))  # a row half written
         if raw is None or len(kept) != len(rows) or cut:
-            tmp = self.path.with_suffix(".csv.tmp")
-            with open(tmp, "w", newline="", encoding="utf-8") as f:
-                w = csv.writer(f)
-                w.writerow(COLUMNS)
-                w.writerows([[r[c] for c in COLUMNS] for r in kept])
-            os.replace(tmp, self.path)
+            write(self.path, kept)
         self._file = open(self.path, "a", newline="", encoding="utf-8")
         self._csv = csv.writer(self._file)
 
     def log(self, step: int, loss: float, lr: float, grad_norm: float, seconds: float) -> None:
-        self._csv.writerow([step, f"{loss:.6g}", f"{lr:.6g}", f"{grad_norm:.6g}", f"{seconds:.3f}"])
+        """One row; ``step`` a whole number (a tensor's ``tensor(1)`` or a float's ``2.0`` made the file
+        unreadable at resume), TypeError here otherwise."""
+        self._csv.writerow([operator.index(step), f"{loss:.6g}", f"{lr:.6g}", f"{grad_norm:.6g}", f"{seconds:.3f}"])
         self._file.flush()
         if self._tb is not None:
             for name, v in (("loss", loss), ("lr", lr), ("grad_norm", grad_norm)):
@@ -139,12 +137,14 @@ def write(path: str | os.PathLike, rows: list[dict]) -> None:
     """Write ``rows`` (dicts with :data:`COLUMNS`) as a metrics.csv, atomically."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(COLUMNS)
-        w.writerows([[r[c] for c in COLUMNS] for r in rows])
-    os.replace(tmp, path)
+
+    def to(tmp: pathlib.Path) -> None:
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(COLUMNS)
+            w.writerows([[r[c] for c in COLUMNS] for r in rows])
+
+    written.replace_whole(path, to)  # a temporary name of this process's own: two writers shared one
 
 
 def active() -> bool:

@@ -109,7 +109,5 @@ def upgrade_file(path: str | pathlib.Path, out: str | pathlib.Path | None = None
     new = upgrade_state_dict(state, placement, config.get("n_layers"))
     blob = {**blob, "state_dict": new} if "state_dict" in blob else new
     target = pathlib.Path(out) if out is not None else path
-    tmp = written.temporary(target)
-    torch.save(blob, tmp)
-    tmp.replace(target)
+    written.replace_whole(target, lambda tmp: torch.save(blob, tmp))
     return target
