@@ -303,6 +303,25 @@ def test_cli_score_refuses_what_it_cannot_score(tmp_path, capsys):
     assert "DER: 0.00%" in capsys.readouterr().out
 
 
+def test_cli_score_leaves_the_reference_out_of_a_hypothesis_folder(tmp_path, capsys):
+    """A reference kept in the hypothesis folder was read as its own hypothesis: 0.00% DER without a word where
+    no hypothesis named its recordings, "turns in two files" where one did."""
+    from normlab.cli import main
+
+    (tmp_path / "hyp").mkdir()
+    write_rttm([Turn("a", 0, 10, "A"), Turn("b", 0, 10, "B")], tmp_path / "hyp" / "ref.rttm")
+    write_rttm([Turn("a", 0, 10, "x")], tmp_path / "hyp" / "a.rttm")
+    write_rttm([Turn("b", 0, 5, "y")], tmp_path / "hyp" / "b.rttm")
+    assert main(["diarize", "score", str(tmp_path / "hyp" / "ref.rttm"), str(tmp_path / "hyp"), "--collar", "0"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "DER: 25.00%"
+    (tmp_path / "alone").mkdir()
+    write_rttm([Turn("a", 0, 10, "A")], tmp_path / "alone" / "ref.rttm")
+    for hyp, says in (("alone", "has no .rttm files but the reference"), ("alone/ref.rttm", "is the reference")):
+        assert main(["diarize", "score", str(tmp_path / "alone" / "ref.rttm"), str(tmp_path / hyp)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+
+
 def test_cli_score_refuses_a_recording_in_two_files(tmp_path, capsys):
     """Turns of one recording in two hypothesis (or reference) files are an error naming both, not one merged
     hypothesis."""

@@ -90,6 +90,17 @@ def test_any_path_like_names_a_file(files, tmp_path):
     assert status == {os.fspath(entry): "ok"} and (tmp_path / "out" / "talk.rttm").is_file()
 
 
+def test_a_link_that_loops_is_one_bad_file_and_the_others_are_written(files, tmp_path):
+    """A stale link that loops among the inputs (``diarize evaluate`` reads a whole folder) stopped the call with
+    pathlib's "Symlink loop" as a bug in normlab, and no file was diarized."""
+    d, _ = files
+    (tmp_path / "loop.wav").symlink_to("loop.wav")
+    status = diarize_files([tmp_path / "loop.wav", d / "talk.wav"], tmp_path / "out", model=d / "m.pt",
+                           embedding=d / "enc.pt")
+    assert status[str(d / "talk.wav")] == "ok" and (tmp_path / "out" / "talk.rttm").is_file(), status
+    assert status[str(tmp_path / "loop.wav")] != "ok", status
+
+
 def test_model_file_sets_the_post_processing(files):
     d, _ = files
     cfg = PipelineConfig.for_model(EENDModel.load(d / "m.pt"))

@@ -58,18 +58,24 @@ def _recordings_folder(d: str, takes: str) -> None:
         raise NotFound(f"{d}: {what} ({takes} folders of WAVs and their ref.rttm)")
 
 
-def _read_rttms(paths: list[str]) -> dict:
+def _read_rttms(paths: list[str], reference: frozenset = frozenset()) -> dict:
     """Turns of RTTM files and of every ``*.rttm`` in folders, by recording; a recording with turns in two files
-    is an error (merged, its turns would be counted twice)."""
+    is an error (merged, its turns would be counted twice). ``reference``: the reference's files (their real
+    paths), left out of the folders and refused by name (a reference inside the hypothesis folder was scored as
+    its own hypothesis: 0.00% DER, without a word)."""
+    from .. import written
     from .._checks import BadValue, NotFound
     from ..diarization.io.rttm import read_rttm
 
     turns: dict = {}
     origin: dict = {}
     for path in dict.fromkeys(map(pathlib.Path, paths)):  # a file named twice is read once
-        files = sorted(path.glob("*.rttm")) if path.is_dir() else [path]
+        if not path.is_dir() and written.resolved(path) in reference:
+            raise BadValue(f"{path} is the reference: give the hypothesis RTTMs")
+        files = sorted(f for f in path.glob("*.rttm") if written.resolved(f) not in reference) if path.is_dir() \
+            else [path]
         if not files:
-            raise NotFound(f"{path} has no .rttm files")
+            raise NotFound(f"{path} has no .rttm files{' but the reference' if path.is_dir() and reference else ''}")
         for f in files:
             for uri, ts in read_rttm(f).items():
                 if uri in origin:
@@ -80,11 +86,15 @@ def _read_rttms(paths: list[str]) -> dict:
 
 
 def _cmd_diarize_score(args: argparse.Namespace) -> int:
+    from .. import written
     from .._checks import BadValue
     from ..diarization.io.uem import read_uem, uncovered
     from ..diarization.metrics.der import score
 
-    ref, hyp = _read_rttms([args.ref]), _read_rttms(args.hyp)
+    given = pathlib.Path(args.ref)
+    ref_files = sorted(given.glob("*.rttm")) if given.is_dir() else [given]
+    ref = _read_rttms([args.ref])
+    hyp = _read_rttms(args.hyp, reference=frozenset(map(written.resolved, ref_files)))
     if not ref:
         raise BadValue(f"nothing to score: {args.ref} has no speaker turns (no SPEAKER line)")
     uem = read_uem(args.uem) if args.uem else None

@@ -276,7 +276,9 @@ def diarize_files(paths: list, out_dir: str | pathlib.Path, *, num_speakers: int
     if taken is not None:
         raise BadValue(f"{taken} is a folder where an output would go: move it away or give another --out")
     # the audio's folder as given and where a link to it leads
-    beside = {d for p in paths for d in (pathlib.Path(p).absolute().parent.resolve(), pathlib.Path(p).resolve().parent)}
+    # (written.resolved: a link that loops is taken as it is, and named by the file's own error)
+    beside = {d for p in paths
+              for d in (written.resolved(pathlib.Path(p).absolute().parent), written.resolved(p).parent)}
     kept = [w for w in map(written.resolved, targets) if w.exists() and w.parent in beside]  # (a loop: as it is)
     if kept:  # the user's own file beside the audio (a reference RTTM) would be replaced
         raise BadValue(f"{kept[0]} exists beside its audio and would be replaced: diarize into another folder "
