@@ -285,6 +285,39 @@ def test_a_wav_written_to_a_pipe_is_not_called_cut_short(tmp_path, size):
     assert not [str(w.message) for w in caught if "cut short" in str(w.message)]
 
 
+def test_a_flac_whose_header_has_no_length_is_read_whole(tmp_path):
+    """FLAC's STREAMINFO may leave the sample count 0, unknown (a stream's encoder cannot go back to write it):
+    libsndfile then gives its largest count, soundfile's seek after the last read failed, and the file was
+    refused ("Internal psf_fseek() failed"), then called cut short."""
+    import warnings
+
+    path = tmp_path / "streamed.flac"
+    sf.write(path, _tone(200, 2.0), SR, format="FLAC")
+    data = bytearray(path.read_bytes())
+    assert data[:4] == b"fLaC"
+    packed = int.from_bytes(data[18:26], "big")  # the sample rate, channels, bits and 36-bit sample count
+    data[18:26] = (packed & ~((1 << 36) - 1)).to_bytes(8, "big")
+    path.write_bytes(bytes(data))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = read_mono(path, SR)
+    assert got.numel() == 2 * SR and not [str(w.message) for w in caught if "cut short" in str(w.message)]
+
+
+def test_a_cut_close_to_the_end_is_said_with_the_figures_apart(tmp_path):
+    """1000 bytes short of a 6 s file read "its header gives 6.0 s, the file holds 6.0 s (cut short?)"."""
+    import warnings
+
+    path = tmp_path / "cut.wav"
+    sf.write(path, _tone(200, 6.0), SR, subtype="PCM_16")
+    path.write_bytes(path.read_bytes()[:-1000])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        read_mono(path, SR)
+    said = [str(w.message) for w in caught if "cut short" in str(w.message)]
+    assert len(said) == 1 and "its header gives 6.00 s, the file holds 5.97 s" in said[0], said
+
+
 def test_a_file_name_that_is_not_utf8_is_read_and_named(tmp_path):
     """libsndfile was given the name as text: a Latin-1 name (bytes Python holds as surrogates) failed with
     "surrogates not allowed", and the recording's name could not be written to an RTTM."""

@@ -206,6 +206,13 @@ def _cancelling(mixed: float, each: np.ndarray, what: str) -> int | None:
     return loudest
 
 
+def _reads_only(f) -> None:
+    """Read ``f`` without soundfile's seek to where each read ended (libsndfile's reads move on by themselves):
+    where the length is unknown (a FLAC made from a stream) that seek failed at the end, and the audio read was
+    thrown away."""
+    f.seekable = lambda: False
+
+
 def _blocks(f, n: int | None):
     """The first ``n`` frames (None: all) of the open ``f`` in blocks of ``BLOCK_SECONDS`` (float32, frames x
     channels), each holding only what was decoded: ``SoundFile.blocks`` handed a cut-short file's last block back
@@ -253,6 +260,8 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
             # put in the header before it knew): its blocks are gathered as they come, kept whole where it has
             # channels that may cancel (it cannot be read again for one of them)
             known = regular and n <= sr * MAX_HOURS * 3600
+            if not known:
+                _reads_only(f)
             mono = np.empty(n if known else 0, dtype=np.float32)
             parts, blocks = [], []
             pos, mixed, each = 0, 0.0, np.zeros(f.channels)  # energies: of the mix, of each channel
@@ -277,14 +286,17 @@ def read_mono(path: str | pathlib.Path, sample_rate: int) -> torch.Tensor:
             mono = np.concatenate([b[:, channel] for b in blocks]).astype(np.float32)
         elif channel is not None and finite:  # read again, that channel alone (opened again: some files cannot
             with sf.SoundFile(os.fsencode(path)) as f:  # seek)
+                if not known:
+                    _reads_only(f)
                 at = 0
                 for block in _blocks(f, pos):
                     mono[at : at + block.shape[0]] = block[:, channel]
                     at += block.shape[0]
-        told = (_wav_header_frames(path) or n) if regular else 0
+        told = (_wav_header_frames(path) or n) if known else 0
         if 0 < pos < told:  # a copy cut short: diarized as what it holds, said once
-            warnings.warn(f"{path}: its header gives {told / sr:.1f} s, the file holds {pos / sr:.1f} s (cut "
-                          "short?): diarizing what it holds", stacklevel=2)
+            places = next(k for k in (1, 2, 3, 6) if f"{told / sr:.{k}f}" != f"{pos / sr:.{k}f}" or k == 6)
+            warnings.warn(f"{path}: its header gives {told / sr:.{places}f} s, the file holds {pos / sr:.{places}f} "
+                          "s (cut short?): diarizing what it holds", stacklevel=2)
     except AudioError:
         raise
     except Exception as e:  # noqa: BLE001 - libsndfile raises several types
