@@ -61,8 +61,8 @@ def _recordings_folder(d: str, takes: str) -> None:
 def _read_rttms(paths: list[str], reference: frozenset = frozenset()) -> dict:
     """Turns of RTTM files and of every ``*.rttm`` in folders, by recording; a recording with turns in two files
     is an error (merged, its turns would be counted twice). ``reference``: the reference's files (their real
-    paths), left out of the folders and refused by name (a reference inside the hypothesis folder was scored as
-    its own hypothesis: 0.00% DER, without a word)."""
+    paths), left out of the folders (a reference inside the hypothesis folder was scored as its own hypothesis:
+    0.00% DER, without a word); a file named is read, whatever it is (a reference scored against itself)."""
     from .. import written
     from .._checks import BadValue, NotFound
     from ..diarization.io.rttm import read_rttm
@@ -70,8 +70,6 @@ def _read_rttms(paths: list[str], reference: frozenset = frozenset()) -> dict:
     turns: dict = {}
     origin: dict = {}
     for path in dict.fromkeys(map(pathlib.Path, paths)):  # a file named twice is read once
-        if not path.is_dir() and written.resolved(path) in reference:
-            raise BadValue(f"{path} is the reference: give the hypothesis RTTMs")
         files = sorted(f for f in path.glob("*.rttm") if written.resolved(f) not in reference) if path.is_dir() \
             else [path]
         if not files:
