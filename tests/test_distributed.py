@@ -665,6 +665,31 @@ def test_ranks_of_another_world_size_or_one_rank_twice_are_refused_at_the_join(t
                         "from 0 to WORLD_SIZE - 1 (torchrun sets them)", "joined", "joined"], said
 
 
+ELASTIC = """
+import os, sys
+from normlab.distributed import process_group
+attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+with process_group("cpu", timeout_s=30) as (rank, world):
+    print(f"attempt {attempt} rank {rank} joined", flush=True)
+    if attempt == "0" and rank == 1:
+        sys.exit(3)  # the first attempt fails: torchrun starts every rank again, on the store it keeps
+"""
+
+
+def test_torchrun_restarts_its_ranks_past_the_roll_call(tmp_path):
+    """torchrun --max-restarts keeps its store across restarts: each restarted rank found its own roll-call entry
+    of the attempt before and stopped as "another process joined as rank R already"."""
+    import subprocess
+    import sys
+
+    (tmp_path / "elastic.py").write_text(ELASTIC)
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--max-restarts",
+                          "1", "--monitor-interval", "0.2", str(tmp_path / "elastic.py")], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "NORMLAB_JOIN_TIMEOUT": "30"})
+    joined = sorted(line for line in run.stdout.splitlines() if line.startswith("attempt 1"))
+    assert run.returncode == 0 and joined == ["attempt 1 rank 0 joined", "attempt 1 rank 1 joined"], run.stderr[-2000:]
+
+
 def test_a_peer_lost_before_the_first_step_is_one_line(monkeypatch):
     """Two processes started with one RANK: one of them lost its peer at the broadcast before the first step, and
     printed gloo's traceback and "a bug in normlab"."""

@@ -154,18 +154,24 @@ def _join(settings: dict, join_timeout: float, timeout_s: float):
     return dist.PrefixStore("default_pg", store)  # as init_process_group keys its own store
 
 
+def _attempt() -> str:
+    """The prefix of normlab's keys in the ranks' store for this launch: torchrun's agent keeps one store across
+    its restarts (``--max-restarts``), where a restarted rank found its own roll-call entry of the attempt before
+    and was refused as a second process of its rank."""
+    return f"normlab/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+
+
 def _roll_call(store, rank: int, world_size: int, join_timeout: float) -> None:
     """Every rank of the launch present once and with one ``WORLD_SIZE``, before torch's process group: two
     processes of one ``RANK``, or ranks started with different ``WORLD_SIZE``s, waited there the collectives' ten
-    minutes and ended in a traceback. The store (a new one for each launch and each torchrun restart) keeps the
-    roll."""
+    minutes and ended in a traceback. The store keeps the roll, under this attempt's prefix (:func:`_attempt`)."""
     from ._checks import BadValue, Unreachable
 
-    if store.add(f"normlab/rank{rank}", 1) > 1:
+    if store.add(f"{_attempt()}/rank{rank}", 1) > 1:
         raise BadValue(f"another process joined as rank {rank} of {world_size} already: each process needs its "
                        "own RANK from 0 to WORLD_SIZE - 1 (torchrun sets them)")
-    store.set(f"normlab/world{rank}", str(world_size))
-    keys = [f"normlab/world{r}" for r in range(world_size)]
+    store.set(f"{_attempt()}/world{rank}", str(world_size))
+    keys = [f"{_attempt()}/world{r}" for r in range(world_size)]
     try:
         store.wait(keys, datetime.timedelta(seconds=join_timeout))
     except RuntimeError:  # (DistStoreError) the wait's timeout
@@ -313,9 +319,9 @@ def _leave_together(store, rank: int, world_size: int, wait_s: float = 60.0) -> 
     torn down its process group: a rank still tearing down when the store vanished aborted ("terminate called
     without an active exception")."""
     try:
-        store.add("normlab/left", 1)
+        store.add(f"{_attempt()}/left", 1)
         deadline = time.monotonic() + wait_s
-        while rank == 0 and store.add("normlab/left", 0) < world_size and time.monotonic() < deadline:
+        while rank == 0 and store.add(f"{_attempt()}/left", 0) < world_size and time.monotonic() < deadline:
             time.sleep(0.01)
     except RuntimeError:  # the store is gone already (the agent's, after the others left): nothing to wait for
         pass
