@@ -177,6 +177,41 @@ def test_cli_evaluate_writes_one_page_with_every_recording(files, tmp_path, caps
     assert f"Made with normlab {__version__}" in page and sha256(d / "m.pt") in page  # what made it (it said nothing)
 
 
+def test_cli_evaluate_page_shows_this_run_and_json_stays_json(files, tmp_path, capsys):
+    """With --json and --html, "wrote page/index.html" followed the JSON on stdout (no JSON reader took it); the
+    page drew the hypothesis a failed file had left from an earlier run, beside this run's 100% missed; and it
+    named no settings."""
+    import shutil
+
+    d = files
+    wav = tmp_path / "wav"
+    shutil.copytree(d / "wav", wav)
+    ref = tmp_path / "ref.rttm"
+    write_rttm([Turn("talk", s, 2.0, f"v{int(s) // 2 % 2}") for s in range(0, 10, 2)], ref)
+    argv = ["diarize", "evaluate", str(wav), str(ref), "--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt"),
+            "--out", str(tmp_path / "hyp"), "--html", str(tmp_path / "page")]
+    assert main([*argv, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["html"] == str(tmp_path / "page" / "index.html")
+    page = (tmp_path / "page" / "index.html").read_text()
+    assert "&quot;threshold&quot;: 0.55" in page and "row hypothesis" in page
+    (wav / "talk.wav").write_bytes(b"RIFF" + bytes(3000))  # this run cannot read it: all of it missed
+    assert main(argv) == 1
+    capsys.readouterr()
+    page = (tmp_path / "page" / "index.html").read_text()
+    assert "row hypothesis" not in page and "confusion 0.00 s" in page
+
+
+def test_a_recording_without_scored_speech_reads_na_across():
+    """A recording whose reference speech all lies inside the collars: its row read DER n/a beside false alarm
+    "200.00%" (2 s of false alarm over a total taken as 1)."""
+    from normlab.diarization.metrics.report_html import der_table
+
+    row = {c: {"der": None, "false_alarm": 2.0, "missed": 0.0, "confusion": 0.0, "total": 0.0} for c in ("0.25",)}
+    table = der_table({"files": [{"uri": "r", "collars": row}], "total": row, "errors": {}})
+    assert "%" not in table and table.count("<td>n/a</td>") == 8, table  # the recording's row and the total
+
+
 def test_without_matplotlib_plot_stops_before_any_work(files, tmp_path, capsys, no_matplotlib):
     d = files
     rc = main(["diarize", str(d / "wav" / "talk.wav"), "--model", str(d / "m.pt"), "--embedding", str(d / "enc.pt"),

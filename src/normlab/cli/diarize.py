@@ -179,8 +179,8 @@ def _cmd_diarize_evaluate(args: argparse.Namespace) -> int:
     print(json.dumps(result, indent=2) if args.json else format_evaluation(result))
     if result["errors"] and not args.json:  # as `diarize run`: each file that failed, on stderr
         print(format_errors(result), file=sys.stderr)
-    if args.html:
-        print(f"wrote {result['html']}")
+    if args.html:  # (with --json, stdout holds the JSON alone)
+        print(f"wrote {result['html']}", file=sys.stderr if args.json else sys.stdout)
     return 0 if not result["errors"] else 1
 
 

@@ -9,6 +9,7 @@ matplotlib; tables and timelines scroll sideways inside their boxes on a narrow 
 from __future__ import annotations
 
 import html
+import json
 import pathlib
 
 from ... import written
@@ -54,8 +55,8 @@ def der_table(result: dict) -> str:
     def cells(by_collar: dict) -> str:
         out = []
         for c in collars:
-            r, t = by_collar[c], by_collar[c]["total"] or 1.0
-            out += [_pct(r["der"]), _pct(r["false_alarm"] / t), _pct(r["missed"] / t), _pct(r["confusion"] / t)]
+            r, t = by_collar[c], by_collar[c]["total"]
+            out += [_pct(r["der"])] + [_pct(r[k] / t if t else None) for k in ("false_alarm", "missed", "confusion")]
         return "".join(f"<td>{v}</td>" for v in out)
 
     def count(f: dict) -> str:
@@ -180,7 +181,9 @@ def _made(result: dict) -> str:
     model = (prov.get("pipeline") or {}).get("model") or {}
     return (f"<p class=made>Made with normlab {html.escape(str(prov.get('normlab')))} (torch "
             f"{html.escape(str(prov.get('torch')))}), segmentation model {html.escape(str(model.get('file')))} "
-            f"(SHA-256 {html.escape(str(model.get('sha256')))}).</p>")
+            f"(SHA-256 {html.escape(str(model.get('sha256')))}); settings "
+            f"<code>{html.escape(json.dumps(result.get('settings'), sort_keys=True))}</code>; command "
+            f"<code>{html.escape(str(prov.get('argv')))}</code>.</p>")
 
 
 def page_path(out_dir) -> pathlib.Path:
@@ -191,14 +194,16 @@ def page_path(out_dir) -> pathlib.Path:
     return out / "index.html"
 
 
-def write_evaluation_page(result: dict, ref_rttm, out_dir, *, uem=None) -> pathlib.Path:
-    """Write ``out_dir/index.html`` for ``evaluate_folder``'s ``result`` (its hypotheses: ``result["out"]``)."""
+def write_evaluation_page(result: dict, ref_rttm, out_dir, *, uem=None, hypothesis=None) -> pathlib.Path:
+    """Write ``out_dir/index.html`` for ``evaluate_folder``'s ``result`` (its hypotheses: ``hypothesis``, the
+    turns scored, else read from ``result["out"]``)."""
     reference = read_rttm(ref_rttm)
-    hypothesis: dict[str, list[Turn]] = {}
-    for f in result["files"]:
-        path = pathlib.Path(result["out"]) / f"{f['uri']}.rttm"
-        if path.is_file():
-            hypothesis.update(read_rttm(path))
+    if hypothesis is None:
+        hypothesis = {}
+        for f in result["files"]:
+            path = pathlib.Path(result["out"]) / f"{f['uri']}.rttm"
+            if path.is_file():
+                hypothesis.update(read_rttm(path))
     page = page_path(out_dir)
     page.parent.mkdir(parents=True, exist_ok=True)
     written.write_text(page, evaluation_page(result, reference, hypothesis, read_uem(uem) if uem else None))
