@@ -74,3 +74,16 @@ def test_a_recording_reachable_by_two_paths_is_listed_once(tmp_path):
                       "fr", "f", "CC0")
     found = P.files(person)
     assert len(found) == 3 and len({f.resolve() for f in found}) == 3
+
+
+def test_a_silent_prompt_is_read_without_the_diarizing_advice(tmp_path):
+    """The packages' silence/ prompts (-84 dBFS) printed the recording reader's "too quiet to diarize ... scale
+    it up" the first time the persons' prompts were read: 30 lines about files the recipe drops anyway."""
+    import warnings
+
+    import soundfile as sf
+
+    sf.write(tmp_path / "1.wav", np.full(800, 6e-5, dtype=np.float32), 8000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert P.read(tmp_path / "1.wav").size == 800

@@ -404,3 +404,53 @@ def test_a_refused_data_folder_says_what_the_recipe_takes(tmp_path, monkeypatch)
     with pytest.raises(UserError, match=r"seed=0 \(now 5\): simulate into another folder \(the recipe simulates "
                                         r"into .*data: give another --out or --data\)$"):
         recipe_module.simulate_splits(tmp_path / "data", recipe_module.RecipeConfig())
+
+
+def test_a_rerun_asking_fewer_steps_than_its_checkpoint_is_refused_before_simulating(tmp_path, monkeypatch):
+    """A rerun with fewer --steps than the checkpoint held wrote the longer run's model with the shorter run's
+    steps in its recipe and results: re-running the recorded recipe made another model."""
+    from normlab._checks import BadValue
+    from normlab.diarization.training import recipe as recipe_module
+
+    (tmp_path / "ckpt").mkdir()
+    from normlab.diarization.training.train import CHECKPOINT_KEYS
+
+    torch.save({**dict.fromkeys(CHECKPOINT_KEYS), "step": 6, "losses": [1.0] * 6}, tmp_path / "ckpt" / "last.pt")
+
+    def simulated(*a, **k):
+        raise AssertionError("simulated before the check")
+
+    monkeypatch.setattr(recipe_module, "simulate_splits", simulated)
+    with pytest.raises(BadValue, match=r"last.pt holds 6 steps of training, more than the 4 asked \(steps\): ask "
+                                       r"for 6 or more to resume it"):
+        recipe_module._run(tmp_path, recipe_module.RecipeConfig(steps=4), None, None, 1)
+    with pytest.raises(AssertionError, match="simulated before the check"):  # as many or more: it resumes
+        recipe_module._run(tmp_path, recipe_module.RecipeConfig(steps=6), None, None, 1)
+
+
+def test_a_recipe_model_changed_since_it_was_written_is_the_users(tmp_path):
+    """Settings stored into a recipe's model.pt (diarize tune --save, a whitening) were dropped by the next rerun
+    without a word: any file recording a recipe's settings was taken as the recipe's own."""
+    from normlab import written
+    from normlab._checks import BadValue
+    from normlab.diarization.training import provenance
+    from normlab.diarization.training.recipe import _check_outputs
+
+    model = tmp_path / "model.pt"
+    EENDModel(ModelConfig(d_model=16, n_layers=1, d_ff=32)).save(model)
+    provenance.write(model, {"recipe": {"steps": 4}})
+    written.record(model)
+    _check_outputs(tmp_path, overwrite=False)  # the recipe's own, unchanged
+    provenance.write(model, {"recipe": {"steps": 4}, "postprocess_note": "stored by the user"})
+    with pytest.raises(BadValue, match="model.pt exists and normlab did not write it \\(or it was changed since\\)"):
+        _check_outputs(tmp_path, overwrite=False)
+    _check_outputs(tmp_path, overwrite=True)
+
+
+def test_a_first_stage_without_data_is_refused_before_simulating():
+    """n_train 0 with n_train_real under sources that make no train_real set passed the check; the training
+    sets were simulated, then the training stopped on an empty train folder with advice to simulate it."""
+    from normlab._checks import BadValue
+
+    with pytest.raises(BadValue, match="n_train must be at least 1 where no other set trains the first stage"):
+        RecipeConfig(n_train=0, n_train_real=1, sources="all").check()

@@ -243,3 +243,19 @@ def test_the_dispatch_table_with_autotune_off_claims_no_cache():
               "rows": []}
     head = bench_dispatch.markdown(result).splitlines()[0]
     assert "the fixed table decides; no decision is read or saved" in head and "cached in" not in head
+
+
+def test_the_speed_bars_run_from_the_1x_line():
+    """On the log axis each bar started at the axis' left edge: 0.75x and 0.78x drew about 1:3 in length."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    from normlab.lab.bench_figure import _norms
+
+    rows = [{"op": "layer_norm", "shape": "8x8", "dtype": "float32", "mode": m, "ratio": r, "floor_pct": 50.0}
+            for m, r in (("forward", 0.75), ("forward", 0.78), ("forward+backward", 2.0))]
+    fig = _norms(plt, {"rows": rows, "copy_gbps": 10.0})
+    try:
+        speed = fig.axes[0]
+        spans = [sorted((p.get_x(), p.get_x() + p.get_width())) for p in speed.patches]
+        assert spans == [pytest.approx([0.75, 1.0]), pytest.approx([0.78, 1.0]), pytest.approx([1.0, 2.0])], spans
+    finally:
+        plt.close(fig)

@@ -116,9 +116,14 @@ class RecipeConfig:
                   "min_speakers"):
             need(isinstance(getattr(self, f), int) and getattr(self, f) >= 1, f, "a whole number >= 1")
         need(self.seed < 2**63, "seed", "below 2**63")
-        need(self.n_train + self.n_train_real >= 1, "n_train", "at least 1 (with n_train_real)")
         need(self.min_speakers <= self.n_speakers, "min_speakers", f"at most n_speakers ({self.n_speakers})")
         splits = _splits(self)  # every simulation's own checks (beta, utterances per speaker, ...)
+        # the first stage trains on something: n_train 0 with n_train_real under sources that make no train_real
+        # set passed, and the training found an empty folder after the simulation
+        need(any(sim.n_mixtures for name, sim in splits if name.startswith("train") and name != "train_synth"
+                 and not (self.finetune_steps and name in LAST_STAGE)), "n_train",
+             f"at least 1 where no other set trains the first stage (n_train_real does with sources real, mixed "
+             f"or neural; sources is {self.sources!r})")
         for f in ("lr", "restart_lr", "finetune_lr"):
             need(isinstance(getattr(self, f), (int, float)) and 0 < getattr(self, f) <= MAX_LR, f,
                  f"a number in (0, {MAX_LR:g}]")
@@ -172,7 +177,7 @@ def _splits(cfg: RecipeConfig) -> list[tuple[str, SimConfig]]:
     # the held-out sets of more speakers are the same whatever the training voices: with "real" or "neural"
     # sources a split's pool holds 2-3 persons, fewer than the 4 speakers of these sets
     wide = {"sources": "mixed"} if cfg.sources in ("real", "neural") else {}
-    sets = [("train", sim("train", cfg.n_train))]
+    sets = [("train", sim("train", cfg.n_train))] if cfg.n_train else []  # (none: another set trains)
     if cfg.n_train_synth:
         sets.append(("train_synth", sim("train", cfg.n_train_synth, sources="all", style="mixture")))
     if real and cfg.n_train_real:
@@ -423,9 +428,13 @@ def run_recipe(out: str | pathlib.Path, cfg: RecipeConfig = RecipeConfig(), *, d
 
 
 def _check_outputs(out: pathlib.Path, overwrite: bool) -> None:
-    """Refuse (one line) a ``model.pt`` or ``results.json`` in ``out`` that no recipe wrote: normlab's list of
-    what it wrote there holds it, or it records a recipe's settings (as every recipe's files do)."""
+    """Refuse (one line) a ``model.pt`` or ``results.json`` in ``out`` that no recipe wrote, or that changed
+    since: normlab's list of what it wrote there holds it unchanged, or, not in that list, it records a recipe's
+    settings (as every recipe's files do). A listed file changed since (settings stored by ``diarize tune
+    --save``, a whitening) is the user's: a rerun dropped them without a word."""
     from ... import written
+
+    ours = written.listed(out)
 
     def a_recipes(f: pathlib.Path) -> bool:
         try:
@@ -434,13 +443,26 @@ def _check_outputs(out: pathlib.Path, overwrite: bool) -> None:
         except Exception:  # noqa: BLE001   (not a model or not JSON: not a recipe's)
             return False
 
-    theirs = [f for f in (out / "model.pt", out / "results.json") if f.exists() and not a_recipes(f)]
+    theirs = [f for f in (out / "model.pt", out / "results.json") if f.exists() and (f.name in ours
+                                                                                      or not a_recipes(f))]
     written.check(theirs, overwrite=overwrite, hint="give the recipe another --out")
+
+
+def _check_steps(out: pathlib.Path, cfg: RecipeConfig) -> None:
+    """A rerun asks for at least the steps each stage's checkpoint holds: with fewer, the model of the longer
+    run was written as trained for the shorter one (its recipe and results named the steps asked)."""
+    for stage, steps, option in (("ckpt", cfg.steps, "steps"), ("ckpt_finetune", cfg.finetune_steps,
+                                                                   "finetune_steps")):
+        last = out / stage / "last.pt"
+        if steps and last.exists() and (done := read_checkpoint(last)["step"]) > steps:
+            raise BadValue(f"{last} holds {done} steps of training, more than the {steps} asked ({option}): ask "
+                           f"for {done} or more to resume it, or give another --out")
 
 
 def _run(out: pathlib.Path, cfg: RecipeConfig, data, progress, jobs: int) -> dict:
     from ... import written
 
+    _check_steps(out, cfg)  # before the simulation
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     data = simulate_splits(data or out / "data", cfg, progress, jobs, which="train")
