@@ -369,3 +369,22 @@ def test_a_report_whose_page_meets_a_full_disk_keeps_its_json_and_page_together(
     assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "index.html")
     assert {n: (tmp_path / n).read_bytes() for n in before} == before
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("only", [None, ["lesson_stats"]], ids=["whole", "only"])
+def test_another_commands_results_json_is_not_taken_for_a_report(tmp_path, only):
+    """A training run's results.json (normlab's own) read as "holds a None report" to a run of some studies,
+    leaving figures/ and a lock behind; a whole report replaced it without a word."""
+    import json
+
+    from normlab._checks import BadValue
+
+    out = tmp_path / "run"
+    out.mkdir()
+    written.write_text(out / "results.json", json.dumps({"config": {"steps": 4}, "final_loss": 0.5}) + "\n")
+    kept = (out / "results.json").read_text()
+    with pytest.raises(BadValue, match="results.json is another normlab command's output, not a report: give "
+                                       "--out another folder, or --overwrite to replace it"):
+        run_studies(out, scale="test", only=only, progress=False)
+    assert (out / "results.json").read_text() == kept
+    assert sorted(p.name for p in out.iterdir()) == sorted(["results.json", written.LIST])  # no figures/, no lock

@@ -35,6 +35,7 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
 
         check_ready(address)
     figures = [out / "figures" / figure_file(name) for name in dict.fromkeys(only or STUDIES)]  # what this run draws
+    _joined(out / "results.json", only, scale, seed_offset, device, overwrite)  # before a folder is made
     written.check([out / "results.json", out / "index.html", *figures], overwrite=overwrite,
                   hint="give --out another folder")
     written.writable_folder(out)  # a read-only folder: one line with a way out, not the lock file's OS error
@@ -51,16 +52,7 @@ def run_studies(out: str | pathlib.Path, scale: str = "quick", jobs: int = 1, on
 
 def _run_studies(out: pathlib.Path, scale: str, jobs: int, only: list[str] | None, progress: bool, executor: str,
                  address: str | None, device: str, seed_offset: int, overwrite: bool) -> dict:
-    previous = out / "results.json"
-    old = _previous(previous) if only else {}
-    theirs = (old.get("scale"), old.get("seed_offset", 0), old.get("device", "cpu"))
-    if old and theirs != (scale, seed_offset, str(device)):  # would mix two settings (or CPU and GPU verdicts)
-        if not overwrite:
-            raise BadValue(f"{previous} holds a {theirs[0]} report with seed offset {theirs[1]} on {theirs[2]}; a "
-                           f"{scale} run with seed offset {seed_offset} on {device} of some studies cannot join it: "
-                           "give --out another folder, the same scale, seed offset and device, or --overwrite to "
-                           "replace it")
-        old = {}
+    old = _joined(out / "results.json", only, scale, seed_offset, device, overwrite)
     out.mkdir(parents=True, exist_ok=True)
     store = Store(str(out / "runs.sqlite"))
     runner = Runner(store, jobs=jobs, progress=Progress(enabled=None if progress else False), executor=executor,
@@ -141,16 +133,41 @@ def _unstage(figures: pathlib.Path) -> None:
         staging.rmdir()
 
 
-def _previous(path: pathlib.Path) -> dict:
-    """The report already in ``path``: {} where there is none, or it is not one normlab wrote (replaced, with
-    --overwrite: a foreign file's claims were published beside the run's as normlab's verdicts)."""
-    if not written.ours(path):
+def _joined(previous: pathlib.Path, only: list[str] | None, scale: str, seed_offset: int, device,
+            overwrite: bool) -> dict:
+    """The report in ``previous`` that a run of ``only`` these studies joins ({} for a whole run, or none); one
+    line where it cannot be joined (another scale, seed offset or device: it would mix them) or it is another
+    normlab command's ``results.json`` (a training run's: "holds a None report", or a whole report replaced
+    it without a word), unless ``overwrite``."""
+    old = _previous(previous)
+    if old is None:
+        if written.ours(previous) and not overwrite:
+            raise BadValue(f"{previous} is another normlab command's output, not a report: give --out another "
+                           "folder, or --overwrite to replace it")
         return {}
+    if not only:
+        return {}
+    theirs = (old.get("scale"), old.get("seed_offset", 0), old.get("device", "cpu"))
+    if theirs != (scale, seed_offset, str(device)):  # would mix two settings (or CPU and GPU verdicts)
+        if not overwrite:
+            raise BadValue(f"{previous} holds a {theirs[0]} report with seed offset {theirs[1]} on {theirs[2]}; a "
+                           f"{scale} run with seed offset {seed_offset} on {device} of some studies cannot join it: "
+                           "give --out another folder, the same scale, seed offset and device, or --overwrite to "
+                           "replace it")
+        return {}
+    return old
+
+
+def _previous(path: pathlib.Path) -> dict | None:
+    """The report already in ``path``: None where there is none, or it is not a report normlab wrote (replaced,
+    with --overwrite: a foreign file's claims were published beside the run's as normlab's verdicts)."""
+    if not written.ours(path):
+        return None
     try:
         old = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {}
-    return old if isinstance(old, dict) else {}
+        return None
+    return old if isinstance(old, dict) and isinstance(old.get("claims"), list) and "scale" in old else None
 
 
 def verdict_table(result: dict) -> str:
