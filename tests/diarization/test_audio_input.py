@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import soundfile as sf
+import torch
 
 from normlab.diarization.io.audio import as_mono, read_mono, recording_uri, remove_dc
 
@@ -547,3 +548,35 @@ def test_a_piped_wav_whose_header_does_not_know_its_length_and_channels_that_can
     mono, said = _through_a_pipe(tmp_path, bytes(data))
     assert abs(mono.numel() - len(voice)) < SR // 20 and not any("cut short" in w for w in said), said
     assert any("diarizing channel 2 alone" in w for w in said) and float(mono.abs().max()) > 0.15
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x.astype(np.longdouble),
+    lambda x: np.asmatrix(x),
+    lambda x: torch.from_numpy(x).to(torch.float8_e4m3fn),
+], ids=["long double", "matrix", "float8"])
+def test_a_waveform_numpy_or_torch_can_widen_is_read(make):
+    """A long-double array (einsum refused it), a np.matrix (its energies "not aligned") and a float8 tensor
+    (numpy has none) each stopped with a raw TypeError or ValueError."""
+    from normlab.diarization.io.audio import as_mono
+
+    x = (_tone(200, 1.0) * 0.4).astype(np.float32)
+    want = as_mono(torch.from_numpy(x).to(torch.float8_e4m3fn).float().numpy() if "float8" in str(make(x).dtype)
+                   else x, SR, SR)[0]
+    got = as_mono(make(x), SR, SR)[0]
+    assert got.shape == want.shape and torch.allclose(got, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x.astype("timedelta64[ns]"),
+    lambda x: torch.from_numpy(x).to_sparse(),
+    lambda x: torch.empty(x.shape, device="meta"),
+], ids=["timedelta", "sparse", "meta"])
+def test_a_waveform_of_no_samples_numbers_can_hold_is_one_line(make):
+    """A timedelta array (an integer to np.issubdtype: iinfo refused it), a sparse or a meta tensor: each raised
+    numpy's or torch's own error."""
+    from normlab._checks import BadType
+    from normlab.diarization.io.audio import as_mono
+
+    with pytest.raises(BadType, match="waveform must "):
+        as_mono(make((_tone(200, 1.0) * 1000).astype(np.int64)), SR, SR)

@@ -143,10 +143,13 @@ def test_reassignment_never_leaves_fewer_clusters_than_asked():
 
 def test_speaker_count_errors():
     for bad in (dict(num_speakers=0), dict(min_speakers=3, max_speakers=2), dict(max_speakers=-1),
-                dict(num_speakers=2, max_speakers=3)):
+                dict(num_speakers=2, min_speakers=3), dict(num_speakers=4, min_speakers=1, max_speakers=3)):
         with pytest.raises(ValueError):
             check_speaker_counts(**bad)
     assert check_speaker_counts() == (1, None)
+    # bounds that hold num_speakers: exactly that many (refused before; code written for pyannote passes them)
+    assert check_speaker_counts(num_speakers=2, min_speakers=1, max_speakers=3) == (2, 2)
+    assert check_speaker_counts(num_speakers=2, max_speakers=3) == (2, 2)
     assert check_speaker_counts(min_speakers=2, max_speakers=2) == (2, 2)  # equal bounds: exactly that many
     # the contradiction names what was given ("min_speakers=None, max_speakers=1" named an option not given)
     with pytest.raises(ValueError, match=r"^num_speakers=2 \(exactly that many\) contradicts max_speakers=1: "):

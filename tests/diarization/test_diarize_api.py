@@ -390,6 +390,20 @@ def test_annotation_round_trip():
         [(t.uri, t.speaker, t.start, t.duration) for t in turns]
 
 
+def test_none_for_an_annotation_or_numpy_numbers_in_a_diarization_are_said_or_kept():
+    """to_annotation(None) raised "'NoneType' object is not iterable", from_annotation(None) an AttributeError;
+    a Diarization given np.float32 seconds or numpy numbers in its provenance failed only at to_json()."""
+    from normlab._checks import BadType
+
+    pytest.importorskip("pyannote.core")
+    with pytest.raises(BadType, match="to_annotation takes one recording's list of turns, got NoneType"):
+        to_annotation(None)
+    with pytest.raises(BadType, match="from_annotation takes a pyannote.core.Annotation, got NoneType"):
+        from_annotation(None)
+    d = Diarization([Turn("rec", 0.0, 1.0, "A")], duration=np.float32(2.5), provenance={"n": np.int64(3)})
+    assert json.loads(d.to_json())["duration"] == 2.5 and type(d.provenance["n"]) is int
+
+
 def test_annotations_keep_the_recording_and_write_as_rttm():
     """A silent recording's annotation lost its name; turns of two recordings merged into one annotation; a
     label with a tab or a recording named with a space gave turns that to_rttm() refused."""

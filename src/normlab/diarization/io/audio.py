@@ -340,18 +340,26 @@ def as_mono(audio, sample_rate: int | None, target: int) -> tuple[torch.Tensor, 
             uri = as_field(named)
         audio, sample_rate = audio["waveform"], audio["sample_rate"]
     if isinstance(audio, torch.Tensor):
+        if audio.layout != torch.strided or audio.is_meta:  # (a raw TypeError or NotImplementedError at .numpy())
+            raise BadType(f"waveform must be a dense tensor holding its samples, got a {audio.layout} tensor on "
+                          f"{audio.device}")
         audio = audio.detach().cpu()
-        # numpy has no bfloat16: half-precision tensors are widened (exactly) first
-        audio = (audio.float() if audio.dtype in (torch.bfloat16, torch.float16) else audio).numpy()
+        # numpy has neither bfloat16 nor float8: narrower floating-point tensors are widened (exactly) first
+        audio = (audio.float() if audio.is_floating_point() and audio.dtype not in (torch.float32, torch.float64)
+                 else audio).numpy()
     if not isinstance(audio, np.ndarray):
         raise BadType(f"audio must be a path, a numpy array, a torch tensor or a dict, got {type(audio).__name__}")
+    audio = np.asarray(audio)  # a np.matrix multiplies as a matrix (its energies failed to align)
+    if audio.dtype.kind == "f" and audio.dtype.itemsize > 8:  # long double: einsum and torch take at most float64
+        audio = audio.astype(np.float64)
     if sample_rate is None:
         raise BadValue("sample_rate is required with a waveform")
     if not isinstance(sample_rate, (int, np.integer)) or not MIN_SAMPLE_RATE <= sample_rate <= MAX_SAMPLE_RATE:
         raise BadValue(f"sample_rate must be an integer from {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz, got "
                        f"{sample_rate!r}")
-    if not np.issubdtype(audio.dtype, np.floating):
-        if np.issubdtype(audio.dtype, np.integer):  # PCM: full scale is 2^(bits-1); unsigned PCM is centred
+    if audio.dtype.kind != "f":
+        if audio.dtype.kind in "iu":  # PCM: full scale is 2^(bits-1); unsigned PCM is centred (a timedelta is
+            #                           an integer to np.issubdtype, and iinfo refused it)
             info = np.iinfo(audio.dtype)
             half = (int(info.max) + 1) // 2 if info.min == 0 else -int(info.min)
             audio = (audio.astype(np.float32) - (half if info.min == 0 else 0)) / half

@@ -203,8 +203,9 @@ def _diarize(audio, sample_rate, model, encoder, cfg: PipelineConfig, uri: str |
     found = len({t.speaker for t in turns})
     if asked and found < asked:  # a cluster is made for each, but a speaker who never wins a frame has no turn
         warnings.warn(f"{uri or name}: {found} speaker{'s' * (found != 1)} found where "
-                      f"{'exactly' if counts['num_speakers'] else 'at least'} {asked} were asked for: the others "
-                      "never speak above the threshold", UserWarning, stacklevel=3)
+                      f"{'exactly' if counts['num_speakers'] else 'at least'} {asked} were asked for: too little "
+                      "speech to tell more apart, or the others' frames did not pass the threshold and filter",
+                      UserWarning, stacklevel=3)
     return Diarization(turns, uri=uri or name, duration=duration,
                        settings={**asdict(cfg), **counts}, provenance=prov)
 
@@ -408,6 +409,8 @@ def to_annotation(turns: list[Turn], uri: str | None = None):
     own = getattr(turns, "uri", None)  # a Diarization names its recording, even without turns
     if isinstance(turns, dict):
         raise BadType("to_annotation takes one recording's list of turns, not a {uri: turns} table")
+    if turns is None or isinstance(turns, (str, bytes)):  # (None: "'NoneType' object is not iterable")
+        raise BadType(f"to_annotation takes one recording's list of turns, got {type(turns).__name__}")
     # (a generator is read once; a turn of negative or NaN length was dropped silently)
     turns = check_turns(list(turns), "to_annotation's turns")
     uri = uri or own or (turns[0].uri if turns else None)
@@ -420,6 +423,8 @@ def to_annotation(turns: list[Turn], uri: str | None = None):
 def from_annotation(annotation, uri: str | None = None) -> list[Turn]:
     """Turns of a ``pyannote.core.Annotation``: the recording's name and the speaker labels as strings, each run
     of white space one ``_`` (as a file's name becomes its recording's), so that they write as RTTM fields."""
+    if not hasattr(annotation, "itertracks"):  # (None: an AttributeError)
+        raise BadType(f"from_annotation takes a pyannote.core.Annotation, got {type(annotation).__name__}")
     uri = as_field(uri or annotation.uri or "audio")
     turns, seen = [], {}
     for seg, _, label in annotation.itertracks(yield_label=True):

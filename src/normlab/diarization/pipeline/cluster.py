@@ -21,9 +21,9 @@ def check_speaker_counts(num_speakers: int | None = None, min_speakers: int | No
     for name, v in (("num_speakers", num_speakers), ("min_speakers", min_speakers), ("max_speakers", max_speakers)):
         if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
             raise BadValue(f"{name} must be a positive integer, got {v!r}")
-    if num_speakers is not None:
-        if (min_speakers is not None and min_speakers != num_speakers) or \
-                (max_speakers is not None and max_speakers != num_speakers):
+    if num_speakers is not None:  # bounds that hold it are kept quiet (pyannote's num_speakers overrides them)
+        if (min_speakers is not None and min_speakers > num_speakers) or \
+                (max_speakers is not None and max_speakers < num_speakers):
             given = ", ".join(f"{n}={v}" for n, v in (("min_speakers", min_speakers), ("max_speakers", max_speakers))
                               if v is not None and v != num_speakers)
             raise BadValue(f"num_speakers={num_speakers} (exactly that many) contradicts {given}: give one or the "

@@ -97,9 +97,10 @@ class Diarization(list):
         if duration is not None:
             check_seconds(duration, "duration")
         check_flag(is_exclusive, "is_exclusive")
-        self.duration = duration
-        self.settings = _plain(dict(settings or {}))  # numpy numbers a caller passed: JSON's numbers
-        self.provenance = dict(provenance or {})
+        # numpy numbers a caller passed: JSON's numbers (np.float32 passed here, and to_json failed later)
+        self.duration = None if duration is None else float(duration)
+        self.settings = _plain(dict(settings or {}))
+        self.provenance = _plain(dict(provenance or {}))
         self.is_exclusive = is_exclusive
 
     @property
