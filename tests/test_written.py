@@ -388,3 +388,14 @@ def test_another_commands_results_json_is_not_taken_for_a_report(tmp_path, only)
         run_studies(out, scale="test", only=only, progress=False)
     assert (out / "results.json").read_text() == kept
     assert sorted(p.name for p in out.iterdir()) == sorted(["results.json", written.LIST])  # no figures/, no lock
+
+
+def test_a_folder_under_a_file_is_refused_before_any_folder_is_made(tmp_path, monkeypatch):
+    """`--out new/../afile/sub` made `new`, then said "cannot write there (File exists)"."""
+    from normlab._checks import BadValue
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(BadValue, match="afile is a file, not a folder: give another --out"):
+        written.writable_folder("new/../afile/sub")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

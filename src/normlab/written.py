@@ -99,6 +99,13 @@ def writable_folder(folder, option: str = "--out") -> pathlib.Path:
                        f"folder, or give another {option}")
     if folder.exists() and not folder.is_dir():
         raise BadValue(f"{option} {folder} is a file, not a folder: give another {option}")
+    # the first part of the path that exists must be a folder, checked before any is made: `a/../file/sub` made
+    # `a` and then read "File exists"
+    above = pathlib.Path(os.path.abspath(folder))
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise BadValue(f"{option} {folder}: {above} is a file, not a folder: give another {option}")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):

@@ -612,3 +612,18 @@ def test_an_empty_path_is_refused_not_read_as_the_current_folder(argv, tmp_path,
     (tmp_path / "ref.rttm").write_text("SPEAKER a 1 0.000 1.000 <NA> <NA> A <NA> <NA>\n")
     assert main(argv) == 2
     assert "expected a path, got an empty one" in capsys.readouterr().err
+
+
+def test_a_library_warning_is_said_with_one_prefix():
+    """The library's warnings start "normlab: " for a program that imports it; on the command line that read
+    "normlab bench: warning: normlab: NORMLAB_STREAM_BYTES='abc' is not a byte count"."""
+    r = _run("import sys, warnings\n"
+             "import normlab.lab.lesson as lesson\n"
+             "from normlab.cli import main\n"
+             "real = lesson.run_lesson\n"
+             "def run_lesson(cfg):\n"
+             "    warnings.warn('normlab: X=1 is odd', RuntimeWarning)\n"
+             "    return real(cfg)\n"
+             "lesson.run_lesson = run_lesson\n"
+             "sys.exit(main(['lesson']))")
+    assert r.returncode == 0 and r.stderr == "normlab lesson: warning: X=1 is odd\n", r.stderr

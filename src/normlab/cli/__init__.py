@@ -133,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     # a warning is one line for the person at the terminal, as errors are (not Python's file:line and source);
     # Python's own format again once the command returns (main may run inside a program)
     python_format = warnings.formatwarning
-    warnings.formatwarning = lambda message, category, *_, **__: f"{_prog(args)}: warning: {message}\n"
+    # (the library's own "normlab: " prefix once: "normlab bench: warning: normlab: NORMLAB_STREAM_BYTES=...")
+    warnings.formatwarning = lambda message, category, *_, **__: \
+        f"{_prog(args)}: warning: {str(message).removeprefix('normlab: ')}\n"
     try:
         with _terminate_as_interrupt():
             return _run(args)
