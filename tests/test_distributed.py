@@ -666,13 +666,16 @@ def test_ranks_of_another_world_size_or_one_rank_twice_are_refused_at_the_join(t
 
 
 ELASTIC = """
-import os, sys
+import os, pathlib, sys
 from normlab.distributed import process_group
 attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
 with process_group("cpu", timeout_s=30) as (rank, world):
-    print(f"attempt {attempt} rank {rank} joined", flush=True)
     if attempt == "0" and rank == 1:
         sys.exit(3)  # the first attempt fails: torchrun starts every rank again, on the store it keeps
+    import torch, torch.distributed as dist
+    total = torch.ones(1)
+    dist.all_reduce(total)  # the restarted ranks reach each other (not an address of the attempt before)
+pathlib.Path(sys.argv[1], f"attempt{attempt}.rank{rank}").write_text(str(int(total.item())))
 """
 
 
@@ -684,10 +687,10 @@ def test_torchrun_restarts_its_ranks_past_the_roll_call(tmp_path):
 
     (tmp_path / "elastic.py").write_text(ELASTIC)
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--max-restarts",
-                          "1", "--monitor-interval", "0.2", str(tmp_path / "elastic.py")], capture_output=True,
-                         text=True, timeout=300, env={**os.environ, "NORMLAB_JOIN_TIMEOUT": "30"})
-    joined = sorted(line for line in run.stdout.splitlines() if line.startswith("attempt 1"))
-    assert run.returncode == 0 and joined == ["attempt 1 rank 0 joined", "attempt 1 rank 1 joined"], run.stderr[-2000:]
+                          "1", "--monitor-interval", "0.2", str(tmp_path / "elastic.py"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "NORMLAB_JOIN_TIMEOUT": "30"})
+    done = {p.name: p.read_text() for p in tmp_path.glob("attempt*")}
+    assert run.returncode == 0 and done == {"attempt1.rank0": "2", "attempt1.rank1": "2"}, (done, run.stderr[-2000:])
 
 
 def test_a_peer_lost_before_the_first_step_is_one_line(monkeypatch):

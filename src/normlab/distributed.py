@@ -151,7 +151,9 @@ def _join(settings: dict, join_timeout: float, timeout_s: float):
         finally:
             watchdog.cancel()
     store.set_timeout(datetime.timedelta(seconds=timeout_s))
-    return dist.PrefixStore("default_pg", store)  # as init_process_group keys its own store
+    # as init_process_group keys its own store, per attempt: torchrun's agent keeps the store across restarts, and
+    # a restarted rank could read a peer's address of the attempt before (gloo: "Connection reset by peer")
+    return dist.PrefixStore(f"{_attempt()}/default_pg", store)
 
 
 def _attempt() -> str:

@@ -67,10 +67,7 @@ def test_bad_sizes_rejected():
 @pytest.mark.parametrize("cfg, why", [
     ({"batch": 1, "tokens": 2, "d_model": 4}, "batch x tokens must be >= 3"),  # BatchNorm over 2 values: -1, 1
     ({"d_model": 2}, "d_model must be >= 4"),  # a token's variance can vanish into eps
-    ({"batch": 2.0}, "batch must be a whole number"), ({"seed": -1}, "seed must be a whole number >= 0"),
-    # NaN figures, read as a FAIL of the lessons' claims
-    ({"scale": float("nan")}, "scale must be a finite number"), ({"shift": float("inf")}, "shift must be a finite"),
-    ({"scale": 0.0}, "scale must be > 0")])
+    ({"batch": 2.0}, "batch must be a whole number"), ({"seed": -1}, "seed must be a whole number >= 0")])
 def test_sizes_the_checks_cannot_judge_are_refused(cfg, why):
     """(1, 2, 2) failed "BatchNorm depends on companions" on 15 of 30 seeds and (2, 4, 2) "per-token variance"
     on 7: sizes the CLI accepted, whose FAILs said nothing about LayerNorm."""
