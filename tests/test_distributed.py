@@ -529,6 +529,18 @@ def test_a_signal_reaches_a_rank_waiting_in_torch_distributed(tmp_path, signum, 
     assert len(lines) == 1 and "rank 0 of 2 " in lines[0] and "while it waited in torch.distributed" in lines[0], err
 
 
+def test_a_rank_that_watches_no_signal_leaves_the_wakeup_descriptor_unset(monkeypatch):
+    """With SIGINT ignored (a background job) and SIGTERM at its default (a program using the library), the watch
+    set Python's wakeup descriptor to its pipe and closed the pipe: every later signal wrote to a closed (or
+    reused) descriptor."""
+    from normlab.distributed import _heard_while_blocked
+
+    monkeypatch.setattr(signal, "getsignal", lambda s: signal.SIG_IGN if s == signal.SIGINT else signal.SIG_DFL)
+    with _heard_while_blocked(0, 2):
+        pass
+    assert signal.set_wakeup_fd(-1) == -1
+
+
 def test_a_rank_whose_master_port_never_answers_says_so_in_one_line(tmp_path):
     """Another program on MASTER_PORT that accepts and never answers: the store's own timeout did not cover it,
     and the rank waited there in silence for good. The join's watchdog ends it with one line."""

@@ -210,15 +210,14 @@ def _heard_while_blocked(rank: int, world_size: int, grace_s: float = GRACE_S):
     import signal
 
     watched = {int(s) for s in (signal.SIGINT, signal.SIGTERM) if _stops(signal.getsignal(s))}
+    if not watched or threading.current_thread() is not threading.main_thread():  # (only it sets the descriptor)
+        yield
+        return
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)  # (the signal handler must never block on it)
-    try:
-        before = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    except ValueError:  # not the main thread
-        before = None
-    if not watched or before != -1:
-        if before not in (None, -1):
-            signal.set_wakeup_fd(before)
+    before = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    if before != -1:  # the program's own: put back
+        signal.set_wakeup_fd(before)
         os.close(read_end)
         os.close(write_end)
         yield
