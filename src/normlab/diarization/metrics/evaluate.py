@@ -213,7 +213,7 @@ def evaluate_folder(wav_dir: str | pathlib.Path, ref_rttm: str | pathlib.Path, o
     if html is not None:
         from .report_html import write_evaluation_page
 
-        result["html"] = str(write_evaluation_page(result, ref_rttm, html, uem=uem, hypothesis=hyp))
+        result["html"] = str(write_evaluation_page(result, reference, hyp, html, uem=regions))
     return result
 
 

@@ -14,8 +14,7 @@ import pathlib
 
 from ... import written
 from ..._checks import BadValue
-from ..io.rttm import Turn, read_rttm
-from ..io.uem import read_uem
+from ..io.rttm import Turn
 from ..plot import ERROR_COLOURS, PALETTE, speakers_in_order
 from .frame_errors import KINDS, FrameErrors, frame_errors
 
@@ -194,17 +193,11 @@ def page_path(out_dir) -> pathlib.Path:
     return out / "index.html"
 
 
-def write_evaluation_page(result: dict, ref_rttm, out_dir, *, uem=None, hypothesis=None) -> pathlib.Path:
-    """Write ``out_dir/index.html`` for ``evaluate_folder``'s ``result`` (its hypotheses: ``hypothesis``, the
-    turns scored, else read from ``result["out"]``)."""
-    reference = read_rttm(ref_rttm)
-    if hypothesis is None:
-        hypothesis = {}
-        for f in result["files"]:
-            path = pathlib.Path(result["out"]) / f"{f['uri']}.rttm"
-            if path.is_file():
-                hypothesis.update(read_rttm(path))
+def write_evaluation_page(result: dict, reference: dict[str, list[Turn]], hypothesis: dict[str, list[Turn]],
+                          out_dir, *, uem: dict | None = None) -> pathlib.Path:
+    """Write ``out_dir/index.html`` for ``evaluate_folder``'s ``result``, from the turns it scored (an RTTM left
+    in ``result["out"]`` by an earlier run of a file that failed now was drawn) and its UEM's regions."""
     page = page_path(out_dir)
     page.parent.mkdir(parents=True, exist_ok=True)
-    written.write_text(page, evaluation_page(result, reference, hypothesis, read_uem(uem) if uem else None))
+    written.write_text(page, evaluation_page(result, reference, hypothesis, uem))
     return page
