@@ -58,6 +58,11 @@ def _recordings_folder(d: str, takes: str) -> None:
         raise NotFound(f"{d}: {what} ({takes} folders of WAVs and their ref.rttm)")
 
 
+def _rttm_files(path: pathlib.Path) -> list[pathlib.Path]:
+    """The RTTM file ``path``, or every ``*.rttm`` in the folder ``path``."""
+    return sorted(path.glob("*.rttm")) if path.is_dir() else [path]
+
+
 def _read_rttms(paths: list[str], reference: frozenset = frozenset()) -> dict:
     """Turns of RTTM files and of every ``*.rttm`` in folders, by recording; a recording with turns in two files
     is an error (merged, its turns would be counted twice). ``reference``: the reference's files (their real
@@ -70,8 +75,7 @@ def _read_rttms(paths: list[str], reference: frozenset = frozenset()) -> dict:
     turns: dict = {}
     origin: dict = {}
     for path in dict.fromkeys(map(pathlib.Path, paths)):  # a file named twice is read once
-        files = sorted(f for f in path.glob("*.rttm") if written.resolved(f) not in reference) if path.is_dir() \
-            else [path]
+        files = [f for f in _rttm_files(path) if not path.is_dir() or written.resolved(f) not in reference]
         if not files:
             raise NotFound(f"{path} has no .rttm files{' but the reference' if path.is_dir() and reference else ''}")
         for f in files:
@@ -89,10 +93,8 @@ def _cmd_diarize_score(args: argparse.Namespace) -> int:
     from ..diarization.io.uem import read_uem, uncovered
     from ..diarization.metrics.der import score
 
-    given = pathlib.Path(args.ref)
-    ref_files = sorted(given.glob("*.rttm")) if given.is_dir() else [given]
     ref = _read_rttms([args.ref])
-    hyp = _read_rttms(args.hyp, reference=frozenset(map(written.resolved, ref_files)))
+    hyp = _read_rttms(args.hyp, reference=frozenset(map(written.resolved, _rttm_files(pathlib.Path(args.ref)))))
     if not ref:
         raise BadValue(f"nothing to score: {args.ref} has no speaker turns (no SPEAKER line)")
     uem = read_uem(args.uem) if args.uem else None
